@@ -1,0 +1,66 @@
+# store-rollout: `make demo` and `make test` do everything on a fresh Debian 12 machine.
+SHELL := /bin/bash
+VENV ?= $(CURDIR)/.venv
+COBBLER_VENV ?= $(CURDIR)/.venv-cobbler
+PY := $(VENV)/bin/python
+STAMP_APT := $(CURDIR)/.setup-apt.stamp
+STAMP_VENV := $(VENV)/.setup.stamp
+STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
+
+APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
+	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
+	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps
+
+.PHONY: setup demo test test-slow lint bench lab-up lab-down lab-status clean
+
+setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER)
+
+$(STAMP_APT):
+	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  mkdir -p /etc/postgresql-common; \
+	  test -e /etc/postgresql-common/createcluster.conf || echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); \
+	fi
+	touch $@
+
+$(STAMP_VENV): pyproject.toml requirements.lock $(STAMP_APT)
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+$(STAMP_COBBLER): $(STAMP_APT)
+	test -x $(COBBLER_VENV)/bin/python || python3 -m venv $(COBBLER_VENV)
+	$(COBBLER_VENV)/bin/pip install -q --no-deps cobbler==3.3.10
+	$(COBBLER_VENV)/bin/pip install -q Cheetah3==3.2.6.post1 distro==1.9.0 dnspython==2.9.2 \
+	  file-magic==0.4.1 netaddr==1.3.0 PyYAML==6.0.3 requests==2.34.2 schema==0.7.8
+	touch $@
+
+demo: setup
+	$(VENV)/bin/store-rollout lab up
+	$(VENV)/bin/store-rollout demo --inventory examples/inventory.yaml
+
+test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q
+
+test-slow: setup
+	$(VENV)/bin/pytest -q -m kiwi_build
+
+bench: setup
+	$(VENV)/bin/store-rollout lab up
+	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
+
+lab-up: setup
+	$(VENV)/bin/store-rollout lab up
+lab-status: setup
+	$(VENV)/bin/store-rollout lab status
+lab-down: setup
+	$(VENV)/bin/store-rollout lab down
+
+clean:
+	-$(VENV)/bin/store-rollout lab down
+	rm -rf .lab $(STAMP_APT)

@@ -1,0 +1,171 @@
+"""The lab ERP: records every request it gets as a JSON line, and can be told to misbehave.
+
+API (all JSON):
+  POST /api/v1/store-rollouts      a rollout notice; needs `Authorization: Bearer <token>`;
+                                   honours `Idempotency-Key` (same key -> same ERP id, 200)
+  POST /_lab/faults                {"status": 503, "count": 3} | {"delay": 5, "count": 1} |
+                                   {"drop": true, "count": 1} ; applies to the next `count` notices
+  DELETE /_lab/faults              clear faults
+  GET /_lab/health                 "ok"
+
+Run: python -m lab.erp_receiver --port P --log FILE --token-file F
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+class ErpState:
+    def __init__(self, log_path: Path, token: str) -> None:
+        self.log_path = log_path
+        self.token = token
+        self.lock = threading.Lock()
+        self.faults: list[dict[str, Any]] = []
+        self.ids_by_key: dict[str, str] = {}
+        self._load_ids()
+
+    def _load_ids(self) -> None:
+        # a restarted receiver still honours idempotency keys it answered before
+        if not self.log_path.exists():
+            return
+        for line in self.log_path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("status") in (200, 201) and rec.get("idempotency_key") and rec.get("erp_id"):
+                self.ids_by_key[rec["idempotency_key"]] = rec["erp_id"]
+
+    def record(self, entry: dict[str, Any]) -> None:
+        with self.lock, open(self.log_path, "a") as log:
+            log.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    def next_fault(self) -> dict[str, Any] | None:
+        with self.lock:
+            if not self.faults:
+                return None
+            fault = self.faults[0]
+            fault["count"] -= 1
+            if fault["count"] <= 0:
+                self.faults.pop(0)
+            return dict(fault)
+
+
+def make_handler(state: ErpState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            return
+
+        def _reply(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> bytes:
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def do_GET(self) -> None:
+            if self.path == "/_lab/health":
+                self._reply(200, "ok")
+            else:
+                self._reply(404, {"error": "not found"})
+
+        def do_DELETE(self) -> None:
+            if self.path == "/_lab/faults":
+                with state.lock:
+                    state.faults.clear()
+                self._reply(200, {"faults": []})
+            else:
+                self._reply(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            raw = self._body()
+            if self.path == "/_lab/faults":
+                fault = json.loads(raw or b"{}")
+                fault.setdefault("count", 1)
+                with state.lock:
+                    state.faults.append(fault)
+                self._reply(200, {"faults": state.faults})
+                return
+            if self.path != "/api/v1/store-rollouts":
+                self._reply(404, {"error": "not found"})
+                return
+            self._notice(raw)
+
+        def _notice(self, raw: bytes) -> None:
+            received = time.time()
+            key = self.headers.get("Idempotency-Key")
+            try:
+                payload: Any = json.loads(raw)
+            except json.JSONDecodeError:
+                payload = None
+            entry: dict[str, Any] = {
+                "received": received, "path": self.path, "idempotency_key": key,
+                "payload": payload,
+                "authorized": self.headers.get("Authorization") == f"Bearer {state.token}",
+            }
+            fault = state.next_fault()
+            if fault and fault.get("delay"):
+                time.sleep(float(fault["delay"]))
+            if fault and fault.get("drop"):
+                entry["status"] = "dropped"
+                state.record(entry)
+                self.close_connection = True
+                self.connection.close()
+                return
+            if fault and fault.get("status"):
+                entry["status"] = int(fault["status"])
+                state.record(entry)
+                self._reply(int(fault["status"]), {"error": "injected fault"})
+                return
+            if not entry["authorized"]:
+                entry["status"] = 401
+                state.record(entry)
+                self._reply(401, {"error": "missing or wrong bearer token"})
+                return
+            if not isinstance(payload, dict) or not payload.get("store_id"):
+                entry["status"] = 422
+                state.record(entry)
+                self._reply(422, {"error": "payload must be an object with store_id"})
+                return
+            with state.lock:
+                known = state.ids_by_key.get(key) if key else None
+                erp_id = known or f"ERP-{uuid.uuid4().hex[:12]}"
+                if key:
+                    state.ids_by_key[key] = erp_id
+            entry.update(status=200 if known else 201, erp_id=erp_id, replay=bool(known))
+            state.record(entry)
+            self._reply(200 if known else 201, {"id": erp_id, "replay": bool(known)})
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--token-file", type=Path, required=True)
+    args = parser.parse_args()
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    args.log.touch()
+    state = ErpState(args.log, args.token_file.read_text().strip())
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(state))
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""libvirtd + QEMU in a private mount namespace, state in the lab dir (notes/libvirt.md §4).
+
+QEMU runs as root without a security driver, so the capability cache stays valid; the host's
+/etc/libvirt, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt and /run are replaced by
+bind mounts or a tmpfs that exist only inside the namespace.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from lab.procs import ProcessRecord, spawn, wait_until
+
+QEMU_CONF_APPEND = """
+# store-rollout lab
+user = "root"
+group = "root"
+dynamic_ownership = 0
+remember_owner = 0
+security_driver = "none"
+stdio_handler = "file"
+"""
+
+
+def uri(libvirt_dir: Path) -> str:
+    return f"qemu+unix:///system?socket={libvirt_dir}/sock/libvirt-sock"
+
+
+def prepare(libvirt_dir: Path) -> None:
+    ns = libvirt_dir / "ns"
+    for sub in ("sock", "images"):
+        (libvirt_dir / sub).mkdir(parents=True, exist_ok=True)
+    for sub in ("var-lib-libvirt", "run", "var-cache-libvirt", "var-log-libvirt"):
+        (ns / sub).mkdir(parents=True, exist_ok=True)
+    etc = ns / "etc-libvirt"
+    if not etc.exists():
+        shutil.copytree("/etc/libvirt", etc, symlinks=True)
+        with open(etc / "qemu.conf", "a") as conf:
+            conf.write(QEMU_CONF_APPEND)
+        # no default network: it needs dnsmasq and a bridge, i.e. host network changes
+        autostart = etc / "qemu" / "networks" / "autostart"
+        if autostart.exists():
+            shutil.rmtree(autostart)
+    for sub in ("qemu", "images", "boot", "dnsmasq", "network", "swtpm", "lockd"):
+        (ns / "var-lib-libvirt" / sub).mkdir(exist_ok=True)
+    (libvirt_dir / "libvirtd.conf").write_text(
+        f'unix_sock_dir = "{libvirt_dir}/sock"\n'
+        'unix_sock_rw_perms = "0770"\n'
+        'auth_unix_rw = "none"\nauth_unix_ro = "none"\n'
+        f'log_outputs = "3:file:{libvirt_dir}/libvirtd.log"\n'
+    )
+    script = libvirt_dir / "ns-start.sh"
+    script.write_text(
+        "#!/bin/bash\nset -e\n"
+        f"mount --bind {ns}/etc-libvirt /etc/libvirt\n"
+        f"mount --bind {ns}/var-lib-libvirt /var/lib/libvirt\n"
+        f"mount --bind {ns}/var-cache-libvirt /var/cache/libvirt\n"
+        f"mount --bind {ns}/var-log-libvirt /var/log/libvirt\n"
+        # a private /run so nothing (not even /run/libvirt) appears on the host
+        f"mount --bind {ns}/run /run\n"
+        f"exec /usr/sbin/libvirtd -f {libvirt_dir}/libvirtd.conf -p {libvirt_dir}/libvirtd.pid\n"
+    )
+    script.chmod(0o755)
+
+
+def start(libvirt_dir: Path, log: Path) -> ProcessRecord:
+    sock = libvirt_dir / "sock" / "libvirt-sock"
+    if sock.exists():
+        sock.unlink()  # stale socket from a crashed lab
+    # unshare without --fork and the exec keep the PID: the record is libvirtd itself
+    return spawn(["unshare", "--mount", "--propagation", "private", str(libvirt_dir / "ns-start.sh")],
+                 log)
+
+
+def _connects(libvirt_uri: str) -> bool:
+    import libvirt
+
+    conn = libvirt.open(libvirt_uri)
+    try:
+        return conn.getLibVersion() > 0
+    finally:
+        conn.close()
+
+
+def wait_ready(libvirt_dir: Path, timeout: float = 30) -> None:
+    wait_until(lambda: _connects(uri(libvirt_dir)), timeout, "libvirtd", interval=0.2)
+
+
+def kvm_usable() -> bool:
+    """KVM only when /dev/kvm opens; even then guests that must boot use TCG (notes §6)."""
+    try:
+        with open("/dev/kvm", "rb"):
+            return True
+    except OSError:
+        return False
+
+
+def qemu_binary_present() -> bool:
+    return subprocess.run(["which", "qemu-system-x86_64"], capture_output=True).returncode == 0

@@ -1,0 +1,285 @@
+"""`store-rollout lab up | status | down`: bring the whole lab up, report on it, tear it down.
+
+`up` is idempotent: services already running (same PID and start time as recorded) are kept,
+dead ones are restarted on their recorded ports, and stale PIDs or sockets from a crashed lab
+are cleared first. `down` stops every process the lab recorded, by process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from lab import cobbler_service, libvirt_service, postgres, prefect_server, salt_master
+from lab.procs import ProcessRecord, spawn, stop, tree_rss, wait_until
+from lab.state import (
+    COBBLER_VENV,
+    IMAGE_BUILDS_DIR,
+    LabInfo,
+    LabPaths,
+    LabPorts,
+    LabSecrets,
+    ServiceInfo,
+    state_dir_from_env,
+)
+
+# stop order: dependants first
+SERVICE_ORDER = ["postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
+                 "cobbler-http", "erp-receiver", "simulator"]
+
+
+@dataclass
+class Lab:
+    paths: LabPaths
+    ports: LabPorts
+    secrets: LabSecrets
+
+    @classmethod
+    def at(cls, state_dir: Path | None = None) -> Lab:
+        paths = LabPaths(state_dir_from_env(state_dir))
+        paths.root.mkdir(parents=True, exist_ok=True)
+        paths.logs.mkdir(exist_ok=True)
+        return cls(paths, paths.load_or_create_ports(), paths.load_or_create_secrets())
+
+    # -- description -------------------------------------------------------------------
+    def cobbler_config(self) -> cobbler_service.CobblerLabConfig:
+        return cobbler_service.CobblerLabConfig(
+            state_dir=self.paths.cobbler, venv=COBBLER_VENV,
+            xmlrpc_port=self.ports.cobbler_xmlrpc, http_port=self.ports.cobbler_http,
+            user=self.secrets.cobbler_user, password=self.secrets.cobbler_password,
+            power_url=f"http://127.0.0.1:{self.ports.simulator}/power")
+
+    def base_info(self, services: dict[str, ServiceInfo]) -> LabInfo:
+        p = self.ports
+        return LabInfo(
+            state_dir=str(self.paths.root),
+            prefect_api_url=f"http://127.0.0.1:{p.prefect}/api",
+            prefect_ui_url=f"http://127.0.0.1:{p.prefect}",
+            postgres_url=postgres.url(p.postgres, "***"),
+            salt_master_config=str(self.paths.master_config),
+            salt_publish_port=p.salt_publish, salt_ret_port=p.salt_ret,
+            cobbler_url=f"http://127.0.0.1:{p.cobbler_xmlrpc}/",
+            cobbler_http_url=f"http://127.0.0.1:{p.cobbler_http}",
+            cobbler_user=self.secrets.cobbler_user, cobbler_password=self.secrets.cobbler_password,
+            power_address=f"http://127.0.0.1:{p.simulator}/power",
+            libvirt_uri=libvirt_service.uri(self.paths.libvirt),
+            erp_url=f"http://127.0.0.1:{p.erp}",
+            erp_token=self.secrets.erp_token,
+            erp_log=str(self.paths.erp / "requests.jsonl"),
+            simulator_url=f"http://127.0.0.1:{p.simulator}",
+            image_cache_dir=str(self.paths.image_cache),
+            vm_images_dir=str(self.paths.libvirt / "images"),
+            services=services,
+        )
+
+    def recorded_services(self) -> dict[str, ServiceInfo]:
+        info = self.paths.load_info()
+        return dict(info.services) if info else {}
+
+    # -- up ----------------------------------------------------------------------------
+    def up(self, progress: Callable[[str], None] = lambda _m: None) -> LabInfo:
+        started = time.monotonic()
+        services = {name: svc for name, svc in self.recorded_services().items()
+                    if svc.record.alive()}
+        self._clear_stale(services)
+        info = self.base_info(services)
+        self.paths.write_info(info)  # the simulator and fixtures read it while we start
+        p = self.ports
+        logs = self.paths.logs
+
+        def ensure(name: str, address: str, start: Callable[[], ProcessRecord],
+                   ready: Callable[[], None]) -> None:
+            if name not in services:
+                progress(f"starting {name}")
+                rec = start()
+                services[name] = ServiceInfo(address=address, pid=rec.pid,
+                                             create_time=rec.create_time,
+                                             log=str(logs / f"{name}.log"))
+                info.services = services
+                self.paths.write_info(info)
+            ready()
+
+        # independent daemons start together; readiness is awaited after all have spawned
+        postgres.prepare(self.paths.postgres, self.secrets.postgres_password)
+        salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret)
+        libvirt_service.prepare(self.paths.libvirt)
+        cob = self.cobbler_config()
+        cobbler_service.prepare_state(cob)
+        self.paths.erp.mkdir(exist_ok=True)
+        token_file = self.paths.erp / "token"
+        token_file.write_text(self.secrets.erp_token)
+        os.chmod(token_file, 0o600)
+        self.paths.image_cache.mkdir(exist_ok=True)
+
+        noop: Callable[[], None] = lambda: None  # noqa: E731
+        ensure("postgres", f"127.0.0.1:{p.postgres}",
+               lambda: postgres.start(self.paths.postgres, p.postgres, logs / "postgres.log"), noop)
+        ensure("salt-master", f"127.0.0.1:{p.salt_ret}",
+               lambda: salt_master.start(self.paths.salt, logs / "salt-master.log"), noop)
+        ensure("libvirtd", info.libvirt_uri,
+               lambda: libvirt_service.start(self.paths.libvirt, logs / "libvirtd.log"), noop)
+        ensure("erp-receiver", info.erp_url,
+               lambda: spawn([sys.executable, "-m", "lab.erp_receiver", "--port", str(p.erp),
+                              "--log", info.erp_log, "--token-file", str(token_file)],
+                             logs / "erp-receiver.log", cwd=_repo_root()), noop)
+        if "cobblerd" not in services or "cobbler-http" not in services:
+            for name in ("cobbler-http", "cobblerd"):
+                if name in services:
+                    stop(services.pop(name).record)
+            progress("starting cobblerd")
+            recs = cobbler_service.start(cob)
+            for name, rec in recs.items():
+                address = info.cobbler_url if name == "cobblerd" else info.cobbler_http_url
+                services[name] = ServiceInfo(address=address, pid=rec.pid,
+                                             create_time=rec.create_time,
+                                             log=str(logs / f"{name}.log"))
+            info.services = services
+            self.paths.write_info(info)
+        postgres.wait_ready(self.paths.postgres, p.postgres, self.secrets.postgres_password)
+        ensure("prefect-server", info.prefect_ui_url,
+               lambda: prefect_server.start(
+                   self.paths.prefect_home, p.prefect,
+                   postgres.url(p.postgres, self.secrets.postgres_password),
+                   logs / "prefect-server.log"),
+               noop)
+        libvirt_service.wait_ready(self.paths.libvirt)
+        ensure("simulator", info.simulator_url,
+               lambda: spawn([sys.executable, "-m", "lab.simulator", "--state-dir",
+                              str(self.paths.root), "--port", str(p.simulator)],
+                             logs / "simulator.log", cwd=_repo_root()),
+               lambda: wait_until(lambda: _http_ok(f"{info.simulator_url}/health"), 20,
+                                  "simulator"))
+        cobbler_service.wait_ready(cob)
+        cobbler_service.seed(cob, (IMAGE_BUILDS_DIR / "autoyast" / "store-hypervisor.xml")
+                             .read_text())
+        wait_until(lambda: _http_ok(f"{info.erp_url}/_lab/health"), 20, "ERP receiver")
+        salt_master.wait_ready(self.paths.master_config)
+        prefect_server.wait_ready(p.prefect)
+        self._prefect_setup(info)
+        info.services = services
+        self.paths.write_info(info)
+        progress(f"lab up in {time.monotonic() - started:.1f}s")
+        return info
+
+    def _prefect_setup(self, info: LabInfo) -> None:
+        """Server-side objects the flows rely on (idempotent): the Cobbler sync limit."""
+        env = {**os.environ, "PREFECT_API_URL": info.prefect_api_url,
+               "PREFECT_HOME": str(self.paths.prefect_home)}
+        import subprocess
+
+        from lab.state import VENV_BIN
+
+        subprocess.run([str(VENV_BIN / "prefect"), "global-concurrency-limit", "create",
+                        "cobbler-sync", "--limit", "1"], env=env, capture_output=True,
+                       timeout=60)
+
+    def _clear_stale(self, alive: dict[str, ServiceInfo]) -> None:
+        """Leftovers of a crashed lab: group members of dead leaders, stale pid/socket files."""
+        for name, svc in self.recorded_services().items():
+            if name not in alive:
+                stop(svc.record)  # kills remaining group members of a dead leader
+        if "postgres" not in alive:
+            pid = self.paths.postgres / "data" / "postmaster.pid"
+            if pid.exists():
+                pid.unlink()
+        if "salt-master" not in alive:
+            pidfile = self.paths.salt / "root" / "master" / "salt-master.pid"
+            if pidfile.exists():
+                pidfile.unlink()
+        if "simulator" not in alive:
+            self._stop_simulated_minions()
+
+    def _stop_simulated_minions(self) -> None:
+        base = self.paths.simulator / "minions"
+        for pfile in base.glob("*/process.json") if base.exists() else []:
+            stop(ProcessRecord.from_json(json.loads(pfile.read_text())), grace=1.0)
+            pfile.unlink()
+
+    # -- status ------------------------------------------------------------------------
+    def status(self) -> list[dict[str, Any]]:
+        rows = []
+        for name, svc in sorted(self.recorded_services().items(),
+                                key=lambda kv: SERVICE_ORDER.index(kv[0])
+                                if kv[0] in SERVICE_ORDER else 99):
+            alive = svc.record.alive()
+            rows.append({"service": name, "address": svc.address, "pid": svc.pid,
+                         "alive": alive, "rss_bytes": tree_rss(svc.record) if alive else 0})
+        return rows
+
+    def minion_rows(self) -> list[dict[str, Any]]:
+        base = self.paths.simulator / "minions"
+        rows = []
+        for pfile in sorted(base.glob("*/process.json")) if base.exists() else []:
+            rec = ProcessRecord.from_json(json.loads(pfile.read_text()))
+            rows.append({"service": f"minion {pfile.parent.name}", "address": "-",
+                         "pid": rec.pid, "alive": rec.alive(),
+                         "rss_bytes": tree_rss(rec) if rec.alive() else 0})
+        return rows
+
+    # -- down ----------------------------------------------------------------------------
+    def down(self, purge: bool = False) -> None:
+        services = self.recorded_services()
+        self._destroy_domains(services)
+        for name in reversed(SERVICE_ORDER):
+            if name in services:
+                stop(services.pop(name).record, grace=5.0 if name == "postgres" else 3.0)
+        for svc in services.values():
+            stop(svc.record)
+        self._stop_simulated_minions()
+        self._stop_orphan_qemus()
+        info = self.paths.load_info()
+        if info is not None:
+            info.services = {}
+            self.paths.write_info(info)
+        if purge:
+            shutil.rmtree(self.paths.root, ignore_errors=True)
+
+    def _stop_orphan_qemus(self) -> None:
+        """QEMU daemonizes into its own session; its pidfiles live in the lab's private /run."""
+        import psutil
+
+        for pidfile in (self.paths.libvirt / "ns" / "run" / "libvirt" / "qemu").glob("*.pid"):
+            try:
+                pid = int(pidfile.read_text().strip())
+                proc = psutil.Process(pid)
+                if any("qemu-system" in part for part in proc.cmdline()[:1]):
+                    proc.kill()
+                    proc.wait(5)
+            except (ValueError, OSError, psutil.Error):
+                pass
+
+    def _destroy_domains(self, services: dict[str, ServiceInfo]) -> None:
+        """Stop lab VMs while libvirtd still answers, so no QEMU outlives the lab."""
+        svc = services.get("libvirtd")
+        if svc is None or not svc.record.alive():
+            return
+        try:
+            import libvirt
+
+            conn = libvirt.open(libvirt_service.uri(self.paths.libvirt))
+            for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+                dom.destroy()
+            conn.close()
+        except Exception:  # libvirtd is stopped next anyway; QEMU dies with its group
+            pass
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+

@@ -1,0 +1,147 @@
+"""Process plumbing for the lab: start daemons in their own process group, stop them by PID.
+
+The lab never looks processes up by name: everything it stops is a PID it recorded itself,
+and it checks the recorded start time so a recycled PID is never signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """A process the lab started: its PID and kernel start time (guards against PID reuse)."""
+
+    pid: int
+    create_time: float
+
+    def alive(self) -> bool:
+        try:
+            proc = psutil.Process(self.pid)
+            return (
+                abs(proc.create_time() - self.create_time) < 0.05
+                and proc.status() != psutil.STATUS_ZOMBIE
+            )
+        except psutil.Error:
+            return False
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"pid": self.pid, "create_time": self.create_time}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, float | int]) -> ProcessRecord:
+        return cls(pid=int(data["pid"]), create_time=float(data["create_time"]))
+
+
+def spawn(
+    argv: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    user: str | None = None,
+) -> ProcessRecord:
+    """Start a daemon in a new session (its own process group), output appended to log_path."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+            user=user,
+            close_fds=True,
+        )
+    return ProcessRecord(proc.pid, psutil.Process(proc.pid).create_time())
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return members
+
+
+def stop(record: ProcessRecord, grace: float = 3.0) -> None:
+    """SIGTERM the process group the record leads, wait `grace` seconds, then SIGKILL it."""
+    if not record.alive():
+        _kill_group_leftovers(record.pid)
+        return
+    pgid = record.pid  # every lab daemon leads its own session, so its PID is the group id
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not record.alive() and not _group_members(pgid):
+            return
+        time.sleep(0.1)
+    _kill_group_leftovers(pgid)
+
+
+def _kill_group_leftovers(pgid: int) -> None:
+    for proc in _group_members(pgid):
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(_group_members(pgid), timeout=3)
+
+
+def tree_rss(record: ProcessRecord) -> int:
+    """Resident memory of a process and all its descendants, in bytes."""
+    if not record.alive():
+        return 0
+    root = psutil.Process(record.pid)
+    total = 0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]
+    """Poll a cheap local readiness probe; raises TimeoutError naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # readiness probes fail until the daemon is up
+            last_error = exc
+        time.sleep(interval)
+    raise TimeoutError(f"lab: {what} not ready after {timeout:.0f}s (last error: {last_error!r})")

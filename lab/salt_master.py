@@ -1,0 +1,99 @@
+"""The lab's salt-master: project `salt_states/` as file_roots, a lab pillar, reactors, autosign grains."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+from lab.procs import ProcessRecord, spawn
+from lab.state import SALT_STATES_DIR, VENV_BIN
+
+AUTOSIGN_GRAIN = "store_rollout_token"
+
+
+def salt_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def reactor_config() -> list[dict[str, list[str]]]:
+    """Tag -> reactor sls, from `salt_states/reactor/reactor.yaml`, made absolute."""
+    spec = yaml.safe_load((SALT_STATES_DIR / "reactor" / "reactor.yaml").read_text()) or {}
+    return [
+        {tag: [str(SALT_STATES_DIR / "reactor" / name) for name in files]}
+        for tag, files in spec.items()
+    ]
+
+
+def write_config(salt_dir: Path, publish_port: int, ret_port: int) -> Path:
+    root = salt_dir / "root" / "master"
+    conf_dir = salt_dir / "etc" / "master"
+    pillar = salt_dir / "pillar"
+    for d in (root, conf_dir, pillar, root / "autosign_grains"):
+        d.mkdir(parents=True, exist_ok=True)
+    (pillar / "top.sls").write_text("base:\n  '*':\n    - lab\n")
+    # lab minions run on the lab host itself: host-changing states are excluded by this pillar
+    (pillar / "lab.sls").write_text(
+        yaml.safe_dump({"store_rollout": {"lab": True}, "hypervisor": {"lookup": {"lab": True}}})
+    )
+    grains_file = root / "autosign_grains" / AUTOSIGN_GRAIN
+    if not grains_file.exists():
+        grains_file.write_text("")
+    os.chmod(grains_file, 0o600)
+    config = {
+        "id": "lab-master",
+        "user": "root",
+        "interface": "127.0.0.1",
+        "publish_port": publish_port,
+        "ret_port": ret_port,
+        "root_dir": str(root),
+        "pki_dir": str(root / "pki"),
+        "cachedir": str(root / "cache"),
+        "sock_dir": str(root / "sock"),
+        "pidfile": str(root / "salt-master.pid"),
+        "log_file": str(root / "master.log"),
+        "log_level_logfile": "info",
+        "file_roots": {"base": [str(SALT_STATES_DIR)]},
+        "pillar_roots": {"base": [str(pillar)]},
+        "worker_threads": 3,
+        "open_mode": False,
+        "auto_accept": False,
+        # must sit under root_dir or Salt prefixes it again (notes/salt.md §6)
+        "autosign_grains_dir": str(root / "autosign_grains"),
+        "reactor": reactor_config(),
+        "keep_jobs_seconds": 3600,
+    }
+    path = conf_dir / "master"
+    path.write_text(yaml.safe_dump(config, sort_keys=True))
+    return path
+
+
+def start(salt_dir: Path, log: Path) -> ProcessRecord:
+    conf_dir = salt_dir / "etc" / "master"
+    return spawn([str(VENV_BIN / "salt-master"), "-c", str(conf_dir), "-l", "warning"], log,
+                 env=salt_env())
+
+
+def wait_ready(master_config: Path, timeout: float = 30) -> None:
+    """Ready when the master event bus accepts a subscriber and carries an event we fire."""
+    import salt.config
+    import salt.utils.event
+
+    opts = salt.config.master_config(str(master_config))
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            with salt.utils.event.get_master_event(opts, opts["sock_dir"], listen=True) as bus:
+                bus.subscribe("lab/ready-probe")
+                probe = f"lab/ready-probe/{time.time_ns()}"
+                bus.fire_event({"probe": True}, probe)
+                event = bus.get_event(wait=2, tag=probe, full=True)
+                if event:
+                    return
+        except Exception as exc:  # the publisher socket appears ~1 s after spawn
+            last = exc
+        time.sleep(0.2)
+    raise TimeoutError(f"lab: salt-master event bus not ready after {timeout}s ({last!r})")

@@ -1,0 +1,483 @@
+"""Store hardware simulator: the only simulated part of the lab.
+
+- PXE + install: Cobbler's `lab` fence agent POSTs power actions here. On power on/reboot the
+  "machine" does what its firmware would: read the PXE config Cobbler synced for its MAC; if it
+  points at an AutoYaST profile, fetch it from Cobbler, lay down the files it writes, start the
+  hypervisor's salt-minion from them and call Cobbler's end-of-install (nopxe) URL; if it says
+  localboot, boot the installed system.
+- VM boot: a libvirt lifecycle callback (not polling) starts a salt-minion for each started
+  domain, with the minion.d files of the image the domain's disk is backed by, plus the identity
+  seeded in the domain's SMBIOS OEM strings; stopping the domain stops that minion.
+- Reboot: the `provisioning.reboot` Salt module asks for a reboot here; the simulator restarts
+  that minion process (never the host).
+- Fault knobs per step (`pxe`, `vm_boot`, `reboot`): delay, fail the next N times, never.
+
+Run: python -m lab.simulator --state-dir <lab>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import xml.etree.ElementTree as ET
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from lab.autoyast import parse_autoyast
+from lab.procs import ProcessRecord, spawn, stop
+from lab.state import VENV_BIN, LabInfo, LabPaths
+
+log = logging.getLogger("lab.simulator")
+
+OEM_PREFIX = "store_rollout."
+STEPS = ("pxe", "vm_boot", "reboot")
+
+
+class FaultKnobs:
+    """Per-step faults: {"delay": s, "fail": n, "never": bool}; `fail` counts down per use."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.knobs: dict[str, dict[str, Any]] = {}
+
+    def set(self, step: str, knob: dict[str, Any]) -> None:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; choose one of {', '.join(STEPS)}")
+        with self.lock:
+            self.knobs[step] = {"delay": float(knob.get("delay", 0)),
+                                "fail": int(knob.get("fail", 0)),
+                                "never": bool(knob.get("never", False))}
+
+    def clear(self, step: str | None = None) -> None:
+        with self.lock:
+            if step is None:
+                self.knobs.clear()
+            else:
+                self.knobs.pop(step, None)
+
+    def take(self, step: str) -> tuple[float, bool]:
+        """(delay, fails_now) for one use of `step`."""
+        with self.lock:
+            knob = self.knobs.get(step)
+            if not knob:
+                return 0.0, False
+            if knob["never"]:
+                return knob["delay"], True
+            if knob["fail"] > 0:
+                knob["fail"] -= 1
+                return knob["delay"], True
+            return knob["delay"], False
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            return json.loads(json.dumps(self.knobs))
+
+
+class MinionManager:
+    """salt-minion processes for simulated machines, each with a private config and root dir."""
+
+    def __init__(self, paths: LabPaths, info: LabInfo) -> None:
+        self.base = paths.simulator / "minions"
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.logs = paths.logs
+        self.info = info
+        self.lock = threading.RLock()
+        self.procs: dict[str, ProcessRecord] = {}
+        self.history: list[dict[str, Any]] = []
+
+    def minion_dir(self, minion_id: str) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", minion_id):
+            raise ValueError(f"refusing odd minion id {minion_id!r}")
+        return self.base / minion_id
+
+    def install(self, minion_id: str, files: dict[str, str], extra: dict[str, Any]) -> Path:
+        """Lay down a fresh system disk: config dir with the given minion.d files."""
+        with self.lock:
+            self.stop(minion_id)
+            mdir = self.minion_dir(minion_id)
+            if mdir.exists():
+                shutil.rmtree(mdir)  # a reinstall wipes the disk, keys and grains included
+            conf = mdir / "etc"
+            (conf / "minion.d").mkdir(parents=True)
+            for name, text in files.items():
+                (conf / "minion.d" / name).write_text(text)
+            self._write_hardware_config(minion_id, mdir, extra)
+            return mdir
+
+    def _write_hardware_config(self, minion_id: str, mdir: Path, extra: dict[str, Any]) -> None:
+        root = mdir / "root"
+        hardware = {
+            # what differs between a lab process and a real machine: paths, ports, virt URI
+            "id": minion_id,
+            "user": "root",
+            "root_dir": str(root),
+            "pki_dir": str(root / "pki"),
+            "cachedir": str(root / "cache"),
+            "sock_dir": str(root / "sock"),
+            "pidfile": str(root / "salt-minion.pid"),
+            "log_file": str(root / "minion.log"),
+            "master_port": self.info.salt_ret_port,
+            "publish_port": self.info.salt_publish_port,
+            "acceptance_wait_time": 1,
+            "acceptance_wait_time_max": 2,
+            "random_reauth_delay": 0,
+            "auth_timeout": 5,
+            "multiprocessing": False,
+            "store_rollout_lab": {"simulator_url": self.info.simulator_url},
+            **extra,
+        }
+        (mdir / "etc" / "minion.d" / "zz-lab-hardware.conf").write_text(yaml.safe_dump(hardware))
+        # main config is loaded before minion.d, so keep it minimal
+        (mdir / "etc" / "minion").write_text(f"id: {minion_id}\n")
+
+    def installed(self, minion_id: str) -> bool:
+        return (self.minion_dir(minion_id) / "etc" / "minion").exists()
+
+    def start(self, minion_id: str, reason: str) -> None:
+        with self.lock:
+            current = self.procs.get(minion_id)
+            if current and current.alive():
+                return
+            mdir = self.minion_dir(minion_id)
+            record = spawn(
+                [str(VENV_BIN / "salt-minion"), "-c", str(mdir / "etc"), "-l", "warning"],
+                self.logs / f"minion-{minion_id}.log",
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONWARNINGS": "ignore",
+                     "STORE_ROLLOUT_LAB": "1"},
+            )
+            self.procs[minion_id] = record
+            (mdir / "process.json").write_text(json.dumps(record.to_json()))
+            self.history.append({"minion": minion_id, "event": "start", "reason": reason,
+                                 "pid": record.pid, "at": time.time()})
+            log.info("started minion %s (pid %s): %s", minion_id, record.pid, reason)
+
+    def stop(self, minion_id: str, reason: str = "") -> None:
+        with self.lock:
+            record = self.procs.pop(minion_id, None)
+            if record is None:
+                pfile = self.minion_dir(minion_id) / "process.json"
+                if pfile.exists():
+                    record = ProcessRecord.from_json(json.loads(pfile.read_text()))
+            if record is not None:
+                stop(record, grace=1.0)
+                self.history.append({"minion": minion_id, "event": "stop", "reason": reason,
+                                     "at": time.time()})
+
+    def stop_all(self) -> None:
+        with self.lock:
+            for minion_id in list(self.procs):
+                self.stop(minion_id, "simulator shutdown")
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            return {mid: {"pid": rec.pid, "alive": rec.alive()} for mid, rec in self.procs.items()}
+
+
+class Simulator:
+    def __init__(self, paths: LabPaths) -> None:
+        info = paths.load_info()
+        if info is None:
+            raise SystemExit("simulator: lab.json missing")
+        self.paths = paths
+        self.info = info
+        self.faults = FaultKnobs()
+        self.minions = MinionManager(paths, info)
+        self.cobbler_state = paths.cobbler
+        self.domain_minions: dict[str, str] = {}
+        self.stopping = threading.Event()
+        self.power: dict[str, str] = {}
+
+    # -- PXE + install ------------------------------------------------------------------
+    def power_action(self, action: str, plug: str) -> dict[str, Any]:
+        action = action.lower()
+        if action in ("status", "monitor", "list"):
+            state = "on" if self.power.get(plug) == "on" else "off"
+            return {"plug": plug, "state": state}
+        if action == "off":
+            self.power[plug] = "off"
+            self._stop_system(plug)
+            return {"plug": plug, "state": "off"}
+        if action in ("on", "reboot", "cycle"):
+            self.power[plug] = "on"
+            threading.Thread(target=self._boot_system, args=(plug,), daemon=True,
+                             name=f"boot-{plug}").start()
+            return {"plug": plug, "state": "on", "booting": True}
+        raise ValueError(f"unsupported power action {action!r}")
+
+    def _cobbler(self) -> Any:
+        import xmlrpc.client
+
+        return xmlrpc.client.ServerProxy(self.info.cobbler_url, allow_none=True)
+
+    def _system_minion(self, system_name: str) -> str | None:
+        marker = self.paths.simulator / "systems" / f"{system_name}.minion"
+        return marker.read_text().strip() if marker.exists() else None
+
+    def _stop_system(self, system_name: str) -> None:
+        minion_id = self._system_minion(system_name)
+        if minion_id:
+            self.minions.stop(minion_id, f"power off {system_name}")
+
+    def _pxe_config(self, mac: str) -> str | None:
+        name = "01-" + mac.lower().replace(":", "-")
+        path = self.cobbler_state / "srv" / "u" / "tftpboot" / "pxelinux.cfg" / name
+        return path.read_text() if path.exists() else None
+
+    def _boot_system(self, system_name: str) -> None:
+        try:
+            self._stop_system(system_name)  # a power cycle kills the running OS
+            system = self._cobbler().get_system(system_name)
+            if not isinstance(system, dict):
+                log.warning("power on %s: unknown to Cobbler, nothing boots", system_name)
+                return
+            macs = [i.get("mac_address") for i in system.get("interfaces", {}).values()
+                    if i.get("mac_address")]
+            pxe = self._pxe_config(macs[0]) if macs else None
+            match = re.search(r"autoyast=(\S+)", pxe or "")
+            if match:
+                self._install(system_name, match.group(1))
+            else:
+                minion_id = self._system_minion(system_name)
+                if minion_id and self.minions.installed(minion_id):
+                    self.minions.start(minion_id, f"{system_name} boots from disk")
+                else:
+                    log.warning("%s: no PXE config and no installed OS", system_name)
+        except Exception:
+            log.exception("boot of %s failed", system_name)
+
+    def _install(self, system_name: str, autoyast_url: str) -> None:
+        delay, fail = self.faults.take("pxe")
+        if delay:
+            time.sleep(delay)
+        if fail:
+            log.warning("fault knob: install of %s fails", system_name)
+            return
+        profile = requests.get(autoyast_url, timeout=30)
+        profile.raise_for_status()
+        rendered = parse_autoyast(profile.text)
+        minion_id = rendered.files.get("/etc/salt/minion_id", "").strip() or system_name
+        minion_d = {Path(p).name: text for p, text in rendered.files.items()
+                    if p.startswith("/etc/salt/minion.d/")}
+        (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
+        (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
+        self.minions.install(minion_id, minion_d, {"virt": {
+            "connection": {"uri": self.info.libvirt_uri},
+            "images": self.info.vm_images_dir}})
+        # end of install (AutoYaST post step): tell Cobbler, so netboot turns off
+        if rendered.nopxe_url:
+            requests.get(self._fix_cobbler_url(rendered.nopxe_url), timeout=30).raise_for_status()
+        self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
+
+    def _fix_cobbler_url(self, url: str) -> str:
+        # Cobbler renders the SUSE nopxe URL without its http_port (notes/cobbler.md §5)
+        return re.sub(r"^http://[^/]+", self.info.cobbler_http_url.rstrip("/"), url)
+
+    # -- reboots -----------------------------------------------------------------------
+    def reboot(self, minion_id: str) -> dict[str, Any]:
+        self.minions.minion_dir(minion_id)  # validates the id
+        threading.Thread(target=self._reboot, args=(minion_id,), daemon=True).start()
+        return {"minion": minion_id, "rebooting": True}
+
+    def _reboot(self, minion_id: str) -> None:
+        time.sleep(2.0)  # like `shutdown -r`: the state run that asked returns first
+        self.minions.stop(minion_id, "reboot")
+        delay, fail = self.faults.take("reboot")
+        time.sleep(1.0 + delay)
+        if fail:
+            log.warning("fault knob: %s does not come back after reboot", minion_id)
+            return
+        self.minions.start(minion_id, "reboot")
+
+    # -- VM boot (libvirt events) --------------------------------------------------------
+    def _on_domain_started(self, dom: Any) -> None:
+        try:
+            xml = ET.fromstring(dom.XMLDesc(0))
+            oem = {}
+            for entry in xml.iterfind("./sysinfo/oemStrings/entry"):
+                key, _, value = (entry.text or "").partition("=")
+                if key.startswith(OEM_PREFIX):
+                    oem[key[len(OEM_PREFIX):]] = value
+            minion_id = oem.get("minion_id")
+            if not minion_id:
+                log.info("domain %s has no seeded identity; no minion", dom.name())
+                return
+            self.domain_minions[dom.name()] = minion_id
+            delay, fail = self.faults.take("vm_boot")
+            if delay:
+                time.sleep(delay)
+            if fail:
+                log.warning("fault knob: VM %s does not boot", dom.name())
+                return
+            if not self.minions.installed(minion_id) or self._disk_changed(minion_id, xml):
+                files = self._image_minion_d(xml)
+                files["15-identity.conf"] = yaml.safe_dump(
+                    {"id": minion_id, "grains": {"store_rollout_token": oem.get("autosign_token", "")}})
+                self.minions.install(minion_id, files, {})
+                (self.minions.minion_dir(minion_id) / "disk").write_text(self._disk_path(xml))
+            self.minions.start(minion_id, f"domain {dom.name()} started")
+        except Exception:
+            log.exception("VM boot of %s failed", dom.name())
+
+    @staticmethod
+    def _disk_path(xml: ET.Element) -> str:
+        source = xml.find("./devices/disk[@device='disk']/source")
+        return source.get("file", "") if source is not None else ""
+
+    def _disk_changed(self, minion_id: str, xml: ET.Element) -> bool:
+        marker = self.minions.minion_dir(minion_id) / "disk"
+        return not marker.exists() or marker.read_text() != self._disk_path(xml)
+
+    def _image_minion_d(self, xml: ET.Element) -> dict[str, str]:
+        """The minion.d files baked into the image this domain's disk is an overlay of."""
+        from tasks.kiwi import render_minion_d
+
+        disk = self._disk_path(xml)
+        info = json.loads(subprocess.run(
+            ["qemu-img", "info", "--force-share", "--output=json", "--backing-chain", disk],
+            check=True, capture_output=True, text=True).stdout)
+        chain = info if isinstance(info, list) else [info]
+        base = Path(chain[-1]["filename"])
+        meta_path = base.parent / "meta.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{disk}: base image {base} has no meta.json (not from the cache)")
+        meta = json.loads(meta_path.read_text())
+        return render_minion_d(Path(meta["description_dir"]), meta.get("params", {}))
+
+    def _on_domain_stopped(self, name: str) -> None:
+        minion_id = self.domain_minions.get(name)
+        if minion_id:
+            self.minions.stop(minion_id, f"domain {name} stopped")
+
+    def run_libvirt_events(self) -> None:
+        import libvirt
+
+        libvirt.virEventRegisterDefaultImpl()
+        threading.Thread(target=self._event_loop, daemon=True, name="libvirt-loop").start()
+        while not self.stopping.is_set():
+            try:
+                conn = libvirt.openReadOnly(self.info.libvirt_uri)
+            except libvirt.libvirtError:
+                time.sleep(1)
+                continue
+            closed = threading.Event()
+            conn.registerCloseCallback(lambda *_: closed.set(), None)
+
+            def lifecycle(_conn: Any, dom: Any, event: int, _detail: int, _opaque: Any) -> None:
+                if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
+                    threading.Thread(target=self._on_domain_started, args=(dom,),
+                                     daemon=True).start()
+                elif event in (libvirt.VIR_DOMAIN_EVENT_STOPPED,
+                               libvirt.VIR_DOMAIN_EVENT_SHUTDOWN):
+                    threading.Thread(target=self._on_domain_stopped, args=(dom.name(),),
+                                     daemon=True).start()
+
+            conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, lifecycle, None)
+            conn.setKeepAlive(5, 3)
+            # domains already running when the simulator (re)starts get their minions back
+            for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+                threading.Thread(target=self._on_domain_started, args=(dom,), daemon=True).start()
+            while not self.stopping.is_set() and not closed.is_set():
+                time.sleep(0.5)
+            try:
+                conn.close()
+            except libvirt.libvirtError:
+                pass
+
+    @staticmethod
+    def _event_loop() -> None:
+        import libvirt
+
+        while True:
+            libvirt.virEventRunDefaultImpl()
+
+
+def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            log.debug(format, *args)
+
+        def _reply(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _json(self) -> dict[str, Any]:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return json.loads(raw) if raw else {}
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._reply(200, "ok")
+            elif self.path == "/minions":
+                self._reply(200, {"running": sim.minions.status(),
+                                  "history": sim.minions.history[-200:]})
+            elif self.path == "/faults":
+                self._reply(200, sim.faults.snapshot())
+            else:
+                self._reply(404, {"error": "not found"})
+
+        def do_DELETE(self) -> None:
+            match = re.fullmatch(r"/faults(?:/(\w+))?", self.path)
+            if match:
+                sim.faults.clear(match.group(1))
+                self._reply(200, sim.faults.snapshot())
+            else:
+                self._reply(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            try:
+                body = self._json()
+                if self.path == "/power":
+                    self._reply(200, sim.power_action(str(body.get("action", "")),
+                                                      str(body.get("plug", ""))))
+                elif m := re.fullmatch(r"/minions/([^/]+)/reboot", self.path):
+                    self._reply(200, sim.reboot(m.group(1)))
+                elif m := re.fullmatch(r"/faults/(\w+)", self.path):
+                    sim.faults.set(m.group(1), body)
+                    self._reply(200, sim.faults.snapshot())
+                else:
+                    self._reply(404, {"error": "not found"})
+            except ValueError as exc:
+                self._reply(400, {"error": str(exc)})
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="store hardware simulator")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    sim = Simulator(LabPaths(args.state_dir))
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(sim))
+    server.daemon_threads = True
+
+    def shutdown(*_: Any) -> None:
+        sim.stopping.set()
+        sim.minions.stop_all()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, shutdown)
+    threading.Thread(target=sim.run_libvirt_events, daemon=True, name="libvirt-events").start()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The lab's state dir and `lab.json`, the file that describes a running lab."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from lab.procs import ProcessRecord
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STATE_DIR = REPO_ROOT / ".lab"
+SALT_STATES_DIR = REPO_ROOT / "salt_states"
+IMAGE_BUILDS_DIR = REPO_ROOT / "image_builds"
+VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
+COBBLER_VENV = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV", REPO_ROOT / ".venv-cobbler"))
+
+
+def state_dir_from_env(explicit: Path | None = None) -> Path:
+    """The lab state dir: explicit argument, then STORE_ROLLOUT_LAB_DIR, then `.lab/`."""
+    if explicit is not None:
+        return explicit.resolve()
+    env = os.environ.get("STORE_ROLLOUT_LAB_DIR")
+    return Path(env).resolve() if env else DEFAULT_STATE_DIR
+
+
+class ServiceInfo(BaseModel):
+    """One lab daemon: how to reach it and the process the lab started for it."""
+
+    address: str
+    pid: int
+    create_time: float
+    log: str
+
+    @property
+    def record(self) -> ProcessRecord:
+        return ProcessRecord(self.pid, self.create_time)
+
+
+class LabPorts(BaseModel):
+    postgres: int
+    prefect: int
+    salt_publish: int
+    salt_ret: int
+    cobbler_xmlrpc: int
+    cobbler_http: int
+    erp: int
+    simulator: int
+
+
+class LabSecrets(BaseModel):
+    """Generated once per state dir; lab-only credentials, never the vendor defaults."""
+
+    postgres_password: str = Field(default_factory=lambda: secrets.token_hex(12))
+    cobbler_user: str = "lab-admin"
+    cobbler_password: str = Field(default_factory=lambda: secrets.token_urlsafe(18))
+    erp_token: str = Field(default_factory=lambda: secrets.token_urlsafe(24))
+
+
+class LabInfo(BaseModel):
+    """Contents of `<state>/lab.json`; the flows' settings can be loaded from it."""
+
+    state_dir: str
+    prefect_api_url: str
+    prefect_ui_url: str
+    postgres_url: str
+    salt_master_config: str
+    salt_master_address: str = "127.0.0.1"
+    salt_publish_port: int
+    salt_ret_port: int
+    cobbler_url: str
+    cobbler_http_url: str
+    cobbler_user: str
+    cobbler_password: str
+    cobbler_profile: str = "store-hypervisor"
+    power_type: str = "lab"
+    power_address: str
+    libvirt_uri: str
+    erp_url: str
+    erp_token: str
+    erp_log: str
+    simulator_url: str
+    image_cache_dir: str
+    vm_images_dir: str
+    services: dict[str, ServiceInfo] = Field(default_factory=dict)
+
+
+class LabPaths:
+    """Where each part of the lab lives inside the state dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.lab_json = root / "lab.json"
+        self.ports_json = root / "ports.json"
+        self.secrets_json = root / "secrets.json"
+        self.logs = root / "logs"
+        self.postgres = root / "postgres"
+        self.prefect_home = root / "prefect-home"
+        self.salt = root / "salt"
+        self.cobbler = root / "cobbler"
+        self.libvirt = root / "libvirt"
+        self.erp = root / "erp"
+        self.simulator = root / "simulator"
+        self.image_cache = root / "image-cache"
+
+    @property
+    def master_config(self) -> Path:
+        return self.salt / "etc" / "master" / "master"
+
+    def load_info(self) -> LabInfo | None:
+        if not self.lab_json.exists():
+            return None
+        return LabInfo.model_validate_json(self.lab_json.read_text())
+
+    def write_info(self, info: LabInfo) -> None:
+        tmp = self.lab_json.with_suffix(".tmp")
+        tmp.write_text(info.model_dump_json(indent=2))
+        os.chmod(tmp, 0o600)  # holds lab credentials
+        tmp.replace(self.lab_json)
+
+    def load_or_create_ports(self) -> LabPorts:
+        from lab.procs import free_port
+
+        if self.ports_json.exists():
+            return LabPorts.model_validate_json(self.ports_json.read_text())
+        chosen: set[int] = set()
+        values = {}
+        for name in LabPorts.model_fields:
+            port = free_port()
+            while port in chosen:
+                port = free_port()
+            chosen.add(port)
+            values[name] = port
+        ports = LabPorts(**values)
+        self.ports_json.write_text(ports.model_dump_json(indent=2))
+        return ports
+
+    def load_or_create_secrets(self) -> LabSecrets:
+        if self.secrets_json.exists():
+            return LabSecrets.model_validate_json(self.secrets_json.read_text())
+        created = LabSecrets()
+        self.secrets_json.write_text(created.model_dump_json(indent=2))
+        os.chmod(self.secrets_json, 0o600)
+        return created
+
+
+def load_lab_info(state_dir: Path | None = None) -> LabInfo:
+    """Read lab.json of a running lab, or explain how to start one."""
+    paths = LabPaths(state_dir_from_env(state_dir))
+    info = paths.load_info()
+    if info is None:
+        raise FileNotFoundError(
+            f"no lab at {paths.root}: run `store-rollout lab up` first (lab.json missing)"
+        )
+    return info
+
+
+def dump_json(data: object) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)

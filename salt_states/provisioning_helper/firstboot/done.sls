@@ -1,0 +1,3 @@
+provisioning-helper-firstboot-done-test-nop:
+  test.nop:
+    - name: firstboot already done

@@ -1,0 +1,13 @@
+{%- set tplroot = tpldir.split('/')[0] %}
+{%- from tplroot ~ "/map.jinja" import mapdata as vm with context %}
+# Paths are under the minion's root_dir: / on the real VM, a private dir for lab minions.
+store-vm-config-init-file-managed:
+  file.managed:
+    - name: {{ salt['provisioning.root_path'](vm.config_dir, vm.config_file) }}
+    - makedirs: True
+    - mode: '0640'
+    - contents: |
+        # File managed by Salt (store_vm) - changes will be overwritten
+        store_id: {{ salt['grains.get']('store_id', '') | json }}
+        minion_id: {{ grains['id'] | json }}
+        services: {{ vm.services | json }}

@@ -1,0 +1,2 @@
+include:
+  - store_vm.config

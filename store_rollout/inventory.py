@@ -1,0 +1,251 @@
+"""Store inventory: pydantic models, loaded from YAML or from a CSV export of the ERP.
+
+Everything is validated before any side effect; errors name the store, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+STORE_ID_RE = r"^[a-z0-9][a-z0-9-]{0,23}$"
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
+
+
+class InventoryError(ValueError):
+    """The inventory or a parameter is invalid; the message names the field and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HypervisorSpec(_Strict):
+    hostname: str = Field(description="FQDN of the store hypervisor")
+    mac: str = Field(description="MAC of the PXE interface")
+    ip: str = Field("dhcp", description="static IPv4 address or 'dhcp'")
+    netmask: str | None = None
+    gateway: str | None = None
+    cobbler_profile: str = "store-hypervisor"
+    power_address: str | None = Field(None, description="BMC address (default: settings)")
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not HOSTNAME_RE.fullmatch(v):
+            raise ValueError(f"invalid hostname {v!r}: use letters, digits, '-' and dots")
+        return v
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        norm = v.strip().lower()
+        if not MAC_RE.fullmatch(norm):
+            raise ValueError(f"invalid MAC {v!r}: use six hex pairs like 52:54:00:12:34:56")
+        norm = norm.replace("-", ":")
+        if int(norm[:2], 16) & 1:
+            raise ValueError(f"MAC {v!r} is a multicast address: use the NIC's unicast MAC")
+        return norm
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        if v.strip().lower() == "dhcp":
+            return "dhcp"
+        try:
+            addr = ipaddress.IPv4Address(v.strip())
+        except ValueError:
+            raise ValueError(f"invalid IPv4 address {v!r}: write a.b.c.d or 'dhcp'") from None
+        if addr.is_multicast or addr.is_unspecified or addr.is_loopback:
+            raise ValueError(f"IP {v!r} cannot be a host address: use the hypervisor's LAN IP")
+        return str(addr)
+
+    @field_validator("netmask", "gateway")
+    @classmethod
+    def _optional_ip(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        try:
+            return str(ipaddress.IPv4Address(str(v).strip()))
+        except ValueError:
+            raise ValueError(f"invalid IPv4 address {v!r}: write a.b.c.d") from None
+
+
+class VmSpec(_Strict):
+    name: str | None = Field(None, description="libvirt domain name (default store-<id>-vm)")
+    vcpus: int = Field(2, ge=1, le=64, description="virtual CPUs, 1..64")
+    memory_mib: int = Field(4096, ge=128, le=262144, description="memory in MiB, 128..262144")
+    disk_gib: int = Field(20, ge=1, le=2048, description="disk size in GiB, 1..2048")
+    network: str = Field("br0", description="host bridge for the VM NIC, or 'none'")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", v):
+            raise ValueError(f"invalid VM name {v!r}: lowercase letters, digits and '-'")
+        return v
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", v):
+            raise ValueError(f"invalid network {v!r}: a bridge name like br0, or 'none'")
+        return v
+
+
+class ErpSpec(_Strict):
+    site_code: str = Field(description="the store's site code in the ERP")
+    cost_center: str | None = None
+
+    @field_validator("site_code")
+    @classmethod
+    def _site(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", v):
+            raise ValueError(f"invalid ERP site code {v!r}: letters, digits, '-' and '_'")
+        return v
+
+
+class Store(_Strict):
+    store_id: str = Field(pattern=STORE_ID_RE, description="lowercase letters, digits, '-'")
+    hypervisor: HypervisorSpec
+    vm: VmSpec = VmSpec()
+    erp: ErpSpec
+
+    @property
+    def hypervisor_minion_id(self) -> str:
+        return f"store-{self.store_id}-hv"
+
+    @property
+    def vm_minion_id(self) -> str:
+        return f"store-{self.store_id}-vm"
+
+    @property
+    def vm_name(self) -> str:
+        return self.vm.name or f"store-{self.store_id}-vm"
+
+    @property
+    def cobbler_system(self) -> str:
+        return self.hypervisor_minion_id
+
+
+class Inventory(_Strict):
+    stores: list[Store]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Inventory:
+        for label, key in (("store_id", lambda s: s.store_id),
+                           ("hypervisor.mac", lambda s: s.hypervisor.mac),
+                           ("hypervisor.hostname", lambda s: s.hypervisor.hostname),
+                           ("hypervisor.ip", lambda s: s.hypervisor.ip),
+                           ("vm.name", lambda s: s.vm_name)):
+            seen: dict[str, str] = {}
+            for store in self.stores:
+                value = key(store)
+                if value == "dhcp":
+                    continue
+                if value in seen:
+                    raise ValueError(f"duplicate {label} {value!r} in stores {seen[value]!r} "
+                                     f"and {store.store_id!r}: each store needs its own")
+                seen[value] = store.store_id
+        return self
+
+    def get(self, store_id: str) -> Store:
+        for store in self.stores:
+            if store.store_id == store_id:
+                return store
+        known = ", ".join(s.store_id for s in self.stores[:10]) or "none"
+        raise InventoryError(f"store_id {store_id!r} is not in the inventory (known: {known}); "
+                             "add it to the inventory file or check the id")
+
+    def select(self, store_ids: list[str] | None) -> list[Store]:
+        return [self.get(s) for s in store_ids] if store_ids else list(self.stores)
+
+
+def _describe(exc: ValidationError, raw: dict[str, Any], source: str) -> InventoryError:
+    lines = []
+    stores = raw.get("stores") if isinstance(raw, dict) else None
+    for err in exc.errors():
+        loc = list(err["loc"])
+        where = ""
+        if len(loc) >= 2 and loc[0] == "stores" and isinstance(loc[1], int) and stores:
+            sid = stores[loc[1]].get("store_id", "?") if isinstance(stores[loc[1]], dict) else "?"
+            where = f"store {sid!r}: "
+            loc = loc[2:]
+        field = ".".join(str(p) for p in loc) or "inventory"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "missing: add this field"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field: remove it or check its spelling"
+        elif err["type"] == "string_pattern_mismatch" and field.endswith("store_id"):
+            msg = (f"invalid store_id {err.get('input')!r}: lowercase letters, digits and '-', "
+                   "at most 24 characters")
+        lines.append(f"{where}{field}: {msg}")
+    return InventoryError(f"{source}: " + "; ".join(lines))
+
+
+def parse_inventory(raw: Any, source: str = "inventory") -> Inventory:
+    if not isinstance(raw, dict) or not isinstance(raw.get("stores"), list):
+        raise InventoryError(f"{source}: expected a mapping with a 'stores:' list")
+    try:
+        return Inventory.model_validate(raw)
+    except ValidationError as exc:
+        raise _describe(exc, raw, source) from None
+
+
+CSV_COLUMNS = {
+    "store_id": ("store_id",), "hv_hostname": ("hypervisor", "hostname"),
+    "hv_mac": ("hypervisor", "mac"), "hv_ip": ("hypervisor", "ip"),
+    "hv_netmask": ("hypervisor", "netmask"), "hv_gateway": ("hypervisor", "gateway"),
+    "cobbler_profile": ("hypervisor", "cobbler_profile"),
+    "vm_name": ("vm", "name"), "vm_vcpus": ("vm", "vcpus"), "vm_memory_mib": ("vm", "memory_mib"),
+    "vm_disk_gib": ("vm", "disk_gib"), "vm_network": ("vm", "network"),
+    "erp_site_code": ("erp", "site_code"), "erp_cost_center": ("erp", "cost_center"),
+}
+
+
+def _csv_to_raw(text: str, source: str) -> dict[str, Any]:
+    reader = csv.DictReader(text.splitlines())
+    unknown = set(reader.fieldnames or []) - set(CSV_COLUMNS)
+    if unknown:
+        raise InventoryError(f"{source}: unknown CSV column(s) {sorted(unknown)}; "
+                             f"known: {', '.join(CSV_COLUMNS)}")
+    stores = []
+    for row in reader:
+        store: dict[str, Any] = {}
+        for column, value in row.items():
+            if value is None or value.strip() == "":
+                continue
+            path = CSV_COLUMNS[column]
+            target = store
+            for part in path[:-1]:
+                target = target.setdefault(part, {})
+            target[path[-1]] = value.strip()
+        stores.append(store)
+    return {"stores": stores}
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Load an inventory from .yaml/.yml or .csv (ERP export)."""
+    p = Path(path)
+    if not p.exists():
+        raise InventoryError(f"inventory file {p} not found: pass --inventory with an existing file")
+    text = p.read_text()
+    if p.suffix.lower() == ".csv":
+        return parse_inventory(_csv_to_raw(text, str(p)), str(p))
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"{p}: not valid YAML ({exc})") from None
+    return parse_inventory(raw, str(p))
+
+
+BuilderName = Literal["lab", "kiwi"]

@@ -1,0 +1,118 @@
+"""Where the rollout's outside systems are, and their credentials.
+
+Sources, later ones win: `lab.json` of a running lab (if STORE_ROLLOUT_LAB_DIR is set or
+`.lab/lab.json` exists), environment variables `STORE_ROLLOUT_<FIELD>`, and Prefect Secret
+blocks for credentials (`STORE_ROLLOUT_<FIELD>_BLOCK=<block name>`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SECRET_FIELDS = ("cobbler_password", "erp_token")
+
+
+class SettingsError(ValueError):
+    """Settings are missing or invalid; the message names the field and where to set it."""
+
+
+class RolloutSettings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cobbler_url: str = Field(description="Cobbler XML-RPC URL, e.g. http://cobbler:25151/")
+    cobbler_user: str
+    cobbler_password: SecretStr
+    cobbler_allow_default_credentials: bool = False
+    salt_master_config: str = Field(description="path of the master config file on this host")
+    salt_master_address: str = Field(description="address minions use to reach the master")
+    salt_publish_port: int = 4505
+    salt_ret_port: int = 4506
+    hypervisor_libvirt_uri: str = "xen:///system"
+    vm_type: Literal["xen", "kvm", "qemu"] = "xen"
+    vm_images_dir: str = "/srv/salt-images"
+    erp_url: str
+    erp_token: SecretStr
+    power_type: str = "ipmilanplus"
+    power_address: str = ""
+    image_description: str = "leap-jeos"
+    image_builder: Literal["lab", "kiwi"] = "kiwi"
+    image_cache_dir: str = "/var/cache/store-rollout/images"
+    image_params: dict[str, str] = Field(default_factory=dict)
+    lab: bool = False
+
+    def public(self) -> dict[str, Any]:
+        """For logs and artifacts: secrets masked."""
+        data = self.model_dump(mode="json")
+        for name in SECRET_FIELDS:
+            data[name] = "**********"
+        return data
+
+
+def _lab_values(lab_dir: Path) -> dict[str, Any]:
+    info = json.loads((lab_dir / "lab.json").read_text())
+    return {
+        "cobbler_url": info["cobbler_url"], "cobbler_user": info["cobbler_user"],
+        "cobbler_password": info["cobbler_password"],
+        "salt_master_config": info["salt_master_config"],
+        "salt_master_address": info["salt_master_address"],
+        "salt_publish_port": info["salt_publish_port"], "salt_ret_port": info["salt_ret_port"],
+        "hypervisor_libvirt_uri": info["libvirt_uri"], "vm_type": "qemu",
+        "vm_images_dir": info["vm_images_dir"],
+        "erp_url": info["erp_url"], "erp_token": info["erp_token"],
+        "power_type": info["power_type"], "power_address": info["power_address"],
+        "image_description": "lab-debian", "image_builder": "lab",
+        "image_cache_dir": info["image_cache_dir"],
+        "image_params": {"salt_master": info["salt_master_address"],
+                         "salt_master_port": str(info["salt_ret_port"])},
+        "lab": True,
+    }
+
+
+def _lab_dir() -> Path | None:
+    env = os.environ.get("STORE_ROLLOUT_LAB_DIR")
+    if env:
+        return Path(env)
+    default = REPO_ROOT / ".lab"
+    return default if (default / "lab.json").exists() else None
+
+
+def _secret_from_block(block_name: str) -> str:
+    from prefect.blocks.system import Secret
+
+    return str(Secret.load(block_name).get())
+
+
+def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
+    env = dict(os.environ if environ is None else environ)
+    values: dict[str, Any] = {}
+    lab_dir = Path(env["STORE_ROLLOUT_LAB_DIR"]) if env.get("STORE_ROLLOUT_LAB_DIR") else (
+        _lab_dir() if environ is None else None)
+    if lab_dir is not None:
+        if not (lab_dir / "lab.json").exists():
+            raise SettingsError(f"STORE_ROLLOUT_LAB_DIR={lab_dir} has no lab.json: "
+                                "run `store-rollout lab up` or unset it")
+        values.update(_lab_values(lab_dir))
+    for name in RolloutSettings.model_fields:
+        key = f"STORE_ROLLOUT_{name.upper()}"
+        if key in env:
+            values[name] = json.loads(env[key]) if name == "image_params" else env[key]
+        block = env.get(f"{key}_BLOCK")
+        if block and name in SECRET_FIELDS:
+            values[name] = _secret_from_block(block)
+    try:
+        return RolloutSettings.model_validate(values)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            hint = (f"set STORE_ROLLOUT_{field.upper()}" +
+                    (f" or STORE_ROLLOUT_{field.upper()}_BLOCK (a Prefect Secret block)"
+                     if field in SECRET_FIELDS else "") + ", or start the lab")
+            problems.append(f"{field}: {err['msg']} ({hint})")
+        raise SettingsError("settings invalid: " + "; ".join(problems)) from None

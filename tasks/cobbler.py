@@ -1,0 +1,204 @@
+"""Cobbler 3.3 over XML-RPC: hypervisor system records, netboot, sync and power.
+
+`CobblerClient` owns the protocol and maps Cobbler's failures (xmlrpc Fault, the '~' "not
+found" string, socket errors) to `CobblerError` subclasses at one boundary.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import socket
+import xmlrpc.client
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import SecretStr
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_CREDENTIALS = ("cobbler", "cobbler")
+T = TypeVar("T")
+
+
+class CobblerError(Exception):
+    """A Cobbler call failed."""
+
+
+class CobblerUnavailable(CobblerError):
+    """Cobbler did not answer (connection refused, reset or timed out): worth retrying."""
+
+
+class CobblerAuthError(CobblerError):
+    """Cobbler refused the credentials."""
+
+
+class CobblerNotFound(CobblerError):
+    """The named Cobbler object does not exist."""
+
+
+class CobblerRejected(CobblerError):
+    """Cobbler rejected a value (bad MAC, unknown profile, duplicate MAC/IP...)."""
+
+
+class _TimeoutTransport(xmlrpc.client.Transport):
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self.timeout = timeout
+
+    def make_connection(self, host: Any) -> http.client.HTTPConnection:
+        conn = super().make_connection(host)
+        conn.timeout = self.timeout
+        return conn
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """What the rollout wants Cobbler to know about one hypervisor."""
+
+    name: str
+    hostname: str
+    mac: str
+    profile: str
+    ip: str | None = None
+    netmask: str | None = None
+    gateway: str | None = None
+    interface: str = "eth0"
+    autoinstall_meta: dict[str, str] = field(default_factory=dict)
+    power_type: str = ""
+    power_address: str = ""
+    power_user: str = ""
+    power_pass: str = ""
+    power_id: str = ""
+
+    def interface_fields(self) -> dict[str, Any]:
+        i = self.interface
+        fields: dict[str, Any] = {f"macaddress-{i}": self.mac, f"dnsname-{i}": self.hostname,
+                                  f"static-{i}": bool(self.ip)}
+        if self.ip:
+            fields[f"ipaddress-{i}"] = self.ip
+        if self.netmask:
+            fields[f"netmask-{i}"] = self.netmask
+        return fields
+
+
+class CobblerClient:
+    """Keyword-only, explicit timeout; one login token reused until Cobbler drops it."""
+
+    def __init__(self, *, url: str, user: str, password: SecretStr | str,
+                 timeout: float = DEFAULT_TIMEOUT, allow_default_credentials: bool = False) -> None:
+        secret = password if isinstance(password, SecretStr) else SecretStr(password)
+        if (user, secret.get_secret_value()) == DEFAULT_CREDENTIALS and not allow_default_credentials:
+            raise CobblerAuthError(
+                "refusing Cobbler's default credentials cobbler/cobbler: set cobbler_user and "
+                "cobbler_password (Secret block or env) to a real account")
+        self.url = url
+        self.user = user
+        self._password = secret
+        self._proxy = xmlrpc.client.ServerProxy(url, allow_none=True,
+                                                transport=_TimeoutTransport(timeout))
+        self._token: str | None = None
+
+    # -- boundary ----------------------------------------------------------------------
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except xmlrpc.client.Fault as fault:
+            text = str(fault.faultString)
+            if "login failed" in text:
+                raise CobblerAuthError(f"Cobbler at {self.url}: login failed for {self.user!r}") from fault
+            if "invalid token" in text or "token" in text and "format" in text:
+                self._token = None
+                raise CobblerUnavailable(f"Cobbler {what}: token expired") from fault
+            raise CobblerRejected(f"Cobbler {what}: {text.split(':', 1)[-1].strip()}") from fault
+        except (OSError, socket.timeout, http.client.HTTPException,
+                xmlrpc.client.ProtocolError) as exc:
+            raise CobblerUnavailable(f"Cobbler at {self.url} unreachable during {what}: {exc}") from exc
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self._call("login", lambda: self._proxy.login(
+                self.user, self._password.get_secret_value()))
+        return self._token
+
+    # -- reads -------------------------------------------------------------------------
+    def version(self) -> float:
+        return float(self._call("version", self._proxy.version))
+
+    def profile_exists(self, name: str) -> bool:
+        return isinstance(self._call(f"get_profile {name}", lambda: self._proxy.get_profile(name)),
+                          dict)
+
+    def get_system(self, name: str) -> dict[str, Any] | None:
+        found = self._call(f"get_system {name}", lambda: self._proxy.get_system(name))
+        return found if isinstance(found, dict) else None  # '~' means missing
+
+    def find_systems(self, **criteria: str) -> list[str]:
+        return list(self._call("find_system", lambda: self._proxy.find_system(criteria)))
+
+    def render_autoinstall(self, name: str) -> str:
+        return str(self._call("generate_autoinstall",
+                              lambda: self._proxy.generate_autoinstall("", name)))
+
+    # -- writes ------------------------------------------------------------------------
+    def upsert_system(self, spec: SystemSpec) -> bool:
+        """Create or update the record; True when it was created. Never a second record."""
+        for other in self.find_systems(mac_address=spec.mac):
+            if other != spec.name:
+                raise CobblerRejected(f"MAC {spec.mac} already belongs to Cobbler system {other!r}")
+        existing = self.get_system(spec.name)
+        tok = self.token()
+        if existing is None:
+            handle = self._call("new_system", lambda: self._proxy.new_system(tok))
+            self._modify(handle, "name", spec.name)
+        else:
+            handle = self._call("get_system_handle",
+                                lambda: self._proxy.get_system_handle(spec.name, tok))
+        self._modify(handle, "profile", spec.profile)
+        self._modify(handle, "hostname", spec.hostname)
+        self._modify(handle, "modify_interface", spec.interface_fields())
+        if spec.gateway:
+            self._modify(handle, "gateway", spec.gateway)
+        self._modify(handle, "autoinstall_meta", spec.autoinstall_meta)
+        for key in ("power_type", "power_address", "power_user", "power_pass", "power_id"):
+            value = getattr(spec, key)
+            if value:
+                self._modify(handle, key, value)
+        self._modify(handle, "netboot_enabled", True)
+        self._call(f"save_system {spec.name}", lambda: self._proxy.save_system(handle, tok))
+        return existing is None
+
+    def _modify(self, handle: str, key: str, value: Any) -> None:
+        tok = self.token()
+        ok = self._call(f"modify_system {key}",
+                        lambda: self._proxy.modify_system(handle, key, value, tok))
+        if ok is False:
+            raise CobblerRejected(f"Cobbler refused system field {key!r}")
+
+    def sync(self) -> None:
+        tok = self.token()
+        self._call("sync", lambda: self._proxy.sync(tok))
+
+    def power(self, name: str, action: str) -> Any:
+        if action not in ("on", "off", "reboot", "status"):
+            raise ValueError(f"power action {action!r}: use on, off, reboot or status")
+        tok = self.token()
+
+        def call() -> Any:
+            handle = self._proxy.get_system_handle(name, tok)
+            return self._proxy.power_system(handle, action, tok)
+
+        return self._call(f"power {action} {name}", call)
+
+    def disable_netboot(self, name: str) -> None:
+        tok = self.token()
+        self._call(f"disable_netboot {name}", lambda: self._proxy.disable_netboot(name, tok))
+
+    def remove_system(self, name: str) -> bool:
+        if self.get_system(name) is None:
+            return False
+        tok = self.token()
+        self._call(f"remove_system {name}", lambda: self._proxy.remove_system(name, tok))
+        return True

@@ -1,0 +1,268 @@
+"""Salt master: event bus, minion keys and one-time autosign tokens, LocalClient calls.
+
+Runs on the Salt master host (as the master's user), like `salt-key` and `salt-run`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYTHONWARNINGS", "ignore")  # salt-call noise on py3.11 ('crypt')
+
+log = logging.getLogger(__name__)
+
+AUTOSIGN_GRAIN = "store_rollout_token"
+MINION_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+
+
+class SaltError(Exception):
+    """A Salt operation failed."""
+
+
+class SaltTransientError(SaltError):
+    """A failure worth retrying: a minion did not answer, the bus timed out."""
+
+
+class SaltMinionNoResponse(SaltTransientError):
+    """The targeted minion did not return within the timeout."""
+
+    def __init__(self, minion_id: str, fun: str, timeout: float) -> None:
+        super().__init__(f"minion {minion_id!r} did not answer {fun} within {timeout:.0f}s")
+        self.minion_id = minion_id
+
+
+class SaltEventTimeout(SaltTransientError):
+    """An awaited event did not arrive in time."""
+
+
+class SaltCommandFailed(SaltError):
+    """The minion answered with a non-zero retcode."""
+
+    def __init__(self, minion_id: str, fun: str, retcode: int, detail: str) -> None:
+        super().__init__(f"{fun} on {minion_id!r} failed (retcode {retcode}): {detail}")
+        self.minion_id, self.fun, self.retcode, self.detail = minion_id, fun, retcode, detail
+
+
+def check_minion_id(minion_id: str) -> str:
+    """Minion ids are plain names: no glob or regex characters, so an exact match is exact."""
+    if not MINION_ID_RE.fullmatch(minion_id):
+        raise ValueError(f"minion id {minion_id!r} invalid: use lowercase letters, digits, '.', '-'")
+    return minion_id
+
+
+@dataclass
+class SaltEvent:
+    tag: str
+    data: dict[str, Any]
+    received: float = field(default_factory=time.time)
+
+    @property
+    def minion(self) -> str | None:
+        return self.data.get("id")
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """Data of a minion-fired event is nested one level (notes/salt.md §5)."""
+        inner = self.data.get("data")
+        return inner if isinstance(inner, dict) else self.data
+
+
+class SaltMasterClient:
+    """Thin client over the master's Python API: bus, wheel (keys) and LocalClient."""
+
+    def __init__(self, master_config: str | Path) -> None:
+        self.master_config = str(master_config)
+        self._opts: dict[str, Any] | None = None
+
+    @property
+    def opts(self) -> dict[str, Any]:
+        if self._opts is None:
+            import salt.config
+
+            if not Path(self.master_config).exists():
+                raise SaltError(f"Salt master config {self.master_config} not found "
+                                "(setting salt_master_config)")
+            self._opts = salt.config.master_config(self.master_config)
+        return self._opts
+
+    # -- event bus ---------------------------------------------------------------------
+    @contextmanager
+    def subscribe(self, prefix: str = "") -> Iterator[Any]:
+        import salt.utils.event
+
+        with salt.utils.event.get_master_event(self.opts, self.opts["sock_dir"],
+                                               listen=True) as bus:
+            bus.subscribe(prefix)
+            yield bus
+
+    def wait_for_event(self, bus: Any, match: Callable[[SaltEvent], bool], timeout: float,
+                       what: str, seen: Callable[[SaltEvent], None] | None = None) -> SaltEvent:
+        """Next event on an open bus that `match`es; `seen` gets every event on the way."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            raw = bus.get_event(wait=min(1.0, max(0.05, deadline - time.monotonic())), full=True)
+            if not raw:
+                continue
+            event = SaltEvent(raw["tag"], raw.get("data") or {})
+            if seen:
+                seen(event)
+            if match(event):
+                return event
+        raise SaltEventTimeout(f"no event {what} within {timeout:.0f}s")
+
+    def fire(self, tag: str, data: dict[str, Any]) -> None:
+        import salt.utils.event
+
+        with salt.utils.event.get_master_event(self.opts, self.opts["sock_dir"],
+                                               listen=False) as bus:
+            bus.fire_event(data, tag)
+
+    # -- keys --------------------------------------------------------------------------
+    def _wheel(self, fun: str, **kwarg: Any) -> Any:
+        import salt.wheel
+
+        wheel = salt.wheel.WheelClient(self.opts)
+        return wheel.cmd(fun, kwarg=kwarg or None, print_event=False)
+
+    def key_state(self, minion_id: str) -> str | None:
+        """'accepted', 'pending', 'rejected', 'denied' or None."""
+        keys = self._wheel("key.list_all")
+        for state, bucket in (("accepted", "minions"), ("pending", "minions_pre"),
+                              ("rejected", "minions_rejected"), ("denied", "minions_denied")):
+            if minion_id in keys.get(bucket, []):
+                return state
+        return None
+
+    def list_keys(self) -> dict[str, list[str]]:
+        return dict(self._wheel("key.list_all"))
+
+    def delete_key(self, minion_id: str) -> bool:
+        """Delete the key of exactly this id (key.delete_dict: no glob), in every state."""
+        check_minion_id(minion_id)
+        keys = self.list_keys()
+        found = {bucket: [minion_id] for bucket in
+                 ("minions", "minions_pre", "minions_rejected", "minions_denied")
+                 if minion_id in keys.get(bucket, [])}
+        if not found:
+            return False
+        self._wheel("key.delete_dict", match=found)
+        return True
+
+    # -- one-time autosign tokens ------------------------------------------------------
+    @property
+    def autosign_file(self) -> Path:
+        return Path(self.opts["autosign_grains_dir"]) / AUTOSIGN_GRAIN
+
+    @contextmanager
+    def _autosign_locked(self) -> Iterator[list[str]]:
+        path = self.autosign_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            lines = path.read_text().splitlines() if path.exists() else []
+            tokens = [t for t in (line.strip() for line in lines) if t]
+            before = list(tokens)
+            yield tokens
+            if tokens != before:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text("".join(f"{t}\n" for t in tokens))
+                os.chmod(tmp, 0o600)
+                tmp.replace(path)  # the master re-reads the file on each auth
+
+    @property
+    def _token_map_file(self) -> Path:
+        return Path(self.opts["autosign_grains_dir"]).parent / "store_rollout_tokens.json"
+
+    def _token_map(self) -> dict[str, str]:
+        path = self._token_map_file
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def _write_token_map(self, mapping: dict[str, str]) -> None:
+        tmp = self._token_map_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(mapping, sort_keys=True))
+        os.chmod(tmp, 0o600)
+        tmp.replace(self._token_map_file)
+
+    def issue_token(self, minion_id: str) -> str:
+        """A one-time autosign token for exactly one minion id (reused until revoked)."""
+        check_minion_id(minion_id)
+        with self._autosign_locked() as tokens:
+            mapping = self._token_map()
+            token = mapping.get(minion_id) or secrets.token_urlsafe(24)
+            mapping[minion_id] = token
+            self._write_token_map(mapping)
+            if token not in tokens:
+                tokens.append(token)
+        return token
+
+    def token_for(self, minion_id: str) -> str | None:
+        with self._autosign_locked():
+            return self._token_map().get(minion_id)
+
+    def revoke_token(self, minion_id: str) -> bool:
+        """Remove the minion's token: once its key is accepted it must not sign anything else."""
+        with self._autosign_locked() as tokens:
+            mapping = self._token_map()
+            token = mapping.pop(minion_id, None)
+            self._write_token_map(mapping)
+            if token and token in tokens:
+                tokens.remove(token)
+                return True
+        return False
+
+    def autosign_tokens(self) -> list[str]:
+        with self._autosign_locked() as tokens:
+            return list(tokens)
+
+    # -- remote execution --------------------------------------------------------------
+    def cmd(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = (),
+            kwarg: dict[str, Any] | None = None, timeout: float = 60) -> Any:
+        """Run `fun` on one minion; returns its `ret`. Raises on no answer or retcode != 0."""
+        import salt.client
+
+        with salt.client.LocalClient(mopts=self.opts) as local:
+            result = local.cmd(minion_id, fun, list(arg), timeout=timeout, kwarg=kwarg,
+                               full_return=True)
+        if minion_id not in result:
+            raise SaltMinionNoResponse(minion_id, fun, timeout)
+        ret = result[minion_id]
+        retcode = int(ret.get("retcode", 0) or 0)
+        if retcode != 0:
+            raise SaltCommandFailed(minion_id, fun, retcode, summarize_failure(ret.get("ret")))
+        return ret.get("ret")
+
+    def ping(self, minion_id: str, timeout: float = 5) -> bool:
+        try:
+            return bool(self.cmd(minion_id, "test.ping", timeout=timeout))
+        except SaltError:
+            return False
+
+
+def failed_states(ret: Any) -> list[dict[str, str]]:
+    """States with result False in a state return: [{id, sls, comment}], in run order."""
+    if not isinstance(ret, dict):
+        return []
+    failed = [v for v in ret.values() if isinstance(v, dict) and v.get("result") is False]
+    failed.sort(key=lambda v: v.get("__run_num__", 0))
+    return [{"id": str(v.get("__id__", "?")), "sls": str(v.get("__sls__", "?")),
+             "comment": str(v.get("comment", ""))[:500]} for v in failed]
+
+
+def summarize_failure(ret: Any) -> str:
+    states = failed_states(ret)
+    if states:
+        return "; ".join(f"{s['id']} ({s['sls']}): {s['comment']}" for s in states)
+    if isinstance(ret, list):
+        return "; ".join(str(x) for x in ret)[:1000]
+    return str(ret)[:1000]

@@ -1,0 +1,39 @@
+"""Session fixtures: one real lab for the whole test run, torn down even when tests fail."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.state import REPO_ROOT, LabInfo
+
+TEST_LAB_DIR = Path(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT / ".lab-test"))
+
+
+@pytest.fixture(scope="session")
+def lab_dir() -> Path:
+    return TEST_LAB_DIR
+
+
+@pytest.fixture(scope="session")
+def lab(lab_dir: Path) -> Iterator[LabInfo]:
+    """The lab, up for the whole session; `lab down` runs at the end whatever happened."""
+    from lab.manager import Lab
+
+    instance = Lab.at(lab_dir)
+    try:
+        info = instance.up()
+        yield info
+    finally:
+        instance.down()
+
+
+@pytest.fixture(scope="session")
+def lab_env(lab: LabInfo, lab_dir: Path) -> dict[str, str]:
+    """Environment for subprocesses (CLI, flows) that should use the test lab."""
+    return {**os.environ, "STORE_ROLLOUT_LAB_DIR": str(lab_dir),
+            "PREFECT_API_URL": lab.prefect_api_url,
+            "PREFECT_HOME": str(lab_dir / "prefect-client-home")}

@@ -1,0 +1,161 @@
+"""Issue 2: every lab service really answers (no mocks of Salt, Cobbler, libvirt or Prefect)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+import xmlrpc.client
+from pathlib import Path
+
+import pytest
+import requests
+
+from lab.state import LabInfo
+from tasks.cobbler import CobblerClient, SystemSpec
+from tasks.salt_master import SaltMasterClient
+
+pytestmark = pytest.mark.lab
+
+
+def cobbler(lab: LabInfo) -> CobblerClient:
+    return CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user, password=lab.cobbler_password)
+
+
+def test_prefect_server_health_on_postgres(lab: LabInfo, lab_dir: Path) -> None:
+    assert requests.get(f"{lab.prefect_api_url}/health", timeout=5).json() is True
+    # the server's schema lives in the lab's PostgreSQL, not in SQLite
+    secrets = json.loads((lab_dir / "secrets.json").read_text())
+    port = json.loads((lab_dir / "ports.json").read_text())["postgres"]
+    out = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "prefect", "-d", "prefect", "-tAc",
+         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'flow_run'"],
+        env={**os.environ, "PGPASSWORD": secrets["postgres_password"]},
+        capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
+    assert not list((lab_dir / "prefect-home").glob("*.db")), "Prefect fell back to SQLite"
+    assert requests.get(lab.prefect_ui_url, timeout=5).status_code == 200  # the UI answers
+
+
+def test_erp_receiver_records_post(lab: LabInfo) -> None:
+    key = f"test-{uuid.uuid4()}"
+    resp = requests.post(f"{lab.erp_url}/api/v1/store-rollouts",
+                         json={"store_id": "test-erp"},
+                         headers={"Authorization": f"Bearer {lab.erp_token}",
+                                  "Idempotency-Key": key}, timeout=5)
+    assert resp.status_code == 201
+    again = requests.post(f"{lab.erp_url}/api/v1/store-rollouts", json={"store_id": "test-erp"},
+                          headers={"Authorization": f"Bearer {lab.erp_token}",
+                                   "Idempotency-Key": key}, timeout=5)
+    assert again.status_code == 200 and again.json()["id"] == resp.json()["id"]
+    records = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
+    mine = [r for r in records if r["idempotency_key"] == key]
+    assert [r["status"] for r in mine] == [201, 200]
+    assert mine[0]["payload"] == {"store_id": "test-erp"}
+
+
+def test_erp_receiver_fault_injection(lab: LabInfo) -> None:
+    requests.post(f"{lab.erp_url}/_lab/faults", json={"status": 503, "count": 2}, timeout=5)
+    headers = {"Authorization": f"Bearer {lab.erp_token}"}
+    codes = [requests.post(f"{lab.erp_url}/api/v1/store-rollouts", json={"store_id": "f"},
+                           headers=headers, timeout=5).status_code for _ in range(3)]
+    assert codes == [503, 503, 201]
+    requests.post(f"{lab.erp_url}/_lab/faults", json={"drop": True, "count": 1}, timeout=5)
+    with pytest.raises(requests.ConnectionError):
+        requests.post(f"{lab.erp_url}/api/v1/store-rollouts", json={"store_id": "f"},
+                      headers=headers, timeout=5)
+
+
+def test_cobbler_system_round_trip(lab: LabInfo) -> None:
+    client = cobbler(lab)
+    assert client.version() >= 3.3
+    assert client.profile_exists(lab.cobbler_profile)
+    spec = SystemSpec(name="roundtrip-hv", hostname="roundtrip-hv.lab.invalid",
+                      mac="52:54:00:aa:00:01", profile=lab.cobbler_profile, ip="192.0.2.50",
+                      netmask="255.255.255.0", autoinstall_meta={"minion_id": "roundtrip-hv"})
+    try:
+        assert client.upsert_system(spec) is True
+        assert client.upsert_system(spec) is False  # update, not a second record
+        record = client.get_system("roundtrip-hv")
+        assert record is not None and record["interfaces"]["eth0"]["mac_address"] == spec.mac
+        assert client.find_systems(mac_address=spec.mac) == ["roundtrip-hv"]
+        assert "roundtrip-hv" in client.render_autoinstall("roundtrip-hv")
+    finally:
+        client.remove_system("roundtrip-hv")
+    assert client.get_system("roundtrip-hv") is None
+
+
+def test_cobbler_refuses_default_credentials(lab: LabInfo) -> None:
+    proxy = xmlrpc.client.ServerProxy(lab.cobbler_url, allow_none=True)
+    with pytest.raises(xmlrpc.client.Fault, match="login failed"):
+        proxy.login("cobbler", "cobbler")
+
+
+TINY_DOMAIN = """<domain type='qemu'>
+  <name>{name}</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <devices><emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <serial type='pty'/><console type='pty'/></devices>
+</domain>"""
+
+
+def test_libvirt_define_start_destroy(lab: LabInfo) -> None:
+    import libvirt
+
+    conn = libvirt.open(lab.libvirt_uri)
+    name = f"lab-tiny-{uuid.uuid4().hex[:6]}"
+    dom = conn.defineXML(TINY_DOMAIN.format(name=name))
+    try:
+        dom.create()
+        assert dom.isActive() == 1
+        pid_file = Path(lab.state_dir) / "libvirt" / "ns" / "run" / "libvirt" / "qemu" / f"{name}.pid"
+        assert pid_file.exists()  # QEMU's runtime state is in the lab dir, not the host's /run
+        dom.destroy()
+        assert dom.isActive() == 0
+    finally:
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+        conn.close()
+
+
+def test_hypervisor_installed_through_cobbler_answers_salt_ping(lab: LabInfo) -> None:
+    """Power cycle through Cobbler -> simulated PXE install -> minion -> autosign -> ping."""
+    client = cobbler(lab)
+    master = SaltMasterClient(lab.salt_master_config)
+    minion_id = "labtest-hv"
+    master.delete_key(minion_id)
+    token = master.issue_token(minion_id)
+    spec = SystemSpec(
+        name=minion_id, hostname=f"{minion_id}.lab.invalid", mac="52:54:00:aa:00:02",
+        profile=lab.cobbler_profile,
+        autoinstall_meta={"salt_master": lab.salt_master_address,
+                          "salt_master_port": str(lab.salt_ret_port),
+                          "salt_publish_port": str(lab.salt_publish_port),
+                          "minion_id": minion_id, "store_id": "labtest",
+                          "autosign_grain": "store_rollout_token", "autosign_token": token},
+        power_type=lab.power_type, power_address=lab.power_address, power_id=minion_id)
+    try:
+        with master.subscribe("salt/minion/") as bus:
+            client.upsert_system(spec)
+            client.sync()
+            client.power(minion_id, "reboot")
+            master.wait_for_event(bus, lambda e: e.tag == f"salt/minion/{minion_id}/start",
+                                  timeout=60, what=f"start of {minion_id}")
+        assert master.ping(minion_id)
+        assert master.key_state(minion_id) == "accepted"
+        # the AutoYaST end-of-install step reached Cobbler: netboot is off now
+        record = client.get_system(minion_id)
+        assert record is not None and record["netboot_enabled"] is False
+        assert master.cmd(minion_id, "grains.get", ["role"]) == "hypervisor"
+        assert master.cmd(minion_id, "config.get", ["virt:connection:uri"]) == lab.libvirt_uri
+    finally:
+        master.revoke_token(minion_id)
+        client.power(minion_id, "off")
+        client.remove_system(minion_id)
+        master.delete_key(minion_id)
+    time.sleep(0.5)
+    minions = requests.get(f"{lab.simulator_url}/minions", timeout=5).json()["running"]
+    assert minion_id not in minions
