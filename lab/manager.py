@@ -141,7 +141,7 @@ class Lab:
                 address = info.cobbler_url if name == "cobblerd" else info.cobbler_http_url
                 services[name] = ServiceInfo(address=address, pid=rec.pid,
                                              create_time=rec.create_time,
-                                             log=str(logs / f"{name}.log"))
+                                             log=str(self.paths.cobbler / "logs" / f"{name}.log"))
             info.services = services
             self.paths.write_info(info)
         postgres.wait_ready(self.paths.postgres, p.postgres, self.secrets.postgres_password)

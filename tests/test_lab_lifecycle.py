@@ -1,0 +1,102 @@
+"""Issue 2: `lab up` is idempotent and repairs a crashed lab; `lab down` leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from lab.manager import Lab
+from lab.state import REPO_ROOT
+
+pytestmark = pytest.mark.lab
+
+WATCHED = [Path("/etc"), Path("/var/lib/libvirt"), Path("/srv"), Path("/run/libvirt")]
+MAX_IDLE_RSS = 2 * 2**30
+
+
+def snapshot() -> dict[str, tuple[int, int, int]]:
+    """(size, mtime_ns, mode) of every entry under the watched trees."""
+    seen: dict[str, tuple[int, int, int]] = {}
+    for top in WATCHED:
+        if not top.exists():
+            seen[str(top)] = (-1, -1, -1)
+            continue
+        for root, dirs, files in os.walk(top):
+            for name in [*dirs, *files]:
+                path = os.path.join(root, name)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                seen[path] = (st.st_size, st.st_mtime_ns, st.st_mode)
+    return seen
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(text in part for part in proc.info["cmdline"] or []):
+                found.append(f"{proc.pid}: {' '.join(proc.info['cmdline'])[:120]}")
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def lifecycle_dir() -> Path:
+    path = REPO_ROOT / ".lab-test-lifecycle"
+    if path.exists():
+        Lab.at(path).down()
+        shutil.rmtree(path)
+    return path
+
+
+def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path) -> None:
+    before = snapshot()
+    lab = Lab.at(lifecycle_dir)
+    try:
+        info = lab.up()
+        pids = {name: svc.pid for name, svc in info.services.items()}
+        assert set(pids) == {"postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
+                             "cobbler-http", "erp-receiver", "simulator"}
+        rows = lab.status()
+        assert all(r["alive"] for r in rows)
+        total = sum(r["rss_bytes"] for r in rows)
+        print(f"idle lab RSS: {total / 2**20:.0f} MiB")
+        assert total <= MAX_IDLE_RSS
+
+        # idempotent: a second `up` keeps every running service
+        again = Lab.at(lifecycle_dir).up()
+        assert {n: s.pid for n, s in again.services.items()} == pids
+
+        # crash: kill two daemons hard; `up` restarts exactly those
+        for name in ("salt-master", "cobblerd"):
+            os.killpg(pids[name], signal.SIGKILL)
+        time.sleep(1)
+        repaired = Lab.at(lifecycle_dir).up()
+        new_pids = {n: s.pid for n, s in repaired.services.items()}
+        assert new_pids["salt-master"] != pids["salt-master"]
+        assert new_pids["cobblerd"] != pids["cobblerd"]
+        assert new_pids["postgres"] == pids["postgres"]
+        assert all(r["alive"] for r in Lab.at(lifecycle_dir).status())
+    finally:
+        Lab.at(lifecycle_dir).down()
+
+    time.sleep(0.5)
+    leftovers = processes_mentioning(str(lifecycle_dir))
+    assert leftovers == [], leftovers
+    assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+               for pid in {**pids, **new_pids}.values())
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(lifecycle_dir) not in mounts
+    after = snapshot()
+    changed = sorted(set(before.items()) ^ set(after.items()))
+    assert changed == [], f"lab changed the host: {changed[:10]}"
+    shutil.rmtree(lifecycle_dir)
