@@ -322,7 +322,8 @@ class Simulator:
             if not self.minions.installed(minion_id) or self._disk_changed(minion_id, xml):
                 files = self._image_minion_d(xml)
                 files["15-identity.conf"] = yaml.safe_dump(
-                    {"id": minion_id, "grains": {"store_rollout_token": oem.get("autosign_token", "")}})
+                    {"grains": {"store_rollout_token": oem.get("autosign_token", ""),
+                                "store_id": oem.get("store_id", "")}})
                 self.minions.install(minion_id, files, {})
                 (self.minions.minion_dir(minion_id) / "disk").write_text(self._disk_path(xml))
             self.minions.start(minion_id, f"domain {dom.name()} started")
@@ -340,7 +341,7 @@ class Simulator:
 
     def _image_minion_d(self, xml: ET.Element) -> dict[str, str]:
         """The minion.d files baked into the image this domain's disk is an overlay of."""
-        from tasks.kiwi import render_minion_d
+        from tasks.kiwi import render_minion_d, resolve_description
 
         disk = self._disk_path(xml)
         info = json.loads(subprocess.run(
@@ -352,7 +353,7 @@ class Simulator:
         if not meta_path.exists():
             raise FileNotFoundError(f"{disk}: base image {base} has no meta.json (not from the cache)")
         meta = json.loads(meta_path.read_text())
-        return render_minion_d(Path(meta["description_dir"]), meta.get("params", {}))
+        return render_minion_d(resolve_description(meta["description"]), meta.get("params", {}))
 
     def _on_domain_stopped(self, name: str) -> None:
         minion_id = self.domain_minions.get(name)

@@ -68,8 +68,8 @@ def _lab_values(lab_dir: Path) -> dict[str, Any]:
         "power_type": info["power_type"], "power_address": info["power_address"],
         "image_description": "lab-debian", "image_builder": "lab",
         "image_cache_dir": info["image_cache_dir"],
-        "image_params": {"salt_master": info["salt_master_address"],
-                         "salt_master_port": str(info["salt_ret_port"])},
+        "image_params": {"SALT_MASTER": info["salt_master_address"],
+                         "SALT_MASTER_PORT": str(info["salt_ret_port"])},
         "lab": True,
     }
 

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from prefect import get_run_logger, task
+from prefect.concurrency.sync import concurrency
 from pydantic import SecretStr
+
+from store_rollout.inventory import Store
+from store_rollout.settings import RolloutSettings, load_settings
+from tasks.retry import retry_on
 
 log = logging.getLogger(__name__)
 
@@ -202,3 +208,65 @@ class CobblerClient:
         tok = self.token()
         self._call(f"remove_system {name}", lambda: self._proxy.remove_system(name, tok))
         return True
+
+
+# --------------------------------------------------------------------------- Prefect task
+
+COBBLER_SYNC_LIMIT = "cobbler-sync"  # global concurrency limit: Cobbler syncs never overlap
+
+
+def client_from_settings(settings: RolloutSettings) -> CobblerClient:
+    return CobblerClient(url=settings.cobbler_url, user=settings.cobbler_user,
+                         password=settings.cobbler_password,
+                         allow_default_credentials=settings.cobbler_allow_default_credentials)
+
+
+@task(name="pxe_install_hypervisor", task_run_name="pxe-install-{store.store_id}",
+      retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
+def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
+    """Step 2: Cobbler system record (upsert), netboot on, serialised sync, power cycle.
+
+    Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already up.
+    """
+    from tasks.salt_master import AUTOSIGN_GRAIN, SaltMasterClient, hypervisor_ready
+
+    logger = get_run_logger()
+    settings = load_settings()
+    master = SaltMasterClient(settings.salt_master_config)
+    client = client_from_settings(settings)
+    minion = store.hypervisor_minion_id
+    system = store.cobbler_system
+    # resume: a hypervisor that is up and reported ready is not reinstalled
+    if master.key_state(minion) == "accepted" and hypervisor_ready(master, minion):
+        logger.info("store %s: hypervisor %s already installed and ready; no PXE",
+                    store.store_id, minion)
+        return {"system": system, "created": False, "skipped": True}
+    profile = store.hypervisor.cobbler_profile
+    if not client.profile_exists(profile):
+        raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
+                              "exist; create it or fix hypervisor.cobbler_profile")
+    master.delete_key(minion)  # a stale key of a previous install would be 'denied'
+    token = master.issue_token(minion)
+    hv = store.hypervisor
+    spec = SystemSpec(
+        name=system, hostname=hv.hostname, mac=hv.mac, profile=profile,
+        ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
+        autoinstall_meta={
+            "salt_master": settings.salt_master_address,
+            "salt_master_port": str(settings.salt_ret_port),
+            "salt_publish_port": str(settings.salt_publish_port),
+            "minion_id": minion, "store_id": store.store_id,
+            "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
+            "virt_uri": settings.hypervisor_libvirt_uri,
+        },
+        power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
+        power_id=system)
+    created = client.upsert_system(spec)
+    logger.info("store %s: Cobbler system %s %s", store.store_id, system,
+                "created" if created else "updated")
+    with concurrency(COBBLER_SYNC_LIMIT, occupy=1):
+        client.sync()
+    client.power(system, "reboot")
+    logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)
+    return {"system": system, "created": created, "skipped": False}
+

@@ -20,6 +20,12 @@ from typing import Any
 
 os.environ.setdefault("PYTHONWARNINGS", "ignore")  # salt-call noise on py3.11 ('crypt')
 
+from prefect import get_run_logger, task
+
+from store_rollout.inventory import Store
+from store_rollout.settings import load_settings
+from tasks.retry import retry_on
+
 log = logging.getLogger(__name__)
 
 AUTOSIGN_GRAIN = "store_rollout_token"
@@ -133,7 +139,10 @@ class SaltMasterClient:
         import salt.wheel
 
         wheel = salt.wheel.WheelClient(self.opts)
-        return wheel.cmd(fun, kwarg=kwarg or None, print_event=False)
+        try:
+            return wheel.cmd(fun, kwarg=kwarg or None, print_event=False)
+        finally:
+            wheel.destroy()
 
     def key_state(self, minion_id: str) -> str | None:
         """'accepted', 'pending', 'rejected', 'denied' or None."""
@@ -266,3 +275,82 @@ def summarize_failure(ret: Any) -> str:
     if isinstance(ret, list):
         return "; ".join(str(x) for x in ret)[:1000]
     return str(ret)[:1000]
+
+
+# --------------------------------------------------------------------------- Prefect tasks
+
+HYPERVISOR_READY_TAG = "store/hypervisor/ready"
+HYPERVISOR_READY_GRAIN = "store_rollout_hypervisor_ready"
+
+
+def hypervisor_ready(master: SaltMasterClient, minion_id: str) -> bool:
+    """Current state, not events: the minion answers and its highstate set the ready grain."""
+    try:
+        return bool(master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN], timeout=5))
+    except SaltError:
+        return False
+
+
+def _describe(event: SaltEvent | None) -> str:
+    if event is None:
+        return "none"
+    detail = {k: event.data.get(k) for k in ("act", "fun", "retcode") if k in event.data}
+    return f"{event.tag} {detail or ''}".strip()
+
+
+@task(name="wait_for_hypervisor", task_run_name="wait-hypervisor-{store.store_id}",
+      retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
+def wait_for_hypervisor(store: Store, timeout: float = 900) -> dict[str, Any]:
+    """Step 3: wait for the hypervisor's ready event (last state of its highstate).
+
+    Subscribes first, then checks the current state, so an event fired before subscribing is
+    not missed. The hypervisor's one-time autosign token is revoked once its key is accepted.
+    """
+    logger = get_run_logger()
+    settings = load_settings()
+    master = SaltMasterClient(settings.salt_master_config)
+    minion = store.hypervisor_minion_id
+    last: dict[str, SaltEvent] = {}
+
+    def seen(event: SaltEvent) -> None:
+        if event.minion == minion or event.tag.startswith(f"salt/minion/{minion}/"):
+            last["event"] = event
+
+    started = time.monotonic()
+    with master.subscribe("") as bus:
+        if hypervisor_ready(master, minion):
+            logger.info("store %s: hypervisor %s already ready", store.store_id, minion)
+        else:
+            try:
+                master.wait_for_event(
+                    bus, lambda e: e.tag == HYPERVISOR_READY_TAG and e.minion == minion,
+                    timeout=timeout, what=HYPERVISOR_READY_TAG, seen=seen)
+            except SaltEventTimeout:
+                raise SaltEventTimeout(
+                    f"store {store.store_id}: hypervisor minion {minion} sent no "
+                    f"{HYPERVISOR_READY_TAG} within {timeout:.0f}s; last event from it: "
+                    f"{_describe(last.get('event'))}; key state: {master.key_state(minion)}"
+                ) from None
+    revoked = master.revoke_token(minion)
+    logger.info("store %s: hypervisor %s ready after %.1fs (token revoked: %s)",
+                store.store_id, minion, time.monotonic() - started, revoked)
+    return {"minion": minion, "waited_seconds": round(time.monotonic() - started, 3)}
+
+
+@task(name="prepare_vm_keys", task_run_name="prepare-vm-keys-{store.store_id}",
+      retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
+def prepare_vm_keys(store: Store) -> dict[str, Any]:
+    """Step 4: delete a stale key of the VM's minion id (exact id) and issue its one-time
+    autosign token. A VM already running with an accepted key keeps it (rerun)."""
+    logger = get_run_logger()
+    settings = load_settings()
+    master = SaltMasterClient(settings.salt_master_config)
+    minion = store.vm_minion_id
+    if master.key_state(minion) == "accepted" and master.ping(minion, timeout=5):
+        logger.info("store %s: VM minion %s already accepted and answering", store.store_id, minion)
+        return {"minion": minion, "deleted_stale_key": False, "token_issued": False}
+    deleted = master.delete_key(minion)
+    master.issue_token(minion)
+    logger.info("store %s: VM minion %s: stale key deleted: %s; one-time token issued",
+                store.store_id, minion, deleted)
+    return {"minion": minion, "deleted_stale_key": deleted, "token_issued": True}

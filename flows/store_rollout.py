@@ -1,0 +1,56 @@
+"""One store: image -> PXE hypervisor -> hypervisor ready -> VM keys -> VM -> firstboot -> ERP.
+
+Wiring only; every integration lives in `tasks/`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, tags
+from prefect.artifacts import create_markdown_artifact
+
+from store_rollout.inventory import load_inventory
+from store_rollout.settings import load_settings
+from store_rollout.steps import StepClock, markdown_report
+from tasks.cobbler import pxe_install_hypervisor
+from tasks.erp import notify_erp
+from tasks.firstboot import firstboot
+from tasks.kiwi import ensure_image
+from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
+from tasks.virt import create_vm
+
+DEFAULT_INVENTORY = "examples/inventory.yaml"
+
+
+@flow(name="store-rollout", flow_run_name="rollout-{store_id}")
+def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
+    """Roll out one store, from hardware on site to a running store server known to the ERP."""
+    # validated before any side effect
+    store = load_inventory(inventory).get(store_id)
+    settings = load_settings()
+    clock = StepClock(store_id)
+    with tags(f"store-{store_id}", "store-rollout"):
+        image = clock.run("image", ensure_image, settings.image_description,
+                          settings.image_params, settings.image_cache_dir, settings.image_builder)
+        clock.run("pxe_install_hypervisor", pxe_install_hypervisor, store)
+        clock.run("wait_for_hypervisor", wait_for_hypervisor, store)
+        clock.run("prepare_vm_keys", prepare_vm_keys, store)
+        vm = clock.run("create_vm", create_vm, store, image)
+        clock.run("firstboot", firstboot, store)
+        erp = clock.run("notify_erp", notify_erp, store, vm)
+    result = {
+        "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
+        "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
+        "image_key": image["key"], "image_cache_hit": image["cache_hit"],
+        "step_seconds": clock.seconds,
+    }
+    create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),
+                             description=f"store {store_id} rollout")
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(store_rollout(sys.argv[1]))

@@ -1,0 +1,71 @@
+"""Step bookkeeping shared by the flow and the CLI: durations, live progress, the run report."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+STEPS = ["image", "pxe_install_hypervisor", "wait_for_hypervisor", "prepare_vm_keys",
+         "create_vm", "firstboot", "notify_erp"]
+
+# in-process listeners (the CLI's live view); runs on workers simply have none
+_listeners: list[Callable[[str, str, str, float], None]] = []
+_lock = threading.Lock()
+
+
+def add_listener(fn: Callable[[str, str, str, float], None]) -> None:
+    with _lock:
+        _listeners.append(fn)
+
+
+def remove_listener(fn: Callable[[str, str, str, float], None]) -> None:
+    with _lock:
+        if fn in _listeners:
+            _listeners.remove(fn)
+
+
+def _notify(store_id: str, step: str, state: str, seconds: float) -> None:
+    with _lock:
+        listeners = list(_listeners)
+    for fn in listeners:
+        fn(store_id, step, state, seconds)
+
+
+class StepClock:
+    """Times each step of one store's rollout and tells listeners about it."""
+
+    def __init__(self, store_id: str) -> None:
+        self.store_id = store_id
+        self.seconds: dict[str, float] = {}
+        self.reached: str | None = None
+
+    def run(self, step: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        self.reached = step
+        _notify(self.store_id, step, "running", 0.0)
+        started = time.monotonic()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            self.seconds[step] = round(time.monotonic() - started, 3)
+            _notify(self.store_id, step, "failed", self.seconds[step])
+            raise
+        self.seconds[step] = round(time.monotonic() - started, 3)
+        _notify(self.store_id, step, "done", self.seconds[step])
+        return result
+
+
+def markdown_report(store_id: str, result: dict[str, Any]) -> str:
+    rows = "\n".join(f"| {step} | {result['step_seconds'].get(step, '-')} |" for step in STEPS)
+    vm = result.get("vm", {})
+    return (
+        f"# Store {store_id} rollout\n\n"
+        f"- hypervisor: `{result.get('hypervisor')}`\n"
+        f"- VM: `{vm.get('domain')}` (uuid `{vm.get('uuid')}`), minion `{result.get('vm_minion')}`\n"
+        f"- VM disk: `{vm.get('disk')}` on base `{vm.get('backing')}`\n"
+        f"- image: `{result.get('image_key', '')[:16]}` (cache hit: {result.get('image_cache_hit')})\n"
+        f"- ERP id: **{result.get('erp_id')}**\n\n"
+        f"| step | seconds |\n|---|---|\n{rows}\n"
+    )

@@ -1,0 +1,107 @@
+"""Following the store VM through `provisioning_helper.firstboot` on the master's event bus.
+
+The VM runs firstboot by itself (startup_states from the image's bootstrap minion.d file); this
+task only watches: stage events `store/vm/firstboot/{started,highstate,report,done}` from the
+VM's minion, its (re)starts, and the returns of its state runs, failing fast with the failing
+states' ids and comments.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from store_rollout.inventory import Store
+from store_rollout.settings import load_settings
+from tasks.retry import retry_on
+from tasks.salt_master import (
+    SaltError,
+    SaltEvent,
+    SaltEventTimeout,
+    SaltMasterClient,
+    SaltTransientError,
+    failed_states,
+)
+
+STAGE_PREFIX = "store/vm/firstboot/"
+STATE_FUNS = {"state.sls", "state.apply", "state.highstate"}
+
+
+class FirstbootFailed(Exception):
+    """A firstboot state run on the VM failed; carries the failing states."""
+
+    def __init__(self, store_id: str, minion: str, states: list[dict[str, str]], raw: str) -> None:
+        detail = "; ".join(f"{s['id']}: {s['comment']}" for s in states) or raw
+        super().__init__(f"store {store_id}: firstboot on {minion} failed: {detail}")
+        self.states = states
+
+
+def current_stage(master: SaltMasterClient, minion: str) -> str | None:
+    """The VM's firstboot_stage grain, or None when it does not answer."""
+    try:
+        return str(master.cmd(minion, "grains.get", ["firstboot_stage"], timeout=5) or "new")
+    except SaltError:
+        return None
+
+
+@task(name="firstboot", task_run_name="firstboot-{store.store_id}",
+      retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
+def firstboot(store: Store, timeout: float = 900) -> dict[str, Any]:
+    """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed."""
+    logger = get_run_logger()
+    settings = load_settings()
+    master = SaltMasterClient(settings.salt_master_config)
+    minion = store.vm_minion_id
+    started = time.monotonic()
+    stages: dict[str, float] = {}
+    boots = 0
+    last: dict[str, SaltEvent] = {}
+    token_revoked = False
+
+    def revoke_once() -> None:
+        nonlocal token_revoked
+        if not token_revoked and master.key_state(minion) == "accepted":
+            token_revoked = master.revoke_token(minion) or True
+
+    def relevant(event: SaltEvent) -> bool:
+        nonlocal boots
+        if event.minion != minion and not event.tag.startswith(f"salt/minion/{minion}/"):
+            return False
+        last["event"] = event
+        if event.tag == f"salt/minion/{minion}/start":
+            boots += 1
+            revoke_once()
+        elif event.tag.startswith(STAGE_PREFIX):
+            stage = event.tag[len(STAGE_PREFIX):]
+            stages[stage] = round(time.monotonic() - started, 3)
+            logger.info("store %s: firstboot stage %s", store.store_id, stage)
+            return stage == "done"
+        elif event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS:
+            if int(event.data.get("retcode", 0) or 0) != 0:
+                ret = event.data.get("return")
+                raise FirstbootFailed(store.store_id, minion, failed_states(ret), str(ret)[:500])
+        return False
+
+    with master.subscribe("") as bus:
+        revoke_once()
+        stage = current_stage(master, minion)
+        if stage != "done":
+            try:
+                master.wait_for_event(bus, relevant, timeout=timeout, what="firstboot done")
+            except SaltEventTimeout:
+                last_event = last.get("event")
+                raise SaltEventTimeout(
+                    f"store {store.store_id}: VM minion {minion} did not finish firstboot "
+                    f"within {timeout:.0f}s; stages seen: {list(stages) or 'none'}; last "
+                    f"event from it: {last_event.tag if last_event else 'none'}"
+                ) from None
+    revoke_once()
+    leftovers = [p for p in master.cmd(minion, "provisioning.bootstrap_files")
+                 if master.cmd(minion, "file.file_exists", [p])]
+    if leftovers:
+        raise FirstbootFailed(store.store_id, minion, [], f"bootstrap files left: {leftovers}")
+    logger.info("store %s: firstboot done in %.1fs", store.store_id, time.monotonic() - started)
+    return {"minion": minion, "stages": stages, "boots_seen": boots,
+            "seconds": round(time.monotonic() - started, 3)}
