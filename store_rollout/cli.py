@@ -73,6 +73,146 @@ def lab_down(state_dir: StateDir = None,
     console.print("lab down")
 
 
+Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
+DEFAULT_INVENTORY = Path("examples/inventory.yaml")
+
+
+def _prepare_env() -> None:
+    """Point Prefect at the lab's server when a lab is running and nothing else is set."""
+    import os
+
+    from store_rollout.settings import _lab_dir
+
+    lab_dir = _lab_dir()
+    if lab_dir is not None and "PREFECT_API_URL" not in os.environ:
+        info = json.loads((lab_dir / "lab.json").read_text())
+        os.environ["PREFECT_API_URL"] = info["prefect_api_url"]
+        os.environ.setdefault("PREFECT_HOME", str(lab_dir / "prefect-client-home"))
+
+
+def _validate(store_ids: list[str], inventory: Path) -> None:
+    """Inventory, store ids and settings, checked before anything is touched."""
+    from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import SettingsError, load_settings
+
+    try:
+        inv = load_inventory(inventory)
+        for sid in store_ids:
+            inv.get(sid)
+        load_settings()
+    except (InventoryError, SettingsError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
+class LiveSteps:
+    """A rich table of stores x steps, fed by the flow's in-process step listener."""
+
+    def __init__(self, store_ids: list[str]) -> None:
+        from store_rollout.steps import STEPS
+
+        self.steps = STEPS
+        self.state: dict[str, dict[str, str]] = {s: {} for s in store_ids}
+
+    def __call__(self, store_id: str, step: str, state: str, seconds: float) -> None:
+        label = {"running": "[yellow]running[/]", "done": f"[green]{seconds:.1f}s[/]",
+                 "failed": f"[red]failed {seconds:.1f}s[/]"}[state]
+        self.state.setdefault(store_id, {})[step] = label
+
+    def __rich__(self) -> Table:
+        table = Table(title="store rollout")
+        table.add_column("store")
+        for step in self.steps:
+            table.add_column(step.replace("_", " "))
+        for sid, steps in self.state.items():
+            table.add_row(sid, *[steps.get(step, "[dim]-[/]") for step in self.steps])
+        return table
+
+
+def _run_stores(store_ids: list[str], inventory: Path, live: bool) -> list[dict[str, object]]:
+    """Run one flow per store, concurrently, in this process; returns one summary each."""
+    import contextlib
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rich.live import Live
+
+    from flows.store_rollout import store_rollout
+    from store_rollout import steps
+
+    view = LiveSteps(store_ids)
+    steps.add_listener(view)
+
+    def one(sid: str) -> dict[str, object]:
+        started = time.monotonic()
+        state = store_rollout(sid, str(inventory), return_state=True)
+        summary: dict[str, object] = {"store_id": sid, "state": state.name,
+                                      "seconds": round(time.monotonic() - started, 1)}
+        if state.is_completed():
+            summary.update(state.result())
+            summary["state"] = "Completed"
+        else:
+            summary["error"] = str(state.message or "")[:500]
+        return summary
+
+    live_cm = Live(view, console=console, refresh_per_second=4) if live else contextlib.nullcontext()
+    try:
+        # Salt prints to stdout; keep stdout for the --json result only
+        with live_cm, contextlib.redirect_stdout(sys.stderr):
+            with ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool:
+                results = list(pool.map(one, store_ids))
+    finally:
+        steps.remove_listener(view)
+    return results
+
+
+@app.command("rollout")
+def rollout(store_id: str, inventory: Inventory = DEFAULT_INVENTORY,
+            as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False
+            ) -> None:
+    """Roll out one store (one Prefect flow run) with a live view of its steps."""
+    _validate([store_id], inventory)
+    _prepare_env()
+    result = _run_stores([store_id], inventory, live=not as_json)[0]
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        console.print(f"store {store_id}: {result['state']} in {result['seconds']}s"
+                      + (f", ERP id {result.get('erp_id')}" if result.get("erp_id") else "")
+                      + (f"\n{result.get('error')}" if result.get("error") else ""))
+    if result["state"] != "Completed":
+        raise typer.Exit(1)
+
+
+@app.command("demo")
+def demo(inventory: Inventory = DEFAULT_INVENTORY) -> None:
+    """Roll out every store of the inventory concurrently in the lab and print a summary."""
+    from store_rollout.inventory import load_inventory
+    from store_rollout.steps import STEPS
+
+    _validate([], inventory)
+    store_ids = [s.store_id for s in load_inventory(inventory).stores]
+    _prepare_env()
+    results = _run_stores(store_ids, inventory, live=True)
+    table = Table(title="demo summary (seconds per step)")
+    for col in ["store", "state", *[s.replace("_", " ") for s in STEPS], "total", "ERP id"]:
+        table.add_column(col)
+    for r in results:
+        step_seconds = r.get("step_seconds") or {}
+        assert isinstance(step_seconds, dict)
+        table.add_row(str(r["store_id"]), str(r["state"]),
+                      *[f"{step_seconds[s]:.1f}" if s in step_seconds else "-" for s in STEPS],
+                      str(r["seconds"]),
+                      str(r.get("erp_id", "-")))
+    Console(width=200).print(table)
+    import os
+
+    Console().print(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}")
+    if any(r["state"] != "Completed" for r in results):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

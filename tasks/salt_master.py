@@ -27,6 +27,9 @@ from store_rollout.settings import load_settings
 from tasks.retry import retry_on
 
 log = logging.getLogger(__name__)
+# Salt 3008 logs "unclosed MasterMinion" for objects its own clients create internally
+logging.getLogger("salt.minion").setLevel(logging.ERROR)
+logging.getLogger("salt.wheel").setLevel(logging.ERROR)
 
 AUTOSIGN_GRAIN = "store_rollout_token"
 MINION_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
