@@ -97,7 +97,7 @@ class Lab:
         logs = self.paths.logs
 
         def ensure(name: str, address: str, start: Callable[[], ProcessRecord],
-                   ready: Callable[[], None]) -> None:
+                   ready: Callable[[], object]) -> None:
             if name not in services:
                 progress(f"starting {name}")
                 rec = start()

@@ -6,16 +6,20 @@ and it checks the recorded start time so a recycled PID is never signalled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,8 @@ def stop(record: ProcessRecord, grace: float = 3.0) -> None:
 
 def _kill_group_leftovers(pgid: int) -> None:
     for proc in _group_members(pgid):
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(_group_members(pgid), timeout=3)
 
 
@@ -132,7 +134,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
     """Poll a cheap local readiness probe; raises TimeoutError naming what was awaited."""
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None

@@ -18,6 +18,7 @@ Run: python -m lab.simulator --state-dir <lab>
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
@@ -372,7 +373,7 @@ class Simulator:
                 time.sleep(1)
                 continue
             closed = threading.Event()
-            conn.registerCloseCallback(lambda *_: closed.set(), None)
+            conn.registerCloseCallback(lambda *_a, _closed=closed: _closed.set(), None)
 
             def lifecycle(_conn: Any, dom: Any, event: int, _detail: int, _opaque: Any) -> None:
                 if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
@@ -390,10 +391,8 @@ class Simulator:
                 threading.Thread(target=self._on_domain_started, args=(dom,), daemon=True).start()
             while not self.stopping.is_set() and not closed.is_set():
                 time.sleep(0.5)
-            try:
+            with contextlib.suppress(libvirt.libvirtError):
                 conn.close()
-            except libvirt.libvirtError:
-                pass
 
     @staticmethod
     def _event_loop() -> None:

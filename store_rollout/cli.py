@@ -159,9 +159,9 @@ def _run_stores(store_ids: list[str], inventory: Path, live: bool) -> list[dict[
     live_cm = Live(view, console=console, refresh_per_second=4) if live else contextlib.nullcontext()
     try:
         # Salt prints to stdout; keep stdout for the --json result only
-        with live_cm, contextlib.redirect_stdout(sys.stderr):
-            with ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool:
-                results = list(pool.map(one, store_ids))
+        with live_cm, contextlib.redirect_stdout(sys.stderr), \
+                ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool:
+            results = list(pool.map(one, store_ids))
     finally:
         steps.remove_listener(view)
     return results

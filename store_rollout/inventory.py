@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 STORE_ID_RE = r"^[a-z0-9][a-z0-9-]{0,23}$"
-HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+HOSTNAME_RE = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
 
@@ -116,7 +117,7 @@ class ErpSpec(_Strict):
 class Store(_Strict):
     store_id: str = Field(pattern=STORE_ID_RE, description="lowercase letters, digits, '-'")
     hypervisor: HypervisorSpec
-    vm: VmSpec = VmSpec()
+    vm: VmSpec = Field(default_factory=lambda: VmSpec.model_validate({}))
     erp: ErpSpec
 
     @property

@@ -85,7 +85,8 @@ def _lab_dir() -> Path | None:
 def _secret_from_block(block_name: str) -> str:
     from prefect.blocks.system import Secret
 
-    return str(Secret.load(block_name).get())
+    block: Any = Secret.load(block_name)
+    return str(block.get())
 
 
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:

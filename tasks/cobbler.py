@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import logging
-import socket
 import xmlrpc.client
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,7 +102,7 @@ class CobblerClient:
         self.url = url
         self.user = user
         self._password = secret
-        self._proxy = xmlrpc.client.ServerProxy(url, allow_none=True,
+        self._proxy: Any = xmlrpc.client.ServerProxy(url, allow_none=True,
                                                 transport=_TimeoutTransport(timeout))
         self._token: str | None = None
 
@@ -119,8 +118,7 @@ class CobblerClient:
                 self._token = None
                 raise CobblerUnavailable(f"Cobbler {what}: token expired") from fault
             raise CobblerRejected(f"Cobbler {what}: {text.split(':', 1)[-1].strip()}") from fault
-        except (OSError, socket.timeout, http.client.HTTPException,
-                xmlrpc.client.ProtocolError) as exc:
+        except (TimeoutError, OSError, http.client.HTTPException, xmlrpc.client.ProtocolError) as exc:
             raise CobblerUnavailable(f"Cobbler at {self.url} unreachable during {what}: {exc}") from exc
 
     def token(self) -> str:

@@ -78,10 +78,10 @@ def firstboot(store: Store, timeout: float = 900) -> dict[str, Any]:
             stages[stage] = round(time.monotonic() - started, 3)
             logger.info("store %s: firstboot stage %s", store.store_id, stage)
             return stage == "done"
-        elif event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS:
-            if int(event.data.get("retcode", 0) or 0) != 0:
-                ret = event.data.get("return")
-                raise FirstbootFailed(store.store_id, minion, failed_states(ret), str(ret)[:500])
+        elif (event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS
+              and int(event.data.get("retcode", 0) or 0) != 0):
+            ret = event.data.get("return")
+            raise FirstbootFailed(store.store_id, minion, failed_states(ret), str(ret)[:500])
         return False
 
     with master.subscribe("") as bus:
