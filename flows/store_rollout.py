@@ -10,7 +10,9 @@ from typing import Any
 from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact
 
+from flows.store_rollback import store_rollback
 from store_rollout.inventory import load_inventory
+from store_rollout.preflight import preflight
 from store_rollout.settings import load_settings
 from store_rollout.steps import StepClock, markdown_report
 from tasks.cobbler import pxe_install_hypervisor
@@ -23,21 +25,31 @@ from tasks.virt import create_vm
 DEFAULT_INVENTORY = "examples/inventory.yaml"
 
 
-@flow(name="store-rollout", flow_run_name="rollout-{store_id}")
-def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
+def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
+    """A cancelled rollout undoes what it did (a failed one keeps it for inspection)."""
+    params = flow_run.parameters
+    store_rollback(params["store_id"], params.get("inventory", DEFAULT_INVENTORY))
+
+
+@flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel])
+def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
+                  hypervisor_timeout: float = 1800, firstboot_timeout: float = 1800,
+                  vm_stall_timeout: float = 300) -> dict[str, Any]:
     """Roll out one store, from hardware on site to a running store server known to the ERP."""
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()
+    preflight([store], settings)
     clock = StepClock(store_id)
     with tags(f"store-{store_id}", "store-rollout"):
         image = clock.run("image", ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
         clock.run("pxe_install_hypervisor", pxe_install_hypervisor, store)
-        clock.run("wait_for_hypervisor", wait_for_hypervisor, store)
+        clock.run("wait_for_hypervisor", wait_for_hypervisor, store, timeout=hypervisor_timeout)
         clock.run("prepare_vm_keys", prepare_vm_keys, store)
         vm = clock.run("create_vm", create_vm, store, image)
-        clock.run("firstboot", firstboot, store)
+        clock.run("firstboot", firstboot, store, timeout=firstboot_timeout,
+                  stall_timeout=vm_stall_timeout)
         erp = clock.run("notify_erp", notify_erp, store, vm)
     result = {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from lab.procs import ProcessRecord, spawn, wait_until
@@ -43,6 +44,26 @@ def prepare(libvirt_dir: Path) -> None:
         autostart = etc / "qemu" / "networks" / "autostart"
         if autostart.exists():
             shutil.rmtree(autostart)
+    # a qemu hook asks the simulator whether this start should fail (fault knob `vm_start`);
+    # libvirt aborts the start when the hook exits non-zero in the `prepare` phase
+    hooks = etc / "hooks"
+    hooks.mkdir(exist_ok=True)
+    hook = hooks / "qemu"
+    hook.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, urllib.request\n"
+        "if len(sys.argv) > 2 and sys.argv[2] == 'prepare':\n"
+        f"    lab = json.load(open({str(libvirt_dir.parent / 'lab.json')!r}))\n"
+        "    req = urllib.request.Request(lab['simulator_url'] + '/hooks/vm_start',\n"
+        "        data=json.dumps({'domain': sys.argv[1]}).encode(), method='POST')\n"
+        "    try:\n"
+        "        answer = json.load(urllib.request.urlopen(req, timeout=10))\n"
+        "    except OSError:\n"
+        "        answer = {}\n"
+        "    if answer.get('fail'):\n"
+        "        print('lab fault: start of %s refused' % sys.argv[1], file=sys.stderr)\n"
+        "        sys.exit(1)\n")
+    hook.chmod(0o755)
     for sub in ("qemu", "images", "boot", "dnsmasq", "network", "swtpm", "lockd"):
         (ns / "var-lib-libvirt" / sub).mkdir(exist_ok=True)
     (libvirt_dir / "libvirtd.conf").write_text(

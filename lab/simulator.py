@@ -42,7 +42,7 @@ from lab.state import VENV_BIN, LabInfo, LabPaths
 log = logging.getLogger("lab.simulator")
 
 OEM_PREFIX = "store_rollout."
-STEPS = ("pxe", "vm_boot", "reboot")
+STEPS = ("pxe", "vm_boot", "reboot", "vm_start")
 
 
 class FaultKnobs:
@@ -446,6 +446,10 @@ def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 if self.path == "/power":
                     self._reply(200, sim.power_action(str(body.get("action", "")),
                                                       str(body.get("plug", ""))))
+                elif self.path == "/hooks/vm_start":
+                    delay, fail = sim.faults.take("vm_start")
+                    time.sleep(delay)
+                    self._reply(200, {"fail": fail, "domain": body.get("domain")})
                 elif m := re.fullmatch(r"/minions/([^/]+)/reboot", self.path):
                     self._reply(200, sim.reboot(m.group(1)))
                 elif m := re.fullmatch(r"/faults/(\w+)", self.path):

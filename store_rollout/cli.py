@@ -93,14 +93,14 @@ def _prepare_env() -> None:
 def _validate(store_ids: list[str], inventory: Path) -> None:
     """Inventory, store ids and settings, checked before anything is touched."""
     from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.preflight import PreflightError, preflight
     from store_rollout.settings import SettingsError, load_settings
 
     try:
         inv = load_inventory(inventory)
-        for sid in store_ids:
-            inv.get(sid)
-        load_settings()
-    except (InventoryError, SettingsError) as exc:
+        stores = inv.select(store_ids) if store_ids else list(inv.stores)
+        preflight(stores, load_settings())
+    except (InventoryError, SettingsError, PreflightError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
 
@@ -146,7 +146,7 @@ def _run_stores(store_ids: list[str], inventory: Path, live: bool) -> list[dict[
 
     def one(sid: str) -> dict[str, object]:
         started = time.monotonic()
-        state = store_rollout(sid, str(inventory), return_state=True)
+        state = store_rollout(sid, str(inventory.resolve()), return_state=True)
         summary: dict[str, object] = {"store_id": sid, "state": state.name,
                                       "seconds": round(time.monotonic() - started, 1)}
         if state.is_completed():
@@ -211,6 +211,40 @@ def demo(inventory: Inventory = DEFAULT_INVENTORY) -> None:
     Console().print(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}")
     if any(r["state"] != "Completed" for r in results):
         raise typer.Exit(1)
+
+
+@app.command("rollback")
+def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
+    """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
+    from store_rollout.inventory import InventoryError, load_inventory
+
+    try:
+        load_inventory(inventory).get(store_id)
+    except InventoryError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    _prepare_env()
+    from flows.store_rollback import store_rollback
+
+    state = store_rollback(store_id, str(inventory.resolve()), return_state=True)
+    if not state.is_completed():
+        console.print(f"[red]rollback of {store_id} {state.name}:[/] {state.message}")
+        raise typer.Exit(1)
+    console.print_json(json.dumps(state.result(), default=str))
+
+
+@app.command("serve")
+def serve_deployments(limit: Annotated[int, typer.Option(help="flow runs at once")] = 10) -> None:
+    """Serve the store-rollout and store-rollback deployments (UI / API triggered runs)."""
+    _prepare_env()
+    from prefect import serve
+
+    from flows.store_rollback import store_rollback
+    from flows.store_rollout import store_rollout
+
+    serve(store_rollout.to_deployment(name="store-rollout", tags=["store-rollout"]),
+          store_rollback.to_deployment(name="store-rollback", tags=["store-rollback"]),
+          limit=limit)
 
 
 def main() -> None:

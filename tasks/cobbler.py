@@ -268,3 +268,18 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)
     return {"system": system, "created": created, "skipped": False}
 
+
+
+@task(name="disable_hypervisor_netboot", task_run_name="disable-netboot-{store.store_id}",
+      retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
+def disable_hypervisor_netboot(store: Store) -> dict[str, Any]:
+    """Rollback: keep the Cobbler record (the hardware is still there) but turn netboot off, so a
+    power cycle boots the installed system instead of reinstalling it."""
+    client = client_from_settings(load_settings())
+    system = store.cobbler_system
+    exists = client.get_system(system) is not None
+    if exists:
+        client.disable_netboot(system)
+    get_run_logger().info("store %s: Cobbler system %s netboot off (exists: %s)",
+                          store.store_id, system, exists)
+    return {"system": system, "exists": exists, "netboot": False}

@@ -46,10 +46,22 @@ def current_stage(master: SaltMasterClient, minion: str) -> str | None:
         return None
 
 
+def reset_vm(master: SaltMasterClient, store: Store) -> None:
+    """Hard reset of a VM that stopped answering (a hung guest): stop, then start the domain."""
+    hv, name = store.hypervisor_minion_id, store.vm_name
+    master.cmd(hv, "virt.stop", [name])
+    master.cmd(hv, "virt.start", [name])
+
+
 @task(name="firstboot", task_run_name="firstboot-{store.store_id}",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
-def firstboot(store: Store, timeout: float = 900) -> dict[str, Any]:
-    """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed."""
+def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) -> dict[str, Any]:
+    """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed.
+
+    Judged by the VM itself: its `firstboot_stage` grain is checked after subscribing and after
+    every (re)start of its minion. A VM whose accepted minion stays silent for `stall_timeout`
+    (hung after a reboot) is reset once per attempt.
+    """
     logger = get_run_logger()
     settings = load_settings()
     master = SaltMasterClient(settings.salt_master_config)
@@ -59,6 +71,7 @@ def firstboot(store: Store, timeout: float = 900) -> dict[str, Any]:
     boots = 0
     last: dict[str, SaltEvent] = {}
     token_revoked = False
+    resets = 0
 
     def revoke_once() -> None:
         nonlocal token_revoked
@@ -70,38 +83,53 @@ def firstboot(store: Store, timeout: float = 900) -> dict[str, Any]:
         if event.minion != minion and not event.tag.startswith(f"salt/minion/{minion}/"):
             return False
         last["event"] = event
+        last_seen["at"] = time.monotonic()
         if event.tag == f"salt/minion/{minion}/start":
             boots += 1
             revoke_once()
-        elif event.tag.startswith(STAGE_PREFIX):
+            return current_stage(master, minion) == "done"
+        if event.tag.startswith(STAGE_PREFIX):
             stage = event.tag[len(STAGE_PREFIX):]
             stages[stage] = round(time.monotonic() - started, 3)
             logger.info("store %s: firstboot stage %s", store.store_id, stage)
             return stage == "done"
-        elif (event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS
-              and int(event.data.get("retcode", 0) or 0) != 0):
+        if (event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS
+                and int(event.data.get("retcode", 0) or 0) != 0):
             ret = event.data.get("return")
             raise FirstbootFailed(store.store_id, minion, failed_states(ret), str(ret)[:500])
         return False
 
+    last_seen = {"at": time.monotonic()}
+    deadline = started + timeout
     with master.subscribe("") as bus:
         revoke_once()
-        stage = current_stage(master, minion)
-        if stage != "done":
-            try:
-                master.wait_for_event(bus, relevant, timeout=timeout, what="firstboot done")
-            except SaltEventTimeout:
+        done = current_stage(master, minion) == "done"
+        while not done:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 last_event = last.get("event")
                 raise SaltEventTimeout(
                     f"store {store.store_id}: VM minion {minion} did not finish firstboot "
                     f"within {timeout:.0f}s; stages seen: {list(stages) or 'none'}; last "
-                    f"event from it: {last_event.tag if last_event else 'none'}"
-                ) from None
+                    f"event from it: {last_event.tag if last_event else 'none'}; resets: {resets}")
+            try:
+                master.wait_for_event(bus, relevant, timeout=min(remaining, 5), what="firstboot")
+                done = True
+            except SaltEventTimeout:
+                silent = time.monotonic() - last_seen["at"]
+                if (silent > stall_timeout and resets == 0
+                        and master.key_state(minion) == "accepted"
+                        and current_stage(master, minion) is None):
+                    logger.warning("store %s: VM minion %s silent for %.0fs; resetting the VM",
+                                   store.store_id, minion, silent)
+                    reset_vm(master, store)
+                    resets += 1
+                    last_seen["at"] = time.monotonic()
     revoke_once()
     leftovers = [p for p in master.cmd(minion, "provisioning.bootstrap_files")
                  if master.cmd(minion, "file.file_exists", [p])]
     if leftovers:
         raise FirstbootFailed(store.store_id, minion, [], f"bootstrap files left: {leftovers}")
     logger.info("store %s: firstboot done in %.1fs", store.store_id, time.monotonic() - started)
-    return {"minion": minion, "stages": stages, "boots_seen": boots,
+    return {"minion": minion, "stages": stages, "boots_seen": boots, "resets": resets,
             "seconds": round(time.monotonic() - started, 3)}

@@ -320,20 +320,35 @@ def wait_for_hypervisor(store: Store, timeout: float = 900) -> dict[str, Any]:
             last["event"] = event
 
     started = time.monotonic()
-    with master.subscribe("") as bus:
-        if hypervisor_ready(master, minion):
-            logger.info("store %s: hypervisor %s already ready", store.store_id, minion)
-        else:
-            try:
-                master.wait_for_event(
-                    bus, lambda e: e.tag == HYPERVISOR_READY_TAG and e.minion == minion,
-                    timeout=timeout, what=HYPERVISOR_READY_TAG, seen=seen)
-            except SaltEventTimeout:
-                raise SaltEventTimeout(
-                    f"store {store.store_id}: hypervisor minion {minion} sent no "
-                    f"{HYPERVISOR_READY_TAG} within {timeout:.0f}s; last event from it: "
-                    f"{_describe(last.get('event'))}; key state: {master.key_state(minion)}"
-                ) from None
+    deadline = started + timeout
+    ready = False
+    while not ready:
+        # the event is the fast path; the ready grain, checked after (re)subscribing and every
+        # few seconds, covers events fired before we listened or lost in a master restart
+        try:
+            with master.subscribe("") as bus:
+                ready = hypervisor_ready(master, minion)
+                while not ready and time.monotonic() < deadline:
+                    try:
+                        master.wait_for_event(
+                            bus, lambda e: e.tag == HYPERVISOR_READY_TAG and e.minion == minion,
+                            timeout=min(10.0, max(0.1, deadline - time.monotonic())),
+                            what=HYPERVISOR_READY_TAG, seen=seen)
+                        ready = True
+                    except SaltEventTimeout:
+                        ready = hypervisor_ready(master, minion)
+        except SaltEventTimeout:
+            raise
+        except Exception as exc:  # the master's bus went away (restart): subscribe again
+            logger.warning("store %s: event bus lost (%s); resubscribing", store.store_id, exc)
+            time.sleep(1)
+        if not ready and time.monotonic() >= deadline:
+            raise SaltEventTimeout(
+                f"store {store.store_id}: hypervisor minion {minion} sent no "
+                f"{HYPERVISOR_READY_TAG} within {timeout:.0f}s; last event from it: "
+                f"{_describe(last.get('event'))}; key state: {master.key_state(minion)}")
+    if time.monotonic() - started < 0.5:
+        logger.info("store %s: hypervisor %s already ready", store.store_id, minion)
     revoked = master.revoke_token(minion)
     logger.info("store %s: hypervisor %s ready after %.1fs (token revoked: %s)",
                 store.store_id, minion, time.monotonic() - started, revoked)
@@ -349,11 +364,27 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     settings = load_settings()
     master = SaltMasterClient(settings.salt_master_config)
     minion = store.vm_minion_id
-    if master.key_state(minion) == "accepted" and master.ping(minion, timeout=5):
-        logger.info("store %s: VM minion %s already accepted and answering", store.store_id, minion)
+    # a key is stale only when its VM is going to be created anew; an existing domain (rerun,
+    # or a VM that is merely down right now) keeps the key it was accepted with
+    domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
+    if domain is not None and master.key_state(minion) == "accepted":
+        logger.info("store %s: VM %s exists and its key is accepted; keeping it",
+                    store.store_id, minion)
         return {"minion": minion, "deleted_stale_key": False, "token_issued": False}
     deleted = master.delete_key(minion)
     master.issue_token(minion)
     logger.info("store %s: VM minion %s: stale key deleted: %s; one-time token issued",
                 store.store_id, minion, deleted)
     return {"minion": minion, "deleted_stale_key": deleted, "token_issued": True}
+
+
+@task(name="remove_vm_key", task_run_name="remove-vm-key-{store.store_id}")
+def remove_vm_key(store: Store) -> dict[str, Any]:
+    """Rollback: delete the VM's key (exact id) and revoke its autosign token."""
+    settings = load_settings()
+    master = SaltMasterClient(settings.salt_master_config)
+    minion = store.vm_minion_id
+    result = {"minion": minion, "key_deleted": master.delete_key(minion),
+              "token_revoked": master.revoke_token(minion)}
+    get_run_logger().info("store %s: VM key removal %s", store.store_id, result)
+    return result

@@ -98,3 +98,14 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
     return {"domain": name, "hypervisor": hv, "reused": reused, "uuid": summary["uuid"],
             "disk": summary["disk"], "backing": summary["backing"],
             "graphics": summary["graphics"]}
+
+
+@task(name="remove_vm", task_run_name="remove-vm-{store.store_id}",
+      retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
+def remove_vm(store: Store) -> dict[str, Any]:
+    """Rollback: destroy and undefine the store VM and delete its overlay disk."""
+    settings = load_settings()
+    master = SaltMasterClient(settings.salt_master_config)
+    removed = master.cmd(store.hypervisor_minion_id, "storevirt.remove_vm", [store.vm_name])
+    get_run_logger().info("store %s: VM %s removed: %s", store.store_id, store.vm_name, removed)
+    return dict(removed)

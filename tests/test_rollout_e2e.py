@@ -23,7 +23,7 @@ pytestmark = pytest.mark.lab
 def write_inventory(path: Path, ids: list[str]) -> Path:
     stores = [{"store_id": sid,
                "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"52:54:00:e2:00:{n:02x}"},
-               "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 1, "network": "none"},
+               "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 2, "network": "none"},
                "erp": {"site_code": f"E2E-{sid}"}} for n, sid in enumerate(ids, start=1)]
     path.write_text(yaml.safe_dump({"stores": stores}))
     return path

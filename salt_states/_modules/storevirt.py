@@ -137,3 +137,33 @@ def domain_summary(name):
         }
     finally:
         conn.close()
+
+
+def remove_vm(name):
+    """Destroy and undefine domain `name` and delete its overlay dir; the base stays.
+
+    CLI Example: salt hv storevirt.remove_vm store-0001-vm
+    """
+    import shutil
+
+    import libvirt
+
+    conn = _connect()
+    removed = {"domain": False, "disk_dir": False}
+    try:
+        try:
+            dom = conn.lookupByName(name)
+        except libvirt.libvirtError:
+            dom = None
+        if dom is not None:
+            if dom.isActive():
+                dom.destroy()
+            dom.undefine()
+            removed["domain"] = True
+    finally:
+        conn.close()
+    vm_dir = os.path.join(_images_dir(), name)
+    if os.path.isdir(vm_dir) and os.path.basename(vm_dir) != "base":
+        shutil.rmtree(vm_dir)
+        removed["disk_dir"] = True
+    return removed

@@ -1,0 +1,79 @@
+"""Checks run before any side effect: every problem found, with the field and the fix."""
+
+from __future__ import annotations
+
+import os
+import socket
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from urllib.parse import urlparse
+
+from store_rollout.inventory import Store
+from store_rollout.settings import RolloutSettings
+
+
+class PreflightError(ValueError):
+    """The rollout cannot start: settings, inventory and outside systems disagree."""
+
+
+UNIT_MIB = {"M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def declared_disk_mib(desc_dir: Path) -> int:
+    """Largest `<size>` any build type of the description declares (0 when none)."""
+    root = ET.parse(desc_dir / "config.xml").getroot()
+    sizes = [int(float(el.text or 0) * UNIT_MIB.get(el.get("unit", "M"), 1))
+             for el in root.iterfind("./preferences/type/size")]
+    return max(sizes, default=0)
+
+
+def _reachable(url: str, what: str, field: str) -> str | None:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return f"{field}: {url!r} is not an http(s) URL ({what})"
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=3):
+            return None
+    except OSError as exc:
+        return f"{field}: {what} at {url} unreachable ({exc.strerror or exc}); check the URL"
+
+
+def preflight(stores: list[Store], settings: RolloutSettings) -> None:
+    """Raise PreflightError listing every problem; touches nothing."""
+    from tasks.cobbler import CobblerError, client_from_settings
+    from tasks.kiwi import KiwiDescriptionError, resolve_description
+
+    problems: list[str] = []
+    try:
+        desc_dir = resolve_description(settings.image_description)
+        image_mib = declared_disk_mib(desc_dir)
+        for store in stores:
+            if store.vm.disk_gib * 1024 < image_mib:
+                problems.append(
+                    f"store {store.store_id!r}: vm.disk_gib: {store.vm.disk_gib} GiB is smaller "
+                    f"than the image ({image_mib} MiB); use at least {-(-image_mib // 1024)}")
+    except KiwiDescriptionError:
+        problems.append(f"image_description: no image description {settings.image_description!r}"
+                        " under image_builds/ (set STORE_ROLLOUT_IMAGE_DESCRIPTION)")
+    if not os.path.isfile(settings.salt_master_config):
+        problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "
+                        "(set STORE_ROLLOUT_SALT_MASTER_CONFIG)")
+    for url, what, field in ((settings.cobbler_url, "Cobbler", "cobbler_url"),
+                             (settings.erp_url, "the ERP", "erp_url")):
+        problem = _reachable(url, what, field)
+        if problem:
+            problems.append(problem)
+    if not any("cobbler_url" in p for p in problems):
+        try:
+            client = client_from_settings(settings)
+            client.token()  # credentials work
+            for profile in sorted({s.hypervisor.cobbler_profile for s in stores}):
+                if not client.profile_exists(profile):
+                    users = [s.store_id for s in stores if s.hypervisor.cobbler_profile == profile]
+                    problems.append(f"store(s) {users}: hypervisor.cobbler_profile: Cobbler has "
+                                    f"no profile {profile!r}; create it or fix the inventory")
+        except CobblerError as exc:
+            problems.append(f"cobbler: {exc}")
+    if problems:
+        raise PreflightError("preflight failed: " + "; ".join(problems))
