@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -242,9 +242,10 @@ def serve_deployments(limit: Annotated[int, typer.Option(help="flow runs at once
     from flows.store_rollback import store_rollback
     from flows.store_rollout import store_rollout
 
-    serve(store_rollout.to_deployment(name="store-rollout", tags=["store-rollout"]),
-          store_rollback.to_deployment(name="store-rollback", tags=["store-rollback"]),
-          limit=limit)
+    deployments: list[Any] = [
+        store_rollout.to_deployment(name="store-rollout", tags=["store-rollout"]),
+        store_rollback.to_deployment(name="store-rollback", tags=["store-rollback"])]
+    serve(*deployments, limit=limit)
 
 
 def main() -> None:
