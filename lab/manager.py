@@ -204,6 +204,13 @@ class Lab:
             stop(ProcessRecord.from_json(json.loads(pfile.read_text())), grace=1.0)
             pfile.unlink()
 
+    def stop_service(self, name: str) -> None:
+        """Stop one service (fault tests); the next `up` starts it again on the same port."""
+        services = self.recorded_services()
+        svc = services.get(name)
+        if svc is not None:
+            stop(svc.record)
+
     # -- status ------------------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:
         rows = []

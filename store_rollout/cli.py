@@ -129,7 +129,8 @@ class LiveSteps:
         return table
 
 
-def _run_stores(store_ids: list[str], inventory: Path, live: bool) -> list[dict[str, object]]:
+def _run_stores(store_ids: list[str], inventory: Path, live: bool,
+                **params: float) -> list[dict[str, object]]:
     """Run one flow per store, concurrently, in this process; returns one summary each."""
     import contextlib
     import sys
@@ -146,7 +147,7 @@ def _run_stores(store_ids: list[str], inventory: Path, live: bool) -> list[dict[
 
     def one(sid: str) -> dict[str, object]:
         started = time.monotonic()
-        state = store_rollout(sid, str(inventory.resolve()), return_state=True)
+        state = store_rollout(sid, str(inventory.resolve()), return_state=True, **params)
         summary: dict[str, object] = {"store_id": sid, "state": state.name,
                                       "seconds": round(time.monotonic() - started, 1)}
         if state.is_completed():
@@ -169,12 +170,19 @@ def _run_stores(store_ids: list[str], inventory: Path, live: bool) -> list[dict[
 
 @app.command("rollout")
 def rollout(store_id: str, inventory: Inventory = DEFAULT_INVENTORY,
-            as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False
+            as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+            hypervisor_timeout: Annotated[float, typer.Option(help="seconds for step 3")] = 1800,
+            firstboot_timeout: Annotated[float, typer.Option(help="seconds for step 6")] = 1800,
+            vm_stall_timeout: Annotated[float, typer.Option(
+                help="silence (s) after which a hung VM is reset")] = 300,
             ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
     _validate([store_id], inventory)
     _prepare_env()
-    result = _run_stores([store_id], inventory, live=not as_json)[0]
+    result = _run_stores([store_id], inventory, live=not as_json,
+                         hypervisor_timeout=hypervisor_timeout,
+                         firstboot_timeout=firstboot_timeout,
+                         vm_stall_timeout=vm_stall_timeout)[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
     else:

@@ -38,6 +38,7 @@ class RolloutSettings(BaseModel):
     vm_images_dir: str = "/srv/salt-images"
     erp_url: str
     erp_token: SecretStr
+    erp_timeout_seconds: float = Field(15.0, gt=0, le=300, description="ERP read timeout")
     power_type: str = "ipmilanplus"
     power_address: str = ""
     image_description: str = "leap-jeos"

@@ -100,7 +100,8 @@ def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
     """Step 7: tell the ERP the store server runs; returns the ERP's id for the run artifact."""
     logger = get_run_logger()
     settings = load_settings()
-    client = ErpClient(base_url=settings.erp_url, token=settings.erp_token)
+    client = ErpClient(base_url=settings.erp_url, token=settings.erp_token,
+                       timeout=(3.05, settings.erp_timeout_seconds))
     notice = ErpNotice(store_id=store.store_id, site_code=store.erp.site_code,
                        cost_center=store.erp.cost_center, hypervisor=store.hypervisor_minion_id,
                        vm_domain=vm["domain"], vm_minion=store.vm_minion_id, vm_uuid=vm["uuid"])

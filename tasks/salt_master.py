@@ -27,6 +27,23 @@ from store_rollout.settings import load_settings
 from tasks.retry import retry_on
 
 log = logging.getLogger(__name__)
+
+
+def _salt_log_levels() -> None:
+    """Salt modules call log.trace()/log.garbage(); loggers a host process (pytest, a worker)
+    created before Salt installed its logger class lack them."""
+    import salt._logging  # noqa: F401  registers the TRACE and GARBAGE levels
+
+    for name, level in (("trace", 5), ("garbage", 1)):
+        if not hasattr(logging.Logger, name):
+            def emit(self: logging.Logger, msg: object, *args: Any, _level: int = level,
+                     **kwargs: Any) -> None:
+                if self.isEnabledFor(_level):
+                    self._log(_level, msg, args, **kwargs)
+            setattr(logging.Logger, name, emit)
+
+
+_salt_log_levels()
 # Salt 3008 logs "unclosed MasterMinion" for objects its own clients create internally
 logging.getLogger("salt.minion").setLevel(logging.ERROR)
 logging.getLogger("salt.wheel").setLevel(logging.ERROR)

@@ -1,0 +1,103 @@
+"""Shared helpers for lab tests: inventories, rollouts and checks on the real systems."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from lab.state import VENV_BIN, LabInfo
+from tasks.cobbler import CobblerClient
+from tasks.salt_master import SaltMasterClient
+
+
+def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:00") -> Path:
+    stores = [{"store_id": sid,
+               "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"{mac_prefix}:{n:02x}"},
+               "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 2, "network": "none"},
+               "erp": {"site_code": f"E2E-{sid}"}} for n, sid in enumerate(ids, start=1)]
+    path.write_text(yaml.safe_dump({"stores": stores}))
+    return path
+
+
+def start_rollout(env: dict[str, str], store_id: str, inventory: Path,
+                  *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(VENV_BIN / "store-rollout"), "rollout", store_id,
+                             "--inventory", str(inventory), "--json", *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
+
+
+def prefect_task_runs(lab: LabInfo, flow_run_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    api = lab.prefect_api_url
+    runs = requests.post(f"{api}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": [flow_run_name]}}, "sort": "START_TIME_DESC", "limit": 1},
+        timeout=10).json()
+    assert runs, f"no flow run {flow_run_name}"
+    deadline = time.monotonic() + 30
+    while True:  # task runs are recorded from events, a few seconds late
+        tasks = requests.post(f"{api}/task_runs/filter", json={
+            "task_runs": {"flow_run_id": {"any_": [runs[0]["id"]]}}}, timeout=10).json()
+        done = [t for t in tasks if t["state_type"] == "COMPLETED"]
+        if len(done) >= 7 or time.monotonic() > deadline:
+            return runs[0], tasks
+        time.sleep(1)
+
+
+def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
+    import libvirt
+
+    hv, vm = f"store-{store_id}-hv", f"store-{store_id}-vm"
+    # Cobbler: the system exists once, netboot off after the install
+    cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                            password=lab.cobbler_password)
+    system = cobbler.get_system(hv)
+    assert system is not None and system["netboot_enabled"] is False
+    assert cobbler.find_systems(mac_address=system["interfaces"]["eth0"]["mac_address"]) == [hv]
+    # Salt: both keys accepted, no token left for them
+    master = SaltMasterClient(lab.salt_master_config)
+    assert master.key_state(hv) == "accepted" and master.key_state(vm) == "accepted"
+    assert master.token_for(hv) is None and master.token_for(vm) is None
+    # libvirt: running, on a qcow2 overlay of the cached base image
+    conn = libvirt.open(lab.libvirt_uri)
+    try:
+        dom = conn.lookupByName(vm)
+        assert dom.isActive() == 1
+    finally:
+        conn.close()
+    disk = result["vm"]["disk"]
+    info = json.loads(subprocess.run(["qemu-img", "info", "--force-share", "--output=json", disk],
+                                     check=True, capture_output=True, text=True).stdout)
+    assert info["format"] == "qcow2"
+    backing = info.get("full-backing-filename") or info["backing-filename"]
+    assert Path(backing).name == "image.qcow2" and result["image_key"] in backing
+    assert Path(disk).stat().st_size < 5 * 2**20  # an overlay, not a copy
+    # the VM: firstboot finished, bootstrap config gone (on its disk and as Salt sees it)
+    assert master.cmd(vm, "grains.get", ["firstboot_stage"]) == "done"
+    minion_d = Path(lab.state_dir) / "simulator" / "minions" / vm / "etc" / "minion.d"
+    assert (minion_d / "00-master.conf").exists()
+    assert not (minion_d / "90-bootstrap.conf").exists()
+    assert not (minion_d / "15-identity.conf").exists()
+    # ERP: exactly one notice created for the store
+    notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
+    created = [n for n in notices if n.get("status") == 201
+               and (n.get("payload") or {}).get("store_id") == store_id]
+    assert len(created) == 1 and created[0]["erp_id"] == result["erp_id"]
+    # Prefect: the run completed with its seven task runs
+    run, tasks = prefect_task_runs(lab, f"rollout-{store_id}")
+    assert run["state_type"] == "COMPLETED"
+    names = sorted({t["name"].rsplit("-", 1)[0] for t in tasks if t["state_type"] == "COMPLETED"})
+    assert len([t for t in tasks if t["state_type"] == "COMPLETED"]) == 7, names
+    assert set(result["step_seconds"]) == {"image", "pxe_install_hypervisor",
+                                           "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
+                                           "firstboot", "notify_erp"}

@@ -1,0 +1,185 @@
+"""Issue 5: fault injection in the lab. Every cell ends Completed (after retries or a rerun) with
+exactly one Cobbler system, one domain, accepted keys and one ERP notice for the store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from lab.manager import Lab
+from lab.state import LabInfo
+from store_rollout import steps
+from tests.helpers import check_store, finish, start_rollout, write_inventory
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture
+def inprocess(lab: LabInfo, lab_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Run store_rollout in this process against the lab (so a step listener can inject)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setenv("STORE_ROLLOUT_LAB_DIR", str(lab_dir))
+    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
+        from flows.store_rollout import store_rollout
+
+        def run(store_id: str, inventory: Path, **params: Any) -> Any:
+            return store_rollout(store_id, str(inventory), return_state=True, **params)
+
+        yield run
+
+
+@pytest.fixture
+def faults(lab: LabInfo) -> Iterator[Callable[[str, dict[str, Any]], None]]:
+    def set_fault(step: str, knob: dict[str, Any]) -> None:
+        url = lab.erp_url + "/_lab/faults" if step == "erp" else f"{lab.simulator_url}/faults/{step}"
+        requests.post(url, json=knob, timeout=5).raise_for_status()
+
+    yield set_fault
+    requests.delete(f"{lab.simulator_url}/faults", timeout=5)
+    requests.delete(f"{lab.erp_url}/_lab/faults", timeout=5)
+
+
+def on_step(step_name: str, action: Callable[[], None]) -> Callable[[], None]:
+    """Run `action` (in a thread) when `step_name` starts; returns the unregister function."""
+    fired = threading.Event()
+
+    def listener(_store: str, step: str, state: str, _s: float) -> None:
+        if step == step_name and state == "running" and not fired.is_set():
+            fired.set()
+            action()
+
+    steps.add_listener(listener)
+    return lambda: steps.remove_listener(listener)
+
+
+def later(seconds: float, fn: Callable[[], object]) -> None:
+    threading.Timer(seconds, fn).start()
+
+
+def completed(state: Any) -> dict[str, Any]:
+    assert state.is_completed(), state.message
+    return dict(state.result())
+
+
+def test_cobbler_down_10s_during_step2(lab: LabInfo, lab_dir: Path, inprocess: Any,
+                                      tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-cobbler"], "52:54:00:f1:00")
+
+    def cobbler_down() -> None:
+        Lab.at(lab_dir).stop_service("cobblerd")
+        later(10, lambda: Lab.at(lab_dir).up())
+
+    undo = on_step("pxe_install_hypervisor", cobbler_down)
+    try:
+        result = completed(inprocess("f-cobbler", inv))
+    finally:
+        undo()
+    assert result["step_seconds"]["pxe_install_hypervisor"] >= 8  # it waited Cobbler out
+    check_store(lab, "f-cobbler", result)
+
+
+def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Path,
+                                                     inprocess: Any, faults: Any,
+                                                     tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-master"], "52:54:00:f2:00")
+    faults("pxe", {"delay": 12})
+
+    def restart_master() -> None:
+        lab_obj = Lab.at(lab_dir)
+        lab_obj.stop_service("salt-master")
+        lab_obj.up()
+
+    undo = on_step("wait_for_hypervisor", lambda: later(3, restart_master))
+    try:
+        result = completed(inprocess("f-master", inv))
+    finally:
+        undo()
+    check_store(lab, "f-master", result)
+
+
+def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: Any, faults: Any,
+                                                     tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-late"], "52:54:00:f3:00")
+    faults("pxe", {"delay": 20})
+    result = completed(inprocess("f-late", inv, hypervisor_timeout=15))
+    assert result["step_seconds"]["wait_for_hypervisor"] > 15  # the first attempt timed out
+    check_store(lab, "f-late", result)
+
+
+def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
+                                  tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-start"], "52:54:00:f4:00")
+    faults("vm_start", {"fail": 2})
+    result = completed(inprocess("f-start", inv))
+    assert requests.get(f"{lab.simulator_url}/faults", timeout=5).json()["vm_start"]["fail"] == 0
+    check_store(lab, "f-start", result)
+
+
+def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inprocess: Any,
+                                                          faults: Any, tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-reboot"], "52:54:00:f5:00")
+    faults("reboot", {"never": True})
+    failed = inprocess("f-reboot", inv, firstboot_timeout=25)
+    assert failed.is_failed()
+    assert "store-f-reboot-vm did not finish firstboot" in str(failed.message) or \
+        "did not finish firstboot" in repr(failed)
+    requests.delete(f"{lab.simulator_url}/faults/reboot", timeout=5)  # the fix
+    result = completed(inprocess("f-reboot", inv, vm_stall_timeout=5))
+    check_store(lab, "f-reboot", result)
+
+
+def test_erp_503_three_times_then_200(lab: LabInfo, inprocess: Any, faults: Any,
+                                      tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-erp503"], "52:54:00:f6:00")
+    undo = on_step("notify_erp", lambda: faults("erp", {"status": 503, "count": 3}))
+    try:
+        result = completed(inprocess("f-erp503", inv))
+    finally:
+        undo()
+    check_store(lab, "f-erp503", result)
+
+
+def test_erp_timeout(lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORE_ROLLOUT_ERP_TIMEOUT_SECONDS", "2")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-erptime"], "52:54:00:f7:00")
+    undo = on_step("notify_erp", lambda: faults("erp", {"delay": 5, "count": 1}))
+    try:
+        result = completed(inprocess("f-erptime", inv))
+    finally:
+        undo()
+    time.sleep(4)  # let the delayed first request land in the log too
+    check_store(lab, "f-erptime", result)
+
+
+def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    import libvirt
+
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-kill"], "52:54:00:f8:00")
+    proc = start_rollout(lab_env, "f-kill", inv)
+    conn = libvirt.open(lab.libvirt_uri)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if "store-f-kill-vm" in [d.name() for d in conn.listAllDomains()]:
+                break
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.1)
+        else:
+            pytest.fail("step 5 never defined the domain")
+    finally:
+        conn.close()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    result = finish(start_rollout(lab_env, "f-kill", inv))
+    check_store(lab, "f-kill", result)
