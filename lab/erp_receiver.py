@@ -24,9 +24,9 @@ from typing import Any
 
 
 class ErpState:
-    def __init__(self, log_path: Path, token: str) -> None:
+    def __init__(self, log_path: Path, token_file: Path) -> None:
         self.log_path = log_path
-        self.token = token
+        self.token_file = token_file
         self.lock = threading.Lock()
         self.faults: list[dict[str, Any]] = []
         self.ids_by_key: dict[str, str] = {}
@@ -43,6 +43,11 @@ class ErpState:
                 continue
             if rec.get("status") in (200, 201) and rec.get("idempotency_key") and rec.get("erp_id"):
                 self.ids_by_key[rec["idempotency_key"]] = rec["erp_id"]
+
+    def authorized(self, header: str | None) -> bool:
+        """Any token listed in the token file (re-read per request, so tests can add one)."""
+        tokens = {t.strip() for t in self.token_file.read_text().splitlines() if t.strip()}
+        return header is not None and header.startswith("Bearer ") and header[7:] in tokens
 
     def record(self, entry: dict[str, Any]) -> None:
         with self.lock, open(self.log_path, "a") as log:
@@ -115,7 +120,7 @@ def make_handler(state: ErpState) -> type[BaseHTTPRequestHandler]:
             entry: dict[str, Any] = {
                 "received": received, "path": self.path, "idempotency_key": key,
                 "payload": payload,
-                "authorized": self.headers.get("Authorization") == f"Bearer {state.token}",
+                "authorized": state.authorized(self.headers.get("Authorization")),
             }
             fault = state.next_fault()
             if fault and fault.get("delay"):
@@ -161,7 +166,7 @@ def main() -> None:
     args = parser.parse_args()
     args.log.parent.mkdir(parents=True, exist_ok=True)
     args.log.touch()
-    state = ErpState(args.log, args.token_file.read_text().strip())
+    state = ErpState(args.log, args.token_file)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(state))
     server.daemon_threads = True
     server.serve_forever()

@@ -165,6 +165,11 @@ class Lab:
         salt_master.wait_ready(self.paths.master_config)
         prefect_server.wait_ready(p.prefect)
         self._prefect_setup(info)
+        dead = [name for name, svc in services.items() if not svc.record.alive()]
+        if dead:
+            raise RuntimeError(
+                f"lab: {', '.join(dead)} exited after start (is its port taken by a process the "
+                f"lab did not start?); see the logs in {logs}")
         info.services = services
         self.paths.write_info(info)
         progress(f"lab up in {time.monotonic() - started:.1f}s")

@@ -238,7 +238,7 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
     if not state.is_completed():
         console.print(f"[red]rollback of {store_id} {state.name}:[/] {state.message}")
         raise typer.Exit(1)
-    console.print_json(json.dumps(state.result(), default=str))
+    print(json.dumps(state.result(), indent=2, default=str))
 
 
 @app.command("serve")

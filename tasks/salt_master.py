@@ -294,7 +294,10 @@ def summarize_failure(ret: Any) -> str:
         return "; ".join(f"{s['id']} ({s['sls']}): {s['comment']}" for s in states)
     if isinstance(ret, list):
         return "; ".join(str(x) for x in ret)[:1000]
-    return str(ret)[:1000]
+    text = str(ret).strip()
+    if "Traceback (most recent call last)" in text:  # a minion exception: its last line says why
+        text = text.splitlines()[-1]
+    return text[:1000]
 
 
 # --------------------------------------------------------------------------- Prefect tasks

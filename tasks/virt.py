@@ -16,7 +16,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
-from tasks.salt_master import SaltMasterClient, SaltTransientError
+from tasks.salt_master import SaltCommandFailed, SaltMasterClient, SaltTransientError
 
 
 class VmError(Exception):
@@ -89,7 +89,13 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
         with attempt:
             state = master.cmd(hv, "virt.vm_state", [name]).get(name)
             if state != "running":
-                master.cmd(hv, "virt.start", [name])
+                try:
+                    master.cmd(hv, "virt.start", [name])
+                except SaltCommandFailed as exc:  # libvirt refused this start: retry it
+                    logger.warning("store %s: virt.start %s failed: %s", store.store_id, name,
+                                   exc.detail)
+                    raise VmNotRunning(f"store {store.store_id}: virt.start {name} on {hv}: "
+                                       f"{exc.detail}") from None
                 state = master.cmd(hv, "virt.vm_state", [name]).get(name)
             if state != "running":
                 raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is {state!r}")

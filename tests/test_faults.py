@@ -61,8 +61,21 @@ def on_step(step_name: str, action: Callable[[], None]) -> Callable[[], None]:
     return lambda: steps.remove_listener(listener)
 
 
+TIMERS: list[threading.Timer] = []
+
+
 def later(seconds: float, fn: Callable[[], object]) -> None:
-    threading.Timer(seconds, fn).start()
+    timer = threading.Timer(seconds, fn)
+    TIMERS.append(timer)
+    timer.start()
+
+
+@pytest.fixture(autouse=True)
+def _join_timers() -> Iterator[None]:
+    """An injected action must not outlive its test (it would act on a torn-down lab)."""
+    yield
+    while TIMERS:
+        TIMERS.pop().join()
 
 
 def completed(state: Any) -> dict[str, Any]:

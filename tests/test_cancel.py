@@ -1,0 +1,99 @@
+"""Issue 5: cancelling a served rollout through the API rolls it back; `store-rollout rollback`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from lab.state import VENV_BIN, LabInfo
+from tasks.cobbler import CobblerClient
+from tasks.salt_master import SaltMasterClient
+from tests.helpers import check_store, finish, start_rollout, write_inventory
+
+pytestmark = pytest.mark.lab
+
+
+def domains(lab: LabInfo) -> list[str]:
+    import libvirt
+
+    conn = libvirt.open(lab.libvirt_uri)
+    try:
+        return [d.name() for d in conn.listAllDomains()]
+    finally:
+        conn.close()
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def assert_rolled_back(lab: LabInfo, store_id: str) -> None:
+    vm = f"store-{store_id}-vm"
+    assert vm not in domains(lab)
+    assert not (Path(lab.vm_images_dir) / vm).exists()  # overlay disk removed
+    master = SaltMasterClient(lab.salt_master_config)
+    assert master.key_state(vm) is None and master.token_for(vm) is None
+    cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                            password=lab.cobbler_password)
+    system = cobbler.get_system(f"store-{store_id}-hv")
+    assert system is None or system["netboot_enabled"] is False
+
+
+def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    store_id = "c-cancel"
+    inv = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:cc:00")
+    env = {**lab_env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    server = subprocess.Popen([str(VENV_BIN / "store-rollout"), "serve", "--limit", "4"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    api = lab.prefect_api_url
+    try:
+        def deployment_id() -> str | None:
+            resp = requests.get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)
+            return resp.json()["id"] if resp.status_code == 200 else None
+
+        wait_for(lambda: deployment_id() is not None, 90, "the served deployment")
+        run = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
+            "parameters": {"store_id": store_id, "inventory": str(inv)}}, timeout=10).json()
+        wait_for(lambda: f"store-{store_id}-vm" in domains(lab), 300, "step 5 (domain defined)")
+        requests.post(f"{api}/flow_runs/{run['id']}/set_state", json={
+            "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
+
+        def run_state() -> str:
+            return str(requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state_type"])
+
+        wait_for(lambda: run_state() == "CANCELLED", 120, "the run to be cancelled")
+        wait_for(lambda: f"store-{store_id}-vm" not in domains(lab), 120, "the rollback")
+        time.sleep(2)
+        assert_rolled_back(lab, store_id)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+    # a cancelled rollout can be retried from scratch ...
+    result = finish(start_rollout(lab_env, store_id, inv))
+    check_store(lab, store_id, result)
+    # ... and rolled back on request
+    proc = subprocess.run([str(VENV_BIN / "store-rollout"), "rollback", store_id,
+                           "--inventory", str(inv)], env=lab_env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["vm"]["domain"] is True
+    assert_rolled_back(lab, store_id)

@@ -1,0 +1,96 @@
+"""Issue 5: secrets stay secret, autosign is scoped and one-time, keys are deleted by exact id."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from lab.state import VENV_BIN, LabInfo
+from tasks.cobbler import CobblerAuthError, CobblerClient
+from tasks.salt_master import SaltMasterClient
+from tests.helpers import check_store, write_inventory
+
+
+def test_default_cobbler_credentials_refused_outside_the_lab() -> None:
+    with pytest.raises(CobblerAuthError, match="default credentials"):
+        CobblerClient(url="http://cobbler.invalid/cobbler_api", user="cobbler", password="cobbler")
+    # an explicit opt-in exists for a throwaway Cobbler, never the default
+    CobblerClient(url="http://cobbler.invalid/", user="cobbler", password="cobbler",
+                  allow_default_credentials=True)
+
+
+@pytest.mark.lab
+def test_autosign_token_refuses_globs_and_is_one_time(lab: LabInfo) -> None:
+    master = SaltMasterClient(lab.salt_master_config)
+    with pytest.raises(ValueError):
+        master.issue_token("store-*")
+    token = master.issue_token("sec-token-vm")
+    assert master.issue_token("sec-token-vm") == token  # idempotent until revoked
+    assert token in master.autosign_tokens() and "*" not in master.autosign_tokens()
+    assert master.revoke_token("sec-token-vm")
+    assert token not in master.autosign_tokens() and master.token_for("sec-token-vm") is None
+
+
+@pytest.mark.lab
+def test_key_deletion_is_exact(lab: LabInfo) -> None:
+    master = SaltMasterClient(lab.salt_master_config)
+    for mid in ("sec-key-vm", "sec-key-vm2", "sec-key-vmx"):
+        master._wheel("key.gen_accept", id_=mid)
+    try:
+        assert master.delete_key("sec-key-vm")
+        keys = master.list_keys()["minions"]
+        assert "sec-key-vm" not in keys
+        assert "sec-key-vm2" in keys and "sec-key-vmx" in keys
+        with pytest.raises(ValueError):
+            master.delete_key("sec-key-*")
+    finally:
+        for mid in ("sec-key-vm2", "sec-key-vmx"):
+            master.delete_key(mid)
+
+
+@pytest.mark.lab
+def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
+        lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], tmp_path: Path) -> None:
+    canary = f"CANARY-{uuid.uuid4().hex}"
+    block = f"canary-erp-token-{uuid.uuid4().hex[:6]}"
+    # the ERP token comes from a Prefect Secret block; the lab ERP accepts it
+    subprocess.run([str(VENV_BIN / "python"), "-c",
+                    "import sys; from prefect.blocks.system import Secret; "
+                    "Secret(value=sys.argv[1]).save(sys.argv[2], overwrite=True)", canary, block],
+                   env=lab_env, check=True, capture_output=True)
+    with open(lab_dir / "erp" / "token", "a") as tokens:
+        tokens.write(f"\n{canary}\n")
+    inv = write_inventory(tmp_path / "inv.yaml", ["sec-canary"], "52:54:00:5e:00")
+    env = {**lab_env, "STORE_ROLLOUT_ERP_TOKEN_BLOCK": block}
+    proc = subprocess.run([str(VENV_BIN / "store-rollout"), "rollout", "sec-canary",
+                           "--inventory", str(inv), "--json"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    check_store(lab, "sec-canary", result)
+    notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
+    mine = [n for n in notices if (n.get("payload") or {}).get("store_id") == "sec-canary"]
+    assert mine and all(n["authorized"] for n in mine)  # the canary really was the credential
+
+    secrets = [canary, lab.cobbler_password]
+    api = lab.prefect_api_url
+    run = requests.post(f"{api}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": ["rollout-sec-canary"]}}}, timeout=10).json()[0]
+    logs = requests.post(f"{api}/logs/filter", json={
+        "logs": {"flow_run_id": {"any_": [run["id"]]}}, "limit": 200}, timeout=10).text
+    artifacts = requests.post(f"{api}/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}, timeout=10).text
+    events = requests.post(f"{api}/events/filter", json={
+        "filter": {"any_resource": {"id_prefix": [f"prefect.flow-run.{run['id']}"]}},
+        "limit": 50}, timeout=10).text
+    assert "rollout-sec-canary" in artifacts or "sec-canary" in artifacts
+    for secret in secrets:
+        for where, text in (("--json output", proc.stdout), ("CLI log", proc.stderr),
+                            ("Prefect logs", logs), ("artifacts", artifacts), ("events", events),
+                            ("flow run parameters", json.dumps(run))):
+            assert secret not in text, f"a secret leaked into {where}"
