@@ -110,7 +110,8 @@ class Lab:
 
         # independent daemons start together; readiness is awaited after all have spawned
         postgres.prepare(self.paths.postgres, self.secrets.postgres_password)
-        salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret)
+        salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret,
+                                 prefect_api_url=info.prefect_api_url)
         libvirt_service.prepare(self.paths.libvirt)
         cob = self.cobbler_config()
         cobbler_service.prepare_state(cob)

@@ -27,7 +27,8 @@ def reactor_config() -> list[dict[str, list[str]]]:
     ]
 
 
-def write_config(salt_dir: Path, publish_port: int, ret_port: int) -> Path:
+def write_config(salt_dir: Path, publish_port: int, ret_port: int,
+                 prefect_api_url: str | None = None) -> Path:
     root = salt_dir / "root" / "master"
     conf_dir = salt_dir / "etc" / "master"
     pillar = salt_dir / "pillar"
@@ -65,6 +66,12 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int) -> Path:
         "reactor": reactor_config(),
         "keep_jobs_seconds": 3600,
     }
+    if prefect_api_url:
+        # the rollout's Salt events show up in the Prefect UI's event feed
+        config["engines_dirs"] = [str(SALT_STATES_DIR / "_engines")]
+        config["engines"] = [{"store_prefect_events": {
+            "api_url": prefect_api_url,
+            "prefixes": ["store/", "salt/key", "salt/minion/store-"]}}]
     path = conf_dir / "master"
     path.write_text(yaml.safe_dump(config, sort_keys=True))
     return path

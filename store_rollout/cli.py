@@ -221,6 +221,87 @@ def demo(inventory: Inventory = DEFAULT_INVENTORY) -> None:
         raise typer.Exit(1)
 
 
+@app.command("batch")
+def batch(inventory: Inventory = DEFAULT_INVENTORY,
+          store: Annotated[list[str] | None, typer.Option("--store", help="only these stores")] = None,
+          canary: Annotated[int, typer.Option(help="stores in the canary wave")] = 1,
+          wave_size: Annotated[int, typer.Option(help="stores per wave")] = 5,
+          max_in_flight: Annotated[int, typer.Option(help="stores at once (fleet-wide)")] = 3,
+          halt_threshold: Annotated[float, typer.Option(
+              help="halt when failed/finished exceeds this")] = 0.2,
+          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Roll out a batch in waves (canary first) with a progress bar per store."""
+    import contextlib
+    import sys
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from store_rollout.inventory import load_inventory
+    from store_rollout.steps import STEPS, add_listener, remove_listener
+
+    _validate(list(store or []), inventory)
+    _prepare_env()
+    from flows.batch_rollout import batch_rollout
+
+    ids = [s.store_id for s in load_inventory(inventory).select(list(store or []) or None)]
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[step]}"),
+                        TimeElapsedColumn(), console=console, disable=as_json)
+    bars = {sid: progress.add_task(f"store {sid}", total=len(STEPS), step="queued") for sid in ids}
+
+    def listen(sid: str, step: str, state: str, _s: float) -> None:
+        if sid in bars:
+            done = STEPS.index(step) + (1 if state == "done" else 0)
+            progress.update(bars[sid], completed=done, step=f"{step} {state}")
+
+    add_listener(listen)
+    try:
+        with progress, contextlib.redirect_stdout(sys.stderr):
+            state = batch_rollout(str(inventory.resolve()), ids, canary, wave_size, max_in_flight,
+                                  halt_threshold, return_state=True)
+    finally:
+        remove_listener(listen)
+    rows = state.result() if state.is_completed() else []
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        table = Table(title="batch")
+        for col in ("store", "state", "step reached", "seconds", "error"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["store_id"], r["state"], r["step_reached"], str(r["seconds"]),
+                          r["error"][:80])
+        Console(width=160).print(table)
+    if not state.is_completed() or any(r["state"] != "Completed" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command("status")
+def status(limit: Annotated[int, typer.Option(help="how many runs")] = 20,
+           as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Recent rollout, batch and rollback runs with their states."""
+    _prepare_env()
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=limit)
+        flows = {f.id: f.name for f in client.read_flows()}
+    rows = [{"name": r.name, "flow": flows.get(r.flow_id, "?"),
+             "state": r.state.name if r.state else "?",
+             "start": r.start_time.isoformat(timespec="seconds") if r.start_time else "-",
+             "seconds": round(r.total_run_time.total_seconds(), 1)} for r in runs]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="recent runs")
+    for col in ("run", "flow", "state", "started", "seconds"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["name"]), str(r["flow"]), str(r["state"]), str(r["start"]),
+                      str(r["seconds"]))
+    Console(width=160).print(table)
+
+
 @app.command("rollback")
 def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
     """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
@@ -242,16 +323,22 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
 
 
 @app.command("serve")
-def serve_deployments(limit: Annotated[int, typer.Option(help="flow runs at once")] = 10) -> None:
+def serve_deployments(limit: Annotated[int, typer.Option(help="flow runs at once")] = 10,
+                      cron: Annotated[str, typer.Option(
+                          help="schedule of batch-rollout, e.g. '0 2 * * *' (none: manual)")] = ""
+                      ) -> None:
     """Serve the store-rollout and store-rollback deployments (UI / API triggered runs)."""
     _prepare_env()
     from prefect import serve
 
+    from flows.batch_rollout import batch_rollout
     from flows.store_rollback import store_rollback
     from flows.store_rollout import store_rollout
 
     deployments: list[Any] = [
         store_rollout.to_deployment(name="store-rollout", tags=["store-rollout"]),
+        batch_rollout.to_deployment(name="batch-rollout", tags=["batch-rollout"],
+                                    cron=cron or None),
         store_rollback.to_deployment(name="store-rollback", tags=["store-rollback"])]
     serve(*deployments, limit=limit)
 

@@ -75,6 +75,7 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
         assert dom.isActive() == 1
     finally:
         conn.close()
+    assert result["vm"]["graphics"] == {"type": "vnc", "listen": "127.0.0.1"}  # VNC local only
     disk = result["vm"]["disk"]
     info = json.loads(subprocess.run(["qemu-img", "info", "--force-share", "--output=json", disk],
                                      check=True, capture_output=True, text=True).stdout)
@@ -101,3 +102,20 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     assert set(result["step_seconds"]) == {"image", "pxe_install_hypervisor",
                                            "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
                                            "firstboot", "notify_erp"}
+
+
+def result_from_systems(lab: LabInfo, store_id: str) -> dict[str, Any]:
+    """What check_store needs from a rollout result, read back from the store's run."""
+    api = lab.prefect_api_url
+    run = requests.post(f"{api}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": [f"rollout-{store_id}"]}}, "sort": "START_TIME_DESC",
+        "limit": 1}, timeout=10).json()[0]
+    art = requests.post(f"{api}/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}, timeout=10).json()[0]
+    assert art["key"] == f"rollout-{store_id}"
+    master = SaltMasterClient(lab.salt_master_config)
+    vm = master.cmd(f"store-{store_id}-hv", "storevirt.domain_summary", [f"store-{store_id}-vm"])
+    return {"vm": vm, "image_key": Path(vm["backing"]).parent.name,
+            "step_seconds": dict.fromkeys(["image", "pxe_install_hypervisor",
+                                           "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
+                                           "firstboot", "notify_erp"], 0.0)}

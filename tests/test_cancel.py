@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -52,40 +50,28 @@ def assert_rolled_back(lab: LabInfo, store_id: str) -> None:
 
 
 def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
-        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+        lab: LabInfo, lab_env: dict[str, str], served: str, tmp_path: Path) -> None:
     store_id = "c-cancel"
     inv = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:cc:00")
-    env = {**lab_env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
-    server = subprocess.Popen([str(VENV_BIN / "store-rollout"), "serve", "--limit", "4"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              start_new_session=True)
-    api = lab.prefect_api_url
-    try:
-        def deployment_id() -> str | None:
-            resp = requests.get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)
-            return resp.json()["id"] if resp.status_code == 200 else None
+    api = served
+    def deployment_id() -> str | None:
+        resp = requests.get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)
+        return resp.json()["id"] if resp.status_code == 200 else None
 
-        wait_for(lambda: deployment_id() is not None, 90, "the served deployment")
-        run = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
-            "parameters": {"store_id": store_id, "inventory": str(inv)}}, timeout=10).json()
-        wait_for(lambda: f"store-{store_id}-vm" in domains(lab), 300, "step 5 (domain defined)")
-        requests.post(f"{api}/flow_runs/{run['id']}/set_state", json={
-            "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
+    wait_for(lambda: deployment_id() is not None, 90, "the served deployment")
+    run = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
+        "parameters": {"store_id": store_id, "inventory": str(inv)}}, timeout=10).json()
+    wait_for(lambda: f"store-{store_id}-vm" in domains(lab), 300, "step 5 (domain defined)")
+    requests.post(f"{api}/flow_runs/{run['id']}/set_state", json={
+        "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
 
-        def run_state() -> str:
-            return str(requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state_type"])
+    def run_state() -> str:
+        return str(requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state_type"])
 
-        wait_for(lambda: run_state() == "CANCELLED", 120, "the run to be cancelled")
-        wait_for(lambda: f"store-{store_id}-vm" not in domains(lab), 120, "the rollback")
-        time.sleep(2)
-        assert_rolled_back(lab, store_id)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+    wait_for(lambda: run_state() == "CANCELLED", 120, "the run to be cancelled")
+    wait_for(lambda: f"store-{store_id}-vm" not in domains(lab), 120, "the rollback")
+    time.sleep(2)
+    assert_rolled_back(lab, store_id)
 
     # a cancelled rollout can be retried from scratch ...
     result = finish(start_rollout(lab_env, store_id, inv))

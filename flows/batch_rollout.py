@@ -1,0 +1,115 @@
+"""A batch of stores in waves: canary first, bounded stores in flight, halt on failures.
+
+Wiring only: each store is the `store-rollout` flow (a subflow run per store).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import (
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
+from prefect.concurrency.sync import concurrency
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.store_rollout import DEFAULT_INVENTORY, store_rollout
+from store_rollout import steps
+from store_rollout.inventory import load_inventory
+from store_rollout.waves import plan_waves, should_halt
+
+IN_FLIGHT_LIMIT = "stores-in-flight"
+# threads are cheap waiters; the real bound is the IN_FLIGHT_LIMIT concurrency limit
+STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
+
+
+def set_in_flight_limit(limit: int) -> None:
+    """Fleet-wide bound on stores in flight: a Prefect global concurrency limit."""
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(IN_FLIGHT_LIMIT)
+            client.update_global_concurrency_limit(
+                IN_FLIGHT_LIMIT, GlobalConcurrencyLimitUpdate(limit=limit, active=True))
+        except Exception:  # missing: create it
+            client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name=IN_FLIGHT_LIMIT, limit=limit, active=True))
+
+
+@task(name="rollout_store", task_run_name="store-{store_id}")
+def rollout_store(store_id: str, inventory: str, params: dict[str, float]) -> dict[str, Any]:
+    """One store as a subflow run, holding a fleet-wide in-flight slot; never raises."""
+    reached: dict[str, str] = {}
+
+    def listen(sid: str, step: str, state: str, _s: float) -> None:
+        if sid == store_id:
+            reached["step"] = step
+
+    steps.add_listener(listen)
+    started = time.monotonic()
+    try:
+        with concurrency(IN_FLIGHT_LIMIT, occupy=1, timeout_seconds=None):
+            waited = time.monotonic() - started
+            began = time.time()
+            state = store_rollout(store_id, inventory, return_state=True, **params)
+            ended = time.time()
+    finally:
+        steps.remove_listener(listen)
+    row: dict[str, Any] = {"store_id": store_id, "state": state.name,
+                           "step_reached": reached.get("step", "validation"),
+                           "seconds": round(time.monotonic() - started - waited, 1),
+                           "queued_seconds": round(waited, 1), "error": "",
+                           "began": round(began, 3), "ended": round(ended, 3)}
+    if state.is_completed():
+        row.update(state="Completed", erp_id=state.result()["erp_id"])
+    else:
+        row["error"] = str(state.message or "")[:300]
+    return row
+
+
+@flow(name="batch-rollout", flow_run_name="batch-{wave_size}x-{canary}c",
+      task_runner=STORE_THREADS)
+def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: list[str] | None = None,
+                  canary: int = 1, wave_size: int = 5, max_in_flight: int = 3,
+                  halt_failure_ratio: float = 0.2,
+                  store_params: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Canary wave, then waves of `wave_size`; at most `max_in_flight` stores at once
+    (fleet-wide); the remaining waves are skipped once failed/finished > halt_failure_ratio."""
+    logger = get_run_logger()
+    selected = [s.store_id for s in load_inventory(inventory).select(store_ids)]
+    waves = plan_waves(selected, canary, wave_size)
+    set_in_flight_limit(max_in_flight)
+    progress_id: Any = create_progress_artifact(progress=0.0, key="batch-progress",
+                                                description=f"{len(selected)} stores")
+    rows: dict[str, dict[str, Any]] = {}
+    halted_after: int | None = None
+    for number, wave in enumerate(waves):
+        if halted_after is not None:
+            for sid in wave:
+                rows[sid] = {"store_id": sid, "state": "Skipped", "step_reached": "-",
+                             "seconds": 0, "queued_seconds": 0, "began": None, "ended": None,
+                             "error": f"batch halted after wave {halted_after}"}
+            continue
+        futures = [rollout_store.submit(sid, inventory, store_params or {}) for sid in wave]
+        for future in futures:
+            row = future.result()
+            rows[row["store_id"]] = row
+            update_progress_artifact(artifact_id=progress_id,
+                                     progress=100.0 * len(rows) / len(selected))
+        failed = sum(1 for r in rows.values() if r["state"] != "Completed")
+        logger.info("wave %d done: %d/%d finished, %d failed", number, len(rows), len(selected),
+                    failed)
+        if should_halt(failed, len(rows), halt_failure_ratio):
+            halted_after = number
+            logger.warning("halting: failure ratio %d/%d > %.2f", failed, len(rows),
+                           halt_failure_ratio)
+    update_progress_artifact(artifact_id=progress_id, progress=100.0)
+    table = [rows[sid] for sid in selected]
+    create_table_artifact(key="batch-stores", table=table,
+                          description=f"batch of {len(selected)} stores")
+    return table

@@ -1,0 +1,65 @@
+"""Salt engine: forward the rollout's Salt events to Prefect's events API.
+
+Master config:
+    engines_dirs: [<file_roots>/_engines]
+    engines:
+      - store_prefect_events:
+          api_url: http://prefect:4200/api
+          prefixes: [store/, salt/key, salt/minion/store-]
+
+Each matching event becomes a Prefect event `salt.<tag with / as .>` on the resource
+`salt.minion.<id>`, with `store.id` when the minion id is `store-<id>-hv|vm`, so the Prefect UI's
+event feed shows the rollout's Salt side next to its flow runs.
+"""
+
+import datetime
+import json
+import logging
+import re
+import urllib.request
+import uuid
+
+import salt.utils.event
+
+log = logging.getLogger(__name__)
+STORE_MINION = re.compile(r"^store-(?P<store>[a-z0-9-]+)-(?:hv|vm)$")
+
+
+def _prefect_event(tag, data):
+    minion = data.get("id") or ""
+    match = STORE_MINION.match(minion) or STORE_MINION.match(tag.split("/")[2] if tag.count("/") > 2 else "")
+    resource = {"prefect.resource.id": f"salt.minion.{minion or 'master'}"}
+    if match:
+        resource["store.id"] = match.group("store")
+    payload = data.get("data") if isinstance(data.get("data"), dict) else {}
+    payload = {k: v for k, v in payload.items() if not k.startswith("__") and "token" not in k}
+    for key in ("act", "result", "fun", "retcode"):
+        if key in data:
+            payload[key] = data[key]
+    return {
+        "id": str(uuid.uuid4()),
+        "occurred": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "event": "salt." + tag.replace("/", "."),
+        "resource": resource,
+        "payload": json.loads(json.dumps(payload, default=str)),
+    }
+
+
+def _post(api_url, events):
+    req = urllib.request.Request(api_url.rstrip("/") + "/events", data=json.dumps(events).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=5):
+        pass
+
+
+def start(api_url, prefixes=("store/",)):
+    """Engine entry point: runs in its own master process for the master's lifetime."""
+    with salt.utils.event.get_master_event(__opts__, __opts__["sock_dir"], listen=True) as bus:
+        while True:
+            raw = bus.get_event(full=True, wait=1)
+            if not raw or not any(raw["tag"].startswith(p) for p in prefixes):
+                continue
+            try:
+                _post(api_url, [_prefect_event(raw["tag"], raw.get("data") or {})])
+            except Exception as exc:  # Prefect down: the rollout itself does not depend on this
+                log.warning("store_prefect_events: could not forward %s: %s", raw["tag"], exc)

@@ -1,0 +1,103 @@
+"""Issue 6: a rollout started through Prefect's REST API; two workers on the lab's server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from lab.state import REPO_ROOT, VENV_BIN, LabInfo
+from tests.helpers import check_store, result_from_systems, write_inventory
+
+pytestmark = pytest.mark.lab
+
+
+def wait_state(api: str, run_id: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    state = "?"
+    while time.monotonic() < deadline:
+        state = requests.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state_type"]
+        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return str(state)
+        time.sleep(2)
+    return str(state)
+
+
+def test_rollout_started_through_rest_api(lab: LabInfo, served: str, tmp_path: Path) -> None:
+    """Exactly what docs/api.md shows: create a run from the deployment, poll its state."""
+    api = served
+    inv = write_inventory(tmp_path / "inv.yaml", ["api1"], "52:54:00:a1:00")
+    deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
+                              timeout=10).json()
+    resp = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+        "parameters": {"store_id": "api1", "inventory": str(inv)},
+        "idempotency_key": f"erp-order-api1-{inv.stat().st_mtime_ns}"}, timeout=10)
+    assert resp.status_code == 201
+    run = resp.json()
+    assert wait_state(api, run["id"], 600) == "COMPLETED"
+    result = requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()
+    assert result["name"] == "rollout-api1"
+    bad = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+        "parameters": {"store_id": 42, "no_such_parameter": 1}}, timeout=10)
+    assert bad.status_code in (409, 422)
+
+
+def test_two_workers_on_the_lab_postgres_server_both_take_work(
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**lab_env, "PREFECT_WORKER_QUERY_SECONDS": "2", "STORE_ROLLOUT_HOME": str(REPO_ROOT)}
+    prefect = str(VENV_BIN / "prefect")
+    subprocess.run([prefect, "work-pool", "create", "rollout-pool", "--type", "process"],
+                   env=env, capture_output=True, timeout=60)
+    deploy = subprocess.run([str(VENV_BIN / "python"), "-c", (
+        "from flows.store_rollout import store_rollout\n"
+        f"store_rollout.from_source(source={str(REPO_ROOT)!r}, "
+        "entrypoint='flows/store_rollout.py:store_rollout').deploy("
+        "name='store-rollout-pool', work_pool_name='rollout-pool')")],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert deploy.returncode == 0, deploy.stderr[-2000:]
+    ids = ["w1", "w2", "w3", "w4"]
+    inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:a2:00")
+    logs = [tmp_path / f"worker-{n}.log" for n in (1, 2)]
+    workers = [subprocess.Popen([prefect, "worker", "start", "--pool", "rollout-pool",
+                                 "--name", f"lab-worker-{n}", "--limit", "2"],
+                                env=env, cwd=REPO_ROOT, stdout=open(log, "wb"),  # noqa: SIM115
+                                stderr=subprocess.STDOUT, start_new_session=True)
+               for n, log in zip((1, 2), logs, strict=True)]
+    api = lab.prefect_api_url
+    try:
+        deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout-pool",
+                                  timeout=10).json()
+        runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+            "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
+            for sid in ids]
+        states = [wait_state(api, run["id"], 900) for run in runs]
+        assert states == ["COMPLETED"] * 4
+    finally:
+        for proc in workers:
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in workers:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    taken = {}
+    for n, log in zip((1, 2), logs, strict=True):
+        text = log.read_text(errors="replace")
+        taken[n] = {rid for rid in (r["id"] for r in runs) if rid in text}
+    assert taken[1] and taken[2], f"work per worker: {taken}"
+    assert not (taken[1] & taken[2])
+    for sid, run in zip(ids, runs, strict=True):
+        assert re.fullmatch(r"[0-9a-f-]{36}", run["id"])
+        result = result_from_systems(lab, sid)
+        erp = [line for line in Path(lab.erp_log).read_text().splitlines()
+               if f'"store_id": "{sid}"' in line and '"status": 201' in line]
+        assert len(erp) == 1
+        check_store(lab, sid, {**result, "erp_id": json.loads(erp[0])["erp_id"]})
