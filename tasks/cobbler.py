@@ -17,6 +17,7 @@ from prefect import get_run_logger, task
 from prefect.concurrency.sync import concurrency
 from pydantic import SecretStr
 
+from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
@@ -109,7 +110,8 @@ class CobblerClient:
     # -- boundary ----------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         try:
-            return fn()
+            with external("cobbler"):
+                return fn()
         except xmlrpc.client.Fault as fault:
             text = str(fault.faultString)
             if "login failed" in text:

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.retry import retry_on
@@ -78,8 +79,9 @@ class ErpClient:
         headers = {"Authorization": f"Bearer {self._token.get_secret_value()}",
                    "Idempotency-Key": notice.idempotency_key()}
         try:
-            resp = self.session.post(url, json=notice.payload(), headers=headers,
-                                     timeout=self.timeout)
+            with external("erp"):
+                resp = self.session.post(url, json=notice.payload(), headers=headers,
+                                         timeout=self.timeout)
         except requests.RequestException as exc:
             raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id} failed: "
                                  f"{type(exc).__name__}") from None

@@ -69,6 +69,8 @@ from lxml import etree, isoschematron
 from prefect import get_run_logger, task
 from pydantic import BaseModel, ConfigDict
 
+from store_rollout import instrument
+
 __all__ = [
     "BuildOutput",
     "BuildParamsError",
@@ -1073,6 +1075,7 @@ def ensure_image(
         ref = ImageCache(cache).ensure(
             desc_dir, params, make_builder(builder, cache), log=logger.info
         )
+        instrument.add("kiwi", ref.build_seconds)
     except KiwiTaskError:
         logger.exception("Image %s (builder %s) failed", description, builder)
         raise

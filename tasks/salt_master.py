@@ -22,6 +22,7 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore")  # salt-call noise on py3.11 (
 
 from prefect import get_run_logger, task
 
+from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.retry import retry_on
@@ -137,7 +138,9 @@ class SaltMasterClient:
         """Next event on an open bus that `match`es; `seen` gets every event on the way."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            raw = bus.get_event(wait=min(1.0, max(0.05, deadline - time.monotonic())), full=True)
+            with external("hardware_wait"):
+                raw = bus.get_event(wait=min(1.0, max(0.05, deadline - time.monotonic())),
+                                    full=True)
             if not raw:
                 continue
             event = SaltEvent(raw["tag"], raw.get("data") or {})
@@ -158,11 +161,12 @@ class SaltMasterClient:
     def _wheel(self, fun: str, **kwarg: Any) -> Any:
         import salt.wheel
 
-        wheel = salt.wheel.WheelClient(self.opts)
-        try:
-            return wheel.cmd(fun, kwarg=kwarg or None, print_event=False)
-        finally:
-            wheel.destroy()
+        with external("salt"):
+            wheel = salt.wheel.WheelClient(self.opts)
+            try:
+                return wheel.cmd(fun, kwarg=kwarg or None, print_event=False)
+            finally:
+                wheel.destroy()
 
     def key_state(self, minion_id: str) -> str | None:
         """'accepted', 'pending', 'rejected', 'denied' or None."""
@@ -260,7 +264,8 @@ class SaltMasterClient:
         """Run `fun` on one minion; returns its `ret`. Raises on no answer or retcode != 0."""
         import salt.client
 
-        with salt.client.LocalClient(mopts=self.opts) as local:
+        system = "libvirt" if fun.startswith(("virt.", "storevirt.")) else "salt"
+        with external(system), salt.client.LocalClient(mopts=self.opts) as local:
             result = local.cmd(minion_id, fun, list(arg), timeout=timeout, kwarg=kwarg,
                                full_return=True)
         if minion_id not in result:

@@ -72,15 +72,19 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                              kwarg={"size_mib": store.vm.disk_gib * 1024})
         master.cmd(hv, "virt.init", [name, store.vm.vcpus, store.vm.memory_mib],
                    kwarg=init_kwargs(store, settings, overlay["path"]), timeout=180)
-        token = master.token_for(vm_minion) or ""
-        master.cmd(hv, "storevirt.seed_identity",
-                   [name, {"minion_id": vm_minion, "store_id": store.store_id,
-                           "autosign_token": token}])
         summary = master.cmd(hv, "storevirt.domain_summary", [name])
         logger.info("store %s: domain %s defined on overlay %s", store.store_id, name,
                     overlay["path"])
     else:
         logger.info("store %s: domain %s exists; reusing it", store.store_id, name)
+    if summary["identity"].get("minion_id") != vm_minion:
+        # a fresh domain, or one whose creation was interrupted before its identity was seeded
+        if summary["active"]:
+            master.cmd(hv, "virt.stop", [name])
+        master.cmd(hv, "storevirt.seed_identity",
+                   [name, {"minion_id": vm_minion, "store_id": store.store_id,
+                           "autosign_token": master.token_for(vm_minion) or ""}])
+        summary = master.cmd(hv, "storevirt.domain_summary", [name])
     started = time.monotonic()
     for attempt in Retrying(stop=stop_after_delay(start_timeout),
                             wait=wait_exponential(multiplier=0.5, max=10),
