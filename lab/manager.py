@@ -206,9 +206,13 @@ class Lab:
 
     def _stop_simulated_minions(self) -> None:
         base = self.paths.simulator / "minions"
-        for pfile in base.glob("*/process.json") if base.exists() else []:
-            stop(ProcessRecord.from_json(json.loads(pfile.read_text())), grace=1.0)
-            pfile.unlink()
+        for pfile in list(base.glob("*/process.json")) if base.exists() else []:
+            try:
+                record = ProcessRecord.from_json(json.loads(pfile.read_text()))
+            except (FileNotFoundError, ValueError):
+                continue  # the simulator replaced it meanwhile
+            stop(record, grace=1.0)
+            pfile.unlink(missing_ok=True)
 
     def stop_service(self, name: str) -> None:
         """Stop one service (fault tests); the next `up` starts it again on the same port."""
@@ -232,7 +236,10 @@ class Lab:
         base = self.paths.simulator / "minions"
         rows = []
         for pfile in sorted(base.glob("*/process.json")) if base.exists() else []:
-            rec = ProcessRecord.from_json(json.loads(pfile.read_text()))
+            try:
+                rec = ProcessRecord.from_json(json.loads(pfile.read_text()))
+            except (FileNotFoundError, ValueError):
+                continue
             rows.append({"service": f"minion {pfile.parent.name}", "address": "-",
                          "pid": rec.pid, "alive": rec.alive(),
                          "rss_bytes": tree_rss(rec) if rec.alive() else 0})

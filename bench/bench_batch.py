@@ -1,0 +1,50 @@
+"""Wall time of batches of 1, 10 and 25 stores (bounded in flight) and the ratio to one store.
+Also the acceptance check that the lab holds the batch with no lost or stuck run.
+Prints one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from common import cleanup, emit, fresh_inventory, lab_info, machine, prefect_on_lab
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="batches of 1 and 2")
+    parser.add_argument("--sizes", default="1,10,25")
+    parser.add_argument("--max-in-flight", type=int, default=5)
+    args = parser.parse_args()
+    sizes = [1, 2] if args.quick else [int(s) for s in args.sizes.split(",")]
+    info = lab_info()
+    results = {}
+    with prefect_on_lab(info):
+        from flows.batch_rollout import batch_rollout
+
+        for size in sizes:
+            inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", f"bb{size}-", size)
+            try:
+                started = time.perf_counter()
+                state = batch_rollout(str(inv), ids, canary=0, wave_size=size,
+                                      max_in_flight=args.max_in_flight, halt_failure_ratio=1.0,
+                                      return_state=True)
+                wall = time.perf_counter() - started
+                rows = state.result() if state.is_completed() else []
+            finally:
+                cleanup(info, ids)
+            results[size] = {"wall_seconds": wall,
+                             "completed": sum(r["state"] == "Completed" for r in rows),
+                             "failed_or_missing": size - sum(r["state"] == "Completed" for r in rows)}
+    single = results[sizes[0]]["wall_seconds"]
+    emit({"benchmark": "batch", "max_in_flight": args.max_in_flight,
+          "batches": {str(k): v for k, v in results.items()},
+          "ratio_to_single": {str(k): v["wall_seconds"] / single for k, v in results.items()},
+          "per_store_seconds": {str(k): v["wall_seconds"] / k for k, v in results.items()},
+          "machine": machine(), "quick": args.quick})
+
+
+if __name__ == "__main__":
+    main()

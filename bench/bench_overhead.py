@@ -1,0 +1,52 @@
+"""Per store: end-to-end wall time minus the time inside Salt, Cobbler, libvirt, ERP and KIWI
+calls and waiting for hardware events = what the pipeline itself adds. Prints one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from common import cleanup, emit, fresh_inventory, lab_info, machine, median, prefect_on_lab
+
+from store_rollout.instrument import SYSTEMS, measuring
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="one store")
+    parser.add_argument("--stores", type=int, default=3, help="stores, rolled out one by one")
+    args = parser.parse_args()
+    count = 1 if args.quick else args.stores
+    info = lab_info()
+    inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "bo", count)
+    rows = []
+    try:
+        with prefect_on_lab(info):
+            from flows.store_rollout import store_rollout
+
+            for sid in ids:
+                with measuring() as spent:
+                    started = time.perf_counter()
+                    state = store_rollout(sid, str(inv), return_state=True)
+                    wall = time.perf_counter() - started
+                external = sum(spent.values())
+                rows.append({"store": sid, "completed": state.is_completed(), "wall": wall,
+                             "external": external, "overhead": wall - external,
+                             **{f"in_{k}": spent.get(k, 0.0) for k in SYSTEMS}})
+    finally:
+        cleanup(info, ids)
+    emit({
+        "benchmark": "overhead", "stores": count, "completed": sum(r["completed"] for r in rows),
+        "wall_seconds_median": median([r["wall"] for r in rows]),
+        "external_seconds_median": median([r["external"] for r in rows]),
+        "overhead_seconds_median": median([r["overhead"] for r in rows]),
+        "overhead_ratio_median": median([r["overhead"] / r["wall"] for r in rows]),
+        "external_by_system_median": {k: median([r[f"in_{k}"] for r in rows]) for k in SYSTEMS},
+        "machine": machine(), "quick": args.quick,
+    })
+
+
+if __name__ == "__main__":
+    main()

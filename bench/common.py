@@ -1,0 +1,92 @@
+"""Shared plumbing for the benchmarks: the lab's settings, fresh stores, cleanup, stats."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from lab.state import LabInfo, load_lab_info  # noqa: E402
+
+
+def lab_info() -> LabInfo:
+    return load_lab_info()
+
+
+@contextmanager
+def prefect_on_lab(info: LabInfo) -> Iterator[None]:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    os.environ.setdefault("STORE_ROLLOUT_LAB_DIR", info.state_dir)
+    with temporary_settings(updates={PREFECT_API_URL: info.prefect_api_url}):
+        yield
+
+
+def fresh_inventory(path: Path, prefix: str, count: int) -> tuple[Path, list[str]]:
+    """Stores no earlier run has used (ids and MACs from the clock), so each is a full rollout."""
+    stamp = int(time.time() * 10) % 0xFFFF
+    ids = [f"{prefix}{stamp:04x}-{i}" for i in range(count)]
+    stores = [{"store_id": sid,
+               "hypervisor": {"hostname": f"hv-{sid}.bench.invalid",
+                              "mac": f"5a:54:{stamp >> 8:02x}:{stamp & 0xFF:02x}:00:{i:02x}"},
+               "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 2, "network": "none"},
+               "erp": {"site_code": f"B-{i}"}} for i, sid in enumerate(ids)]
+    path.write_text(yaml.safe_dump({"stores": stores}))
+    return path, ids
+
+
+def cleanup(info: LabInfo, store_ids: list[str]) -> None:
+    """Remove what the benchmark created: VM, keys, Cobbler record (powers the 'hardware' off)."""
+    from tasks.cobbler import CobblerClient, CobblerError
+    from tasks.salt_master import SaltError, SaltMasterClient
+
+    master = SaltMasterClient(info.salt_master_config)
+    cobbler = CobblerClient(url=info.cobbler_url, user=info.cobbler_user,
+                            password=info.cobbler_password)
+    for sid in store_ids:
+        hv, vm = f"store-{sid}-hv", f"store-{sid}-vm"
+        with suppress(SaltError):
+            master.cmd(hv, "storevirt.remove_vm", [vm], timeout=30)
+        for minion in (vm, hv):
+            master.delete_key(minion)
+            master.revoke_token(minion)
+        try:
+            if cobbler.get_system(hv) is not None:
+                cobbler.power(hv, "off")
+                cobbler.remove_system(hv)
+        except CobblerError:
+            pass
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * pct / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "kernel": platform.release(), "kvm": os.path.exists("/dev/kvm")}
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result, default=lambda v: round(v, 4) if isinstance(v, float) else str(v)))
