@@ -1,5 +1,6 @@
 # store-rollout: `make demo` and `make test` do everything on a fresh Debian 12 machine.
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 VENV ?= $(CURDIR)/.venv
 COBBLER_VENV ?= $(CURDIR)/.venv-cobbler
 PY := $(VENV)/bin/python
@@ -52,7 +53,8 @@ test-slow: setup
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up
-	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
+	mkdir -p bench/results
+	for b in bench/bench_*.py; do $(PY) $$b | tee bench/results/$$(basename $$b .py).json || exit 1; done
 
 lab-up: setup
 	$(VENV)/bin/store-rollout lab up

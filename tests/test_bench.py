@@ -1,0 +1,41 @@
+"""Every benchmark runs once in --quick mode, so none can rot. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lab.state import REPO_ROOT, VENV_BIN
+
+BENCHES = {
+    "bench_disk.py": ["copy_over_overlay_ratio", "overlay_seconds_median", "copy_seconds_median"],
+    "bench_cache.py": ["first_kiwi_seconds", "second_kiwi_seconds", "second_hit"],
+    "bench_event_reaction.py": ["event_p50_seconds", "event_p99_seconds", "poll_p50_seconds"],
+    "bench_overhead.py": ["wall_seconds_median", "external_seconds_median",
+                          "overhead_seconds_median", "overhead_ratio_median"],
+    "bench_resume.py": ["seconds_until_step6", "rerun_seconds"],
+    "bench_batch.py": ["batches", "ratio_to_single"],
+}
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("script", sorted(BENCHES))
+def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -> None:
+    proc = subprocess.run([str(VENV_BIN / "python"), str(REPO_ROOT / "bench" / script), "--quick"],
+                          env=lab_env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in BENCHES[script]:
+        assert key in result, f"{script} lost {key}"
+    assert result["quick"] is True and "machine" in result
+    if script == "bench_cache.py":
+        assert result["second_hit"] is True and result["second_kiwi_seconds"] == 0
+    if script in ("bench_overhead.py",):
+        assert result["completed"] == result["stores"]
+    if script == "bench_batch.py":
+        assert all(b["completed"] == int(k) for k, b in result["batches"].items())
+    if script == "bench_resume.py":
+        assert result["first_run"] == "Failed" and result["rerun"] == "Completed"
