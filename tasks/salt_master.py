@@ -111,6 +111,8 @@ class SaltMasterClient:
     def __init__(self, master_config: str | Path) -> None:
         self.master_config = str(master_config)
         self._opts: dict[str, Any] | None = None
+        self._wheel_client: Any = None
+        self._local_client: Any = None
 
     @property
     def opts(self) -> dict[str, Any]:
@@ -162,11 +164,9 @@ class SaltMasterClient:
         import salt.wheel
 
         with external("salt"):
-            wheel = salt.wheel.WheelClient(self.opts)
-            try:
-                return wheel.cmd(fun, kwarg=kwarg or None, print_event=False)
-            finally:
-                wheel.destroy()
+            if self._wheel_client is None:  # loading the wheel modules costs ~0.2 s: once
+                self._wheel_client = salt.wheel.WheelClient(self.opts)
+            return self._wheel_client.cmd(fun, kwarg=kwarg or None, print_event=False)
 
     def key_state(self, minion_id: str) -> str | None:
         """'accepted', 'pending', 'rejected', 'denied' or None."""
@@ -265,9 +265,11 @@ class SaltMasterClient:
         import salt.client
 
         system = "libvirt" if fun.startswith(("virt.", "storevirt.")) else "salt"
-        with external(system), salt.client.LocalClient(mopts=self.opts) as local:
-            result = local.cmd(minion_id, fun, list(arg), timeout=timeout, kwarg=kwarg,
-                               full_return=True)
+        with external(system):
+            if self._local_client is None:
+                self._local_client = salt.client.LocalClient(mopts=self.opts)
+            result = self._local_client.cmd(minion_id, fun, list(arg), timeout=timeout,
+                                            kwarg=kwarg, full_return=True)
         if minion_id not in result:
             raise SaltMinionNoResponse(minion_id, fun, timeout)
         ret = result[minion_id]
@@ -275,6 +277,12 @@ class SaltMasterClient:
         if retcode != 0:
             raise SaltCommandFailed(minion_id, fun, retcode, summarize_failure(ret.get("ret")))
         return ret.get("ret")
+
+    def close(self) -> None:
+        for client in (self._wheel_client, self._local_client):
+            if client is not None:
+                client.destroy()
+        self._wheel_client = self._local_client = None
 
     def ping(self, minion_id: str, timeout: float = 5) -> bool:
         try:
