@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from lab.jsonhttp import JsonHandler
+
 
 class ErpState:
     def __init__(self, log_path: Path, token_file: Path) -> None:
@@ -65,23 +67,7 @@ class ErpState:
 
 
 def make_handler(state: ErpState) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            return
-
-        def _reply(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _body(self) -> bytes:
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             if self.path == "/_lab/health":
                 self._reply(200, "ok")

@@ -36,6 +36,7 @@ import requests
 import yaml
 
 from lab.autoyast import parse_autoyast
+from lab.jsonhttp import JsonHandler
 from lab.procs import ProcessRecord, spawn, stop
 from lab.state import VENV_BIN, LabInfo, LabPaths
 
@@ -403,24 +404,7 @@ class Simulator:
 
 
 def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            log.debug(format, *args)
-
-        def _reply(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _json(self) -> dict[str, Any]:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            return json.loads(raw) if raw else {}
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             if self.path == "/health":
                 self._reply(200, "ok")
