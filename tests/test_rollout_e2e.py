@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from lab.state import VENV_BIN, LabInfo
@@ -23,6 +26,11 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     first = finish(start_rollout(lab_env, "e2e1", inventory))
     assert first["state"] == "Completed"
     check_store(lab, "e2e1", first)
+    check_salt_events_in_prefect(lab, "e2e1")
+    status = subprocess.run([str(VENV_BIN / "store-rollout"), "status", "--json"], env=lab_env,
+                            capture_output=True, text=True, timeout=120)
+    assert {"name": "rollout-e2e1", "state": "Completed"}.items() <= next(
+        r for r in json.loads(status.stdout) if r["name"] == "rollout-e2e1").items()
 
     procs = [start_rollout(lab_env, sid, inventory) for sid in ("e2e2", "e2e3")]
     results = [finish(p) for p in procs]
@@ -33,6 +41,20 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     again = finish(start_rollout(lab_env, "e2e1", inventory))
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     check_store(lab, "e2e1", again)
+
+
+def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:
+    """The Salt engine forwarded the store's rollout events into Prefect's event feed."""
+    wanted = {"salt.store.hypervisor.ready", "salt.store.vm.firstboot.done"}
+    deadline = time.monotonic() + 30
+    seen: set[str] = set()
+    while time.monotonic() < deadline and not wanted <= seen:
+        events = requests.post(f"{lab.prefect_api_url}/events/filter", json={
+            "filter": {"event": {"prefix": ["salt.store."]}}, "limit": 200}, timeout=10).json()
+        seen = {e["event"] for e in events["events"]
+                if e["resource"].get("store.id") == store_id}
+        time.sleep(1)
+    assert wanted <= seen, seen
 
 
 def system_snapshot(lab: LabInfo) -> dict[str, Any]:

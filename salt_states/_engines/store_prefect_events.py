@@ -7,7 +7,8 @@ Master config:
           api_url: http://prefect:4200/api
           prefixes: [store/, salt/key, salt/minion/store-]
 
-Each matching event becomes a Prefect event `salt.<tag with / as .>` on the resource
+Each matching event becomes a Prefect event named after its tag (`store/vm/firstboot/done` ->
+`salt.store.vm.firstboot.done`, `salt/key` -> `salt.key`) on the resource
 `salt.minion.<id>`, with `store.id` when the minion id is `store-<id>-hv|vm`, so the Prefect UI's
 event feed shows the rollout's Salt side next to its flow runs.
 """
@@ -39,7 +40,7 @@ def _prefect_event(tag, data):
     return {
         "id": str(uuid.uuid4()),
         "occurred": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "event": "salt." + tag.replace("/", "."),
+        "event": tag.replace("/", ".") if tag.startswith("salt/") else "salt." + tag.replace("/", "."),
         "resource": resource,
         "payload": json.loads(json.dumps(payload, default=str)),
     }
