@@ -50,9 +50,10 @@ def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:
     seen: set[str] = set()
     while time.monotonic() < deadline and not wanted <= seen:
         events = requests.post(f"{lab.prefect_api_url}/events/filter", json={
-            "filter": {"event": {"prefix": ["salt.store."]}}, "limit": 200}, timeout=10).json()
-        seen = {e["event"] for e in events["events"]
-                if e["resource"].get("store.id") == store_id}
+            "filter": {"event": {"prefix": ["salt.store."]},
+                       "resource": {"labels": {"store.id": [store_id]}}},
+            "limit": 50}, timeout=10).json()
+        seen = {e["event"] for e in events["events"]}
         time.sleep(1)
     assert wanted <= seen, seen
 
