@@ -363,6 +363,13 @@ def test_store_identity_script_reads_oem_strings(tmp_path: Path) -> None:
     assert (salt / "minion_id").read_text() == "store-042-srv1\n"
     ident = salt / "minion.d/15-identity.conf"
     assert yaml.safe_load(ident.read_text()) == {"grains": {"store_rollout_token": "tok-3f2c1c8e"}}
+    # with the store id seeded too, it becomes a grain (store_vm's config uses it)
+    (fake / "dmidecode").write_text((fake / "dmidecode").read_text().replace(
+        "\tString 3:", "\tString 4: store_rollout.store_id=0042\n\tString 3:"))
+    subprocess.run([str(OVERLAY / "usr/local/sbin/store-identity")], check=True, env=env,
+                   capture_output=True)  # fmt: skip
+    assert yaml.safe_load(ident.read_text()) == {
+        "grains": {"store_rollout_token": "tok-3f2c1c8e", "store_id": "0042"}}
     assert ident.stat().st_mode & 0o777 == 0o640
 
 
