@@ -78,7 +78,10 @@ DEFAULT_INVENTORY = Path("examples/inventory.yaml")
 
 
 def _prepare_env() -> None:
-    """Point Prefect at the lab's server when a lab is running and nothing else is set."""
+    """Point Prefect at the lab's server when a lab is running and nothing else is set.
+
+    Must run before anything imports prefect: its settings are read from the environment then.
+    """
     import os
 
     from store_rollout.settings import _lab_dir
@@ -177,8 +180,8 @@ def rollout(store_id: str, inventory: Inventory = DEFAULT_INVENTORY,
                 help="silence (s) after which a hung VM is reset")] = 300,
             ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
-    _validate([store_id], inventory)
     _prepare_env()
+    _validate([store_id], inventory)
     result = _run_stores([store_id], inventory, live=not as_json,
                          hypervisor_timeout=hypervisor_timeout,
                          firstboot_timeout=firstboot_timeout,
@@ -199,9 +202,9 @@ def demo(inventory: Inventory = DEFAULT_INVENTORY) -> None:
     from store_rollout.inventory import load_inventory
     from store_rollout.steps import STEPS
 
+    _prepare_env()
     _validate([], inventory)
     store_ids = [s.store_id for s in load_inventory(inventory).stores]
-    _prepare_env()
     results = _run_stores(store_ids, inventory, live=True)
     table = Table(title="demo summary (seconds per step)")
     for col in ["store", "state", *[s.replace("_", " ") for s in STEPS], "total", "ERP id"]:
@@ -239,8 +242,8 @@ def batch(inventory: Inventory = DEFAULT_INVENTORY,
     from store_rollout.inventory import load_inventory
     from store_rollout.steps import STEPS, add_listener, remove_listener
 
-    _validate(list(store or []), inventory)
     _prepare_env()
+    _validate(list(store or []), inventory)
     from flows.batch_rollout import batch_rollout
 
     ids = [s.store_id for s in load_inventory(inventory).select(list(store or []) or None)]
@@ -305,6 +308,7 @@ def status(limit: Annotated[int, typer.Option(help="how many runs")] = 20,
 @app.command("rollback")
 def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
     """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
+    _prepare_env()
     from store_rollout.inventory import InventoryError, load_inventory
 
     try:
@@ -312,7 +316,6 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
     except InventoryError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    _prepare_env()
     from flows.store_rollback import store_rollback
 
     state = store_rollback(store_id, str(inventory.resolve()), return_state=True)

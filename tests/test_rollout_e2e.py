@@ -27,7 +27,9 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert first["state"] == "Completed"
     check_store(lab, "e2e1", first)
     check_salt_events_in_prefect(lab, "e2e1")
-    status = subprocess.run([str(VENV_BIN / "store-rollout"), "status", "--json"], env=lab_env,
+    # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
+    bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
+    status = subprocess.run([str(VENV_BIN / "store-rollout"), "status", "--json"], env=bare_env,
                             capture_output=True, text=True, timeout=120)
     assert {"name": "rollout-e2e1", "state": "Completed"}.items() <= next(
         r for r in json.loads(status.stdout) if r["name"] == "rollout-e2e1").items()
