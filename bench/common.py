@@ -20,6 +20,9 @@ sys.path.insert(0, str(REPO))
 
 from lab.state import LabInfo, load_lab_info  # noqa: E402
 
+# Salt's LocalClient prints notices to stdout; a benchmark's stdout is its JSON object only
+sys.stdout = sys.stderr
+
 
 def lab_info() -> LabInfo:
     return load_lab_info()
@@ -89,4 +92,6 @@ def machine() -> dict[str, Any]:
 
 
 def emit(result: dict[str, Any]) -> None:
-    print(json.dumps(result, default=lambda v: round(v, 4) if isinstance(v, float) else str(v)))
+    """The one JSON object, on the real stdout (everything else was sent to stderr)."""
+    print(json.dumps(result, default=lambda v: round(v, 4) if isinstance(v, float) else str(v)),
+          file=sys.__stdout__, flush=True)
