@@ -228,11 +228,11 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
 
     Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already up.
     """
-    from tasks.salt_master import AUTOSIGN_GRAIN, SaltMasterClient, hypervisor_ready
+    from tasks.salt_master import AUTOSIGN_GRAIN, hypervisor_ready, master_client
 
     logger = get_run_logger()
     settings = load_settings()
-    master = SaltMasterClient(settings.salt_master_config)
+    master = master_client(settings.salt_master_config)
     client = client_from_settings(settings)
     minion = store.hypervisor_minion_id
     system = store.cobbler_system

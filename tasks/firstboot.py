@@ -23,6 +23,7 @@ from tasks.salt_master import (
     SaltMasterClient,
     SaltTransientError,
     failed_states,
+    master_client,
 )
 
 STAGE_PREFIX = "store/vm/firstboot/"
@@ -64,7 +65,7 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
     """
     logger = get_run_logger()
     settings = load_settings()
-    master = SaltMasterClient(settings.salt_master_config)
+    master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
     started = time.monotonic()
     stages: dict[str, float] = {}

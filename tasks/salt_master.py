@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -166,7 +167,11 @@ class SaltMasterClient:
         with external("salt"):
             if self._wheel_client is None:  # loading the wheel modules costs ~0.2 s: once
                 self._wheel_client = salt.wheel.WheelClient(self.opts)
-            return self._wheel_client.cmd(fun, kwarg=kwarg or None, print_event=False)
+            try:
+                return self._wheel_client.cmd(fun, kwarg=kwarg or None, print_event=False)
+            except Exception:
+                self.close()
+                raise
 
     def key_state(self, minion_id: str) -> str | None:
         """'accepted', 'pending', 'rejected', 'denied' or None."""
@@ -271,6 +276,7 @@ class SaltMasterClient:
             result = self._local_client.cmd(minion_id, fun, list(arg), timeout=timeout,
                                             kwarg=kwarg, full_return=True)
         if minion_id not in result:
+            self.close()  # a silent target may mean a stale connection (master restart): renew
             raise SaltMinionNoResponse(minion_id, fun, timeout)
         ret = result[minion_id]
         retcode = int(ret.get("retcode", 0) or 0)
@@ -289,6 +295,19 @@ class SaltMasterClient:
             return bool(self.cmd(minion_id, "test.ping", timeout=timeout))
         except SaltError:
             return False
+
+
+_per_thread = threading.local()
+
+
+def master_client(master_config: str | Path) -> SaltMasterClient:
+    """The calling thread's client for this master: a rollout's steps run in one thread and
+    share it, so Salt's clients are built once per rollout, not once per step."""
+    clients: dict[str, SaltMasterClient] = _per_thread.__dict__.setdefault("clients", {})
+    key = str(master_config)
+    if key not in clients:
+        clients[key] = SaltMasterClient(key)
+    return clients[key]
 
 
 def failed_states(ret: Any) -> list[dict[str, str]]:
@@ -344,7 +363,7 @@ def wait_for_hypervisor(store: Store, timeout: float = 900) -> dict[str, Any]:
     """
     logger = get_run_logger()
     settings = load_settings()
-    master = SaltMasterClient(settings.salt_master_config)
+    master = master_client(settings.salt_master_config)
     minion = store.hypervisor_minion_id
     last: dict[str, SaltEvent] = {}
 
@@ -395,7 +414,7 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     autosign token. A VM already running with an accepted key keeps it (rerun)."""
     logger = get_run_logger()
     settings = load_settings()
-    master = SaltMasterClient(settings.salt_master_config)
+    master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
     # a key is stale only when its VM is going to be created anew; an existing domain (rerun,
     # or a VM that is merely down right now) keeps the key it was accepted with
@@ -415,7 +434,7 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
 def remove_vm_key(store: Store) -> dict[str, Any]:
     """Rollback: delete the VM's key (exact id) and revoke its autosign token."""
     settings = load_settings()
-    master = SaltMasterClient(settings.salt_master_config)
+    master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
     result = {"minion": minion, "key_deleted": master.delete_key(minion),
               "token_revoked": master.revoke_token(minion)}

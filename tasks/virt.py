@@ -16,7 +16,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
-from tasks.salt_master import SaltCommandFailed, SaltMasterClient, SaltTransientError
+from tasks.salt_master import SaltCommandFailed, SaltTransientError, master_client
 
 
 class VmError(Exception):
@@ -59,7 +59,7 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
     domain on the same base image is reused, not recreated."""
     logger = get_run_logger()
     settings = load_settings()
-    master = SaltMasterClient(settings.salt_master_config)
+    master = master_client(settings.salt_master_config)
     hv, name, vm_minion = store.hypervisor_minion_id, store.vm_name, store.vm_minion_id
     summary = master.cmd(hv, "storevirt.domain_summary", [name])
     reused = summary is not None
@@ -115,7 +115,7 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
 def remove_vm(store: Store) -> dict[str, Any]:
     """Rollback: destroy and undefine the store VM and delete its overlay disk."""
     settings = load_settings()
-    master = SaltMasterClient(settings.salt_master_config)
+    master = master_client(settings.salt_master_config)
     removed = master.cmd(store.hypervisor_minion_id, "storevirt.remove_vm", [store.vm_name])
     get_run_logger().info("store %s: VM %s removed: %s", store.store_id, store.vm_name, removed)
     return dict(removed)
