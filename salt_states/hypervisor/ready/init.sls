@@ -13,6 +13,6 @@ hypervisor-ready-init-event-send:
     - name: {{ hv.ready.tag }}
     - data:
         store_id: {{ salt['grains.get']('store_id', '') | json }}
-        minion: {{ grains['id'] | json }}
+        minion: {{ opts['id'] | json }}
     - require:
       - grains: hypervisor-ready-init-grains-present

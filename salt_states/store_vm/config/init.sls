@@ -9,5 +9,5 @@ store-vm-config-init-file-managed:
     - contents: |
         # File managed by Salt (store_vm) - changes will be overwritten
         store_id: {{ salt['grains.get']('store_id', '') | json }}
-        minion_id: {{ grains['id'] | json }}
+        minion_id: {{ opts['id'] | json }}
         services: {{ vm.services | json }}
