@@ -8,7 +8,6 @@ bind mounts or a tmpfs that exist only inside the namespace.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -107,16 +106,3 @@ def _connects(libvirt_uri: str) -> bool:
 
 def wait_ready(libvirt_dir: Path, timeout: float = 30) -> None:
     wait_until(lambda: _connects(uri(libvirt_dir)), timeout, "libvirtd", interval=0.2)
-
-
-def kvm_usable() -> bool:
-    """KVM only when /dev/kvm opens; even then guests that must boot use TCG (notes §6)."""
-    try:
-        with open("/dev/kvm", "rb"):
-            return True
-    except OSError:
-        return False
-
-
-def qemu_binary_present() -> bool:
-    return subprocess.run(["which", "qemu-system-x86_64"], capture_output=True).returncode == 0

@@ -84,33 +84,35 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 
 def stop(record: ProcessRecord, grace: float = 3.0) -> None:
     """SIGTERM the process group the record leads, wait `grace` seconds, then SIGKILL it."""
-    if not record.alive():
-        _kill_group_leftovers(record.pid)
-        return
-    pgid = record.pid  # every lab daemon leads its own session, so its PID is the group id
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not record.alive() and not _group_members(pgid):
-            return
-        time.sleep(0.1)
-    _kill_group_leftovers(pgid)
+    stop_many([record], grace)
 
 
 def stop_many(records: Sequence[ProcessRecord], grace: float = 3.0) -> None:
-    """Like stop() for many process groups at once: one grace period for all of them."""
+    """stop() for many process groups at once: one grace period for all of them.
+
+    Every lab daemon leads its own session, so its PID is its process group id.
+    """
     alive = [r for r in records if r.alive()]
     for record in alive:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(r.alive() for r in alive):
+    groups = {r.pid for r in alive}
+    while time.monotonic() < deadline and groups & _live_groups():
         time.sleep(0.1)
     for record in records:
         _kill_group_leftovers(record.pid)
+
+
+def _live_groups() -> set[int]:
+    """Process group ids of every (non-zombie) process, in one pass over /proc."""
+    groups = set()
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            groups.add(os.getpgid(proc.pid))
+    return groups
 
 
 def _kill_group_leftovers(pgid: int) -> None:
@@ -139,12 +141,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:

@@ -9,7 +9,7 @@ import csv
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -247,6 +247,3 @@ def load_inventory(path: str | Path) -> Inventory:
     except yaml.YAMLError as exc:
         raise InventoryError(f"{p}: not valid YAML ({exc})") from None
     return parse_inventory(raw, str(p))
-
-
-BuilderName = Literal["lab", "kiwi"]
