@@ -44,8 +44,9 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
     with tags(f"store-{store_id}", "store-rollout"):
         image = clock.run("image", ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
-        clock.run("pxe_install_hypervisor", pxe_install_hypervisor, store)
-        clock.run("wait_for_hypervisor", wait_for_hypervisor, store, timeout=hypervisor_timeout)
+        install = clock.run("pxe_install_hypervisor", pxe_install_hypervisor, store)
+        clock.run("wait_for_hypervisor", wait_for_hypervisor, store, timeout=hypervisor_timeout,
+                  install=install)
         clock.run("prepare_vm_keys", prepare_vm_keys, store)
         vm = clock.run("create_vm", create_vm, store, image)
         clock.run("firstboot", firstboot, store, timeout=firstboot_timeout,
@@ -54,6 +55,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
     result = {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
+        "hypervisor_reinstalled": not install["skipped"],
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],
         "step_seconds": clock.seconds,
     }

@@ -62,7 +62,8 @@ def markdown_report(store_id: str, result: dict[str, Any]) -> str:
     vm = result.get("vm", {})
     return (
         f"# Store {store_id} rollout\n\n"
-        f"- hypervisor: `{result.get('hypervisor')}`\n"
+        f"- hypervisor: `{result.get('hypervisor')}` (PXE-installed by this run: "
+        f"{result.get('hypervisor_reinstalled')})\n"
         f"- VM: `{vm.get('domain')}` (uuid `{vm.get('uuid')}`), minion `{result.get('vm_minion')}`\n"
         f"- VM disk: `{vm.get('disk')}` on base `{vm.get('backing')}`\n"
         f"- image: `{result.get('image_key', '')[:16]}` (cache hit: {result.get('image_cache_hit')})\n"

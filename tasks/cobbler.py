@@ -226,7 +226,8 @@ def client_from_settings(settings: RolloutSettings) -> CobblerClient:
 def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync, power cycle.
 
-    Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already up.
+    Returns: {"system", "created", "skipped", "ready"}; skipped (and ready) when the hypervisor
+    is already installed and ready, which step 3 takes as its answer.
     """
     from tasks.salt_master import AUTOSIGN_GRAIN, hypervisor_ready, master_client
 
@@ -240,7 +241,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     if master.key_state(minion) == "accepted" and hypervisor_ready(master, minion):
         logger.info("store %s: hypervisor %s already installed and ready; no PXE",
                     store.store_id, minion)
-        return {"system": system, "created": False, "skipped": True}
+        return {"system": system, "created": False, "skipped": True, "ready": True}
     profile = store.hypervisor.cobbler_profile
     if not client.profile_exists(profile):
         raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
@@ -268,7 +269,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
         client.sync()
     client.power(system, "reboot")
     logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)
-    return {"system": system, "created": created, "skipped": False}
+    return {"system": system, "created": created, "skipped": False, "ready": False}
 
 
 

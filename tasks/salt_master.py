@@ -355,11 +355,14 @@ def _describe(event: SaltEvent | None) -> str:
 
 @task(name="wait_for_hypervisor", task_run_name="wait-hypervisor-{store.store_id}",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
-def wait_for_hypervisor(store: Store, timeout: float = 900) -> dict[str, Any]:
+def wait_for_hypervisor(store: Store, timeout: float = 900,
+                        install: dict[str, Any] | None = None) -> dict[str, Any]:
     """Step 3: wait for the hypervisor's ready event (last state of its highstate).
 
     Subscribes first, then checks the current state, so an event fired before subscribing is
-    not missed. The hypervisor's one-time autosign token is revoked once its key is accepted.
+    not missed. `install` is step 2's result: when step 2 found the hypervisor ready a moment
+    ago (a rerun), that answer stands and no second probe is made. The hypervisor's one-time
+    autosign token is revoked once it is ready.
     """
     logger = get_run_logger()
     settings = load_settings()
@@ -373,7 +376,7 @@ def wait_for_hypervisor(store: Store, timeout: float = 900) -> dict[str, Any]:
 
     started = time.monotonic()
     deadline = started + timeout
-    ready = False
+    ready = bool(install and install.get("ready"))
     while not ready:
         # the event is the fast path; the ready grain, checked after (re)subscribing and every
         # few seconds, covers events fired before we listened or lost in a master restart

@@ -86,6 +86,9 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                            "autosign_token": master.token_for(vm_minion) or ""}])
         summary = master.cmd(hv, "storevirt.domain_summary", [name])
     started = time.monotonic()
+    if summary["active"]:  # a rerun: already running, nothing to start
+        logger.info("store %s: domain %s already running", store.store_id, name)
+        return vm_result(summary, hv, reused)
     for attempt in Retrying(stop=stop_after_delay(start_timeout),
                             wait=wait_exponential(multiplier=0.5, max=10),
                             retry=retry_if_exception_type((VmNotRunning, SaltTransientError)),
@@ -105,8 +108,12 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                 raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is {state!r}")
     logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, name,
                 time.monotonic() - started)
-    return {"domain": name, "hypervisor": hv, "reused": reused, "uuid": summary["uuid"],
-            "disk": summary["disk"], "backing": summary["backing"],
+    return vm_result(summary, hv, reused)
+
+
+def vm_result(summary: dict[str, Any], hypervisor: str, reused: bool) -> dict[str, Any]:
+    return {"domain": summary["name"], "hypervisor": hypervisor, "reused": reused,
+            "uuid": summary["uuid"], "disk": summary["disk"], "backing": summary["backing"],
             "graphics": summary["graphics"]}
 
 

@@ -42,6 +42,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     # a rerun of a finished store changes nothing: no second record, VM, key or ERP notice
     again = finish(start_rollout(lab_env, "e2e1", inventory))
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
+    assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
 
 
