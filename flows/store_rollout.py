@@ -34,7 +34,8 @@ def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
 @flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel])
 def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_timeout: float = 1800, firstboot_timeout: float = 1800,
-                  vm_stall_timeout: float = 300) -> dict[str, Any]:
+                  vm_stall_timeout: float = 300,
+                  hypervisor_stall_timeout: float = 300) -> dict[str, Any]:
     """Roll out one store, from hardware on site to a running store server known to the ERP."""
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
@@ -45,8 +46,9 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         image = clock.run("image", ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
         install = clock.run("pxe_install_hypervisor", pxe_install_hypervisor, store)
-        clock.run("wait_for_hypervisor", wait_for_hypervisor, store, timeout=hypervisor_timeout,
-                  install=install)
+        hv_wait = clock.run("wait_for_hypervisor", wait_for_hypervisor, store,
+                            timeout=hypervisor_timeout, install=install,
+                            stall_timeout=hypervisor_stall_timeout)
         clock.run("prepare_vm_keys", prepare_vm_keys, store)
         vm = clock.run("create_vm", create_vm, store, image)
         clock.run("firstboot", firstboot, store, timeout=firstboot_timeout,
@@ -56,6 +58,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
         "hypervisor_reinstalled": not install["skipped"],
+        "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],
         "step_seconds": clock.seconds,
     }

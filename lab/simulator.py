@@ -10,7 +10,8 @@
   seeded in the domain's SMBIOS OEM strings; stopping the domain stops that minion.
 - Reboot: the `provisioning.reboot` Salt module asks for a reboot here; the simulator restarts
   that minion process (never the host).
-- Fault knobs per step (`pxe`, `vm_boot`, `reboot`): delay, fail the next N times, never.
+- Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`): delay, fail
+  the next N times, never.
 
 Run: python -m lab.simulator --state-dir <lab>
 """
@@ -43,7 +44,7 @@ from lab.state import VENV_BIN, LabInfo, LabPaths
 log = logging.getLogger("lab.simulator")
 
 OEM_PREFIX = "store_rollout."
-STEPS = ("pxe", "vm_boot", "reboot", "vm_start")
+STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start")
 
 
 class FaultKnobs:
@@ -273,9 +274,13 @@ class Simulator:
                     if p.startswith("/etc/salt/minion.d/")}
         (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
         (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
-        self.minions.install(minion_id, minion_d, {"virt": {
-            "connection": {"uri": self.info.libvirt_uri},
-            "images": self.info.vm_images_dir}})
+        extra: dict[str, Any] = {"virt": {"connection": {"uri": self.info.libvirt_uri},
+                                          "images": self.info.vm_images_dir}}
+        if self.faults.take("startup_highstate")[1]:
+            # the installed host comes up without its first highstate (lost or crashed run)
+            log.warning("fault knob: %s starts without its startup highstate", system_name)
+            extra["startup_states"] = ""
+        self.minions.install(minion_id, minion_d, extra)
         # end of install (AutoYaST post step): tell Cobbler, so netboot turns off
         if rendered.nopxe_url:
             requests.get(self._fix_cobbler_url(rendered.nopxe_url), timeout=30).raise_for_status()

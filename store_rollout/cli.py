@@ -178,6 +178,9 @@ def rollout(store_id: str, inventory: Inventory = DEFAULT_INVENTORY,
             firstboot_timeout: Annotated[float, typer.Option(help="seconds for step 6")] = 1800,
             vm_stall_timeout: Annotated[float, typer.Option(
                 help="silence (s) after which a hung VM is reset")] = 300,
+            hypervisor_stall_timeout: Annotated[float, typer.Option(
+                help="seconds a hypervisor may answer without getting ready before its "
+                     "highstate is applied again")] = 300,
             ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
     _prepare_env()
@@ -185,7 +188,8 @@ def rollout(store_id: str, inventory: Inventory = DEFAULT_INVENTORY,
     result = _run_stores([store_id], inventory, live=not as_json,
                          hypervisor_timeout=hypervisor_timeout,
                          firstboot_timeout=firstboot_timeout,
-                         vm_stall_timeout=vm_stall_timeout)[0]
+                         vm_stall_timeout=vm_stall_timeout,
+                         hypervisor_stall_timeout=hypervisor_stall_timeout)[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
     else:

@@ -284,6 +284,18 @@ class SaltMasterClient:
             raise SaltCommandFailed(minion_id, fun, retcode, summarize_failure(ret.get("ret")))
         return ret.get("ret")
 
+    def cmd_async(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = ()) -> str:
+        """Publish `fun` to one minion without waiting for it; returns the job id."""
+        import salt.client
+
+        with external("salt"):
+            if self._local_client is None:
+                self._local_client = salt.client.LocalClient(mopts=self.opts)
+            jid = self._local_client.cmd_async(minion_id, fun, list(arg))
+        if not jid:
+            raise SaltMinionNoResponse(minion_id, fun, 0)
+        return str(jid)
+
     def close(self) -> None:
         for client in (self._wheel_client, self._local_client):
             if client is not None:
@@ -338,12 +350,27 @@ HYPERVISOR_READY_TAG = "store/hypervisor/ready"
 HYPERVISOR_READY_GRAIN = "store_rollout_hypervisor_ready"
 
 
-def hypervisor_ready(master: SaltMasterClient, minion_id: str) -> bool:
-    """Current state, not events: the minion answers and its highstate set the ready grain."""
+def hypervisor_state(master: SaltMasterClient, minion_id: str) -> str:
+    """Current state, not events: 'ready' (its highstate set the ready grain), 'answering'
+    (up, not ready yet) or 'silent' (not installed, booting, or its key not accepted)."""
     try:
-        return bool(master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN], timeout=5))
+        ready = master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN], timeout=5)
     except SaltError:
-        return False
+        return "silent"
+    return "ready" if ready else "answering"
+
+
+def hypervisor_ready(master: SaltMasterClient, minion_id: str) -> bool:
+    return hypervisor_state(master, minion_id) == "ready"
+
+
+def reapply_highstate(master: SaltMasterClient, minion_id: str) -> str | None:
+    """Start the highstate of a hypervisor that is up but never got ready (its startup run was
+    lost); None when a state run is still going, so two never overlap. Returns the job id."""
+    running = master.cmd(minion_id, "saltutil.running", timeout=10) or []
+    if any(str(job.get("fun", "")).startswith("state.") for job in running):
+        return None
+    return master.cmd_async(minion_id, "state.highstate")
 
 
 def _describe(event: SaltEvent | None) -> str:
@@ -356,13 +383,16 @@ def _describe(event: SaltEvent | None) -> str:
 @task(name="wait_for_hypervisor", task_run_name="wait-hypervisor-{store.store_id}",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
 def wait_for_hypervisor(store: Store, timeout: float = 900,
-                        install: dict[str, Any] | None = None) -> dict[str, Any]:
+                        install: dict[str, Any] | None = None,
+                        stall_timeout: float = 300) -> dict[str, Any]:
     """Step 3: wait for the hypervisor's ready event (last state of its highstate).
 
     Subscribes first, then checks the current state, so an event fired before subscribing is
     not missed. `install` is step 2's result: when step 2 found the hypervisor ready a moment
-    ago (a rerun), that answer stands and no second probe is made. The hypervisor's one-time
-    autosign token is revoked once it is ready.
+    ago (a rerun), that answer stands and no second probe is made. A hypervisor that has
+    answered for `stall_timeout` seconds without getting ready and runs no state has its
+    highstate applied again, once per attempt. The hypervisor's one-time autosign token is
+    revoked once it is ready.
     """
     logger = get_run_logger()
     settings = load_settings()
@@ -377,12 +407,29 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
     started = time.monotonic()
     deadline = started + timeout
     ready = bool(install and install.get("ready"))
+    answering_since: float | None = None
+    reapplied: str | None = None
+
+    def check() -> bool:
+        nonlocal answering_since, reapplied
+        state = hypervisor_state(master, minion)
+        now = time.monotonic()
+        answering_since = None if state == "silent" else answering_since or now
+        if (state == "answering" and reapplied is None and answering_since is not None
+                and now - answering_since >= stall_timeout):
+            reapplied = reapply_highstate(master, minion)
+            if reapplied:
+                logger.warning("store %s: hypervisor %s up for %.0fs but not ready and running "
+                               "no state; highstate applied again (job %s)", store.store_id,
+                               minion, now - answering_since, reapplied)
+        return state == "ready"
+
     while not ready:
         # the event is the fast path; the ready grain, checked after (re)subscribing and every
         # few seconds, covers events fired before we listened or lost in a master restart
         try:
             with master.subscribe("") as bus:
-                ready = hypervisor_ready(master, minion)
+                ready = check()
                 while not ready and time.monotonic() < deadline:
                     try:
                         master.wait_for_event(
@@ -391,7 +438,7 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
                             what=HYPERVISOR_READY_TAG, seen=seen)
                         ready = True
                     except SaltEventTimeout:
-                        ready = hypervisor_ready(master, minion)
+                        ready = check()
         except SaltEventTimeout:
             raise
         except Exception as exc:  # the master's bus went away (restart): subscribe again
@@ -407,7 +454,8 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
     revoked = master.revoke_token(minion)
     logger.info("store %s: hypervisor %s ready after %.1fs (token revoked: %s)",
                 store.store_id, minion, time.monotonic() - started, revoked)
-    return {"minion": minion, "waited_seconds": round(time.monotonic() - started, 3)}
+    return {"minion": minion, "waited_seconds": round(time.monotonic() - started, 3),
+            "highstate_reapplied": reapplied}
 
 
 @task(name="prepare_vm_keys", task_run_name="prepare-vm-keys-{store.store_id}",

@@ -128,6 +128,15 @@ def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: An
     check_store(lab, "f-late", result)
 
 
+def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inprocess: Any,
+                                                            faults: Any, tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-nohs"], "52:54:00:f9:00")
+    faults("startup_highstate", {"fail": 1})  # the host boots but its first highstate never runs
+    result = completed(inprocess("f-nohs", inv, hypervisor_stall_timeout=5, hypervisor_timeout=60))
+    assert result["hypervisor_highstate_reapplied"], result
+    check_store(lab, "f-nohs", result)
+
+
 def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
                                   tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-start"], "52:54:00:f4:00")
