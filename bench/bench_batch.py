@@ -9,7 +9,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import requests
 from common import cleanup, emit, fresh_inventory, lab_info, machine, prefect_on_lab
+
+
+def runs_not_finished(api_url: str, store_ids: list[str]) -> int:
+    """Store flow runs Prefect still sees as scheduled, pending or running (stuck or lost)."""
+    runs = requests.post(f"{api_url}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": [f"rollout-{sid}" for sid in store_ids]}},
+        "limit": 200}, timeout=30).json()
+    return sum(run["state_type"] not in ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+               for run in runs)
 
 
 def main() -> None:
@@ -30,6 +40,7 @@ def main() -> None:
                 started = time.perf_counter()
                 state = batch_rollout(str(inv), ids, canary=0, wave_size=size,
                                       max_in_flight=args.max_in_flight, halt_failure_ratio=1.0,
+                                      store_params={"hypervisor_stall_timeout": 120},
                                       return_state=True)
                 wall = time.perf_counter() - started
                 rows = state.result() if state.is_completed() else []
@@ -37,7 +48,8 @@ def main() -> None:
                 cleanup(info, ids)
             results[size] = {"wall_seconds": wall,
                              "completed": sum(r["state"] == "Completed" for r in rows),
-                             "failed_or_missing": size - sum(r["state"] == "Completed" for r in rows)}
+                             "failed_or_missing": size - sum(r["state"] == "Completed" for r in rows),
+                             "runs_not_finished": runs_not_finished(info.prefect_api_url, ids)}
     single = results[sizes[0]]["wall_seconds"]
     emit({"benchmark": "batch", "max_in_flight": args.max_in_flight,
           "batches": {str(k): v for k, v in results.items()},
