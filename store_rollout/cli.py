@@ -84,9 +84,9 @@ def _prepare_env() -> None:
     """
     import os
 
-    from store_rollout.settings import _lab_dir
+    from store_rollout.settings import active_lab_dir
 
-    lab_dir = _lab_dir()
+    lab_dir = active_lab_dir()
     if lab_dir is not None and "PREFECT_API_URL" not in os.environ:
         info = json.loads((lab_dir / "lab.json").read_text())
         os.environ["PREFECT_API_URL"] = info["prefect_api_url"]

@@ -75,7 +75,8 @@ def _lab_values(lab_dir: Path) -> dict[str, Any]:
     }
 
 
-def _lab_dir() -> Path | None:
+def active_lab_dir() -> Path | None:
+    """The lab the settings come from: STORE_ROLLOUT_LAB_DIR, else a running ./.lab, else None."""
     env = os.environ.get("STORE_ROLLOUT_LAB_DIR")
     if env:
         return Path(env)
@@ -94,7 +95,7 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     env = dict(os.environ if environ is None else environ)
     values: dict[str, Any] = {}
     lab_dir = Path(env["STORE_ROLLOUT_LAB_DIR"]) if env.get("STORE_ROLLOUT_LAB_DIR") else (
-        _lab_dir() if environ is None else None)
+        active_lab_dir() if environ is None else None)
     if lab_dir is not None:
         if not (lab_dir / "lab.json").exists():
             raise SettingsError(f"STORE_ROLLOUT_LAB_DIR={lab_dir} has no lab.json: "
