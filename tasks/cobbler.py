@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from prefect import get_run_logger, task
 from prefect.concurrency.sync import concurrency
 from pydantic import SecretStr
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
@@ -47,6 +48,10 @@ class CobblerNotFound(CobblerError):
 
 class CobblerRejected(CobblerError):
     """Cobbler rejected a value (bad MAC, unknown profile, duplicate MAC/IP...)."""
+
+
+class _SyncRunning(CobblerError):
+    """A background sync has not finished yet."""
 
 
 class _TimeoutTransport(xmlrpc.client.Transport):
@@ -184,8 +189,27 @@ class CobblerClient:
             raise CobblerRejected(f"Cobbler refused system field {key!r}")
 
     def sync(self) -> None:
+        """Full sync. It deletes and rewrites every PXE config, so a machine PXE-booting
+        meanwhile finds none: a rollout syncs only its own system (`sync_system`)."""
         tok = self.token()
         self._call("sync", lambda: self._proxy.sync(tok))
+
+    def sync_system(self, name: str, timeout: float = 120) -> None:
+        """Sync this system's PXE (and DHCP/DNS when Cobbler manages them) and wait for it."""
+        tok = self.token()
+        task_id = self._call(f"sync {name}", lambda: self._proxy.background_syncsystems(
+            {"systems": [name]}, tok))
+        for attempt in Retrying(stop=stop_after_delay(timeout),
+                                wait=wait_exponential(multiplier=0.1, max=2),
+                                retry=retry_if_exception_type(_SyncRunning), reraise=True):
+            with attempt:
+                state = self._call(f"sync {name} status",
+                                   lambda: self._proxy.get_task_status(task_id))[2]
+                if state in ("notification", "running"):  # queued, then running
+                    raise _SyncRunning(f"Cobbler sync of {name} still running after {timeout:.0f}s")
+                if state != "complete":
+                    raise CobblerError(f"Cobbler sync of {name} ended {state!r}; see Cobbler's "
+                                       f"log for task {task_id}")
 
     def power(self, name: str, action: str) -> Any:
         if action not in ("on", "off", "reboot", "status"):
@@ -224,7 +248,8 @@ def client_from_settings(settings: RolloutSettings) -> CobblerClient:
 @task(name="pxe_install_hypervisor", task_run_name="pxe-install-{store.store_id}",
       retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
 def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
-    """Step 2: Cobbler system record (upsert), netboot on, serialised sync, power cycle.
+    """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
+    full sync would wipe the PXE configs of hypervisors booting right now), power cycle.
 
     Returns: {"system", "created", "skipped", "ready"}; skipped (and ready) when the hypervisor
     is already installed and ready, which step 3 takes as its answer.
@@ -266,7 +291,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")
     with concurrency(COBBLER_SYNC_LIMIT, occupy=1):
-        client.sync()
+        client.sync_system(system)
     client.power(system, "reboot")
     logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)
     return {"system": system, "created": created, "skipped": False, "ready": False}

@@ -297,3 +297,29 @@ def test_nopxe_disables_netboot(cobbler_lab: Lab, system: str) -> None:
     assert nopxe_url
     assert _get(nopxe_url) == (200, "True")
     assert proxy.get_system(system)["netboot_enabled"] is False
+
+
+def test_sync_system_leaves_other_pxe_configs_alone(cobbler_lab: Lab, system: str) -> None:
+    """The rollout's sync: this system's PXE config is rewritten, another system's file is never
+    deleted (a full sync would, under a hypervisor PXE-booting at that moment)."""
+    from tasks.cobbler import CobblerClient
+
+    pxelinux = cobbler_lab.cfg.upper("srv") / "tftpboot" / "pxelinux.cfg"
+    other_mac = "52:54:00:42:00:43"
+    _create_system(cobbler_lab, "store-0043-hv", other_mac, "192.0.2.143", netboot_enabled=True,
+                   power_address="bmc-store0043")
+    ours = pxelinux / ("01-" + MAC.replace(":", "-"))
+    other = pxelinux / ("01-" + other_mac.replace(":", "-"))
+    def identity(path: Path) -> tuple[int, int]:
+        return path.stat().st_ino, path.stat().st_mtime_ns
+
+    ours_before, other_before = identity(ours), identity(other)
+    client = CobblerClient(url=cobbler_lab.cfg.xmlrpc_url, user=cobbler_lab.cfg.user,
+                           password=cobbler_lab.cfg.password)
+    client.sync_system(system)
+    assert identity(ours) != ours_before  # written anew
+    assert f"LABEL {system}" in ours.read_text()
+    assert identity(other) == other_before
+    client.sync()  # the full sync, for contrast: every PXE config is deleted and written anew
+    assert identity(other) != other_before
+    client.remove_system("store-0043-hv")
