@@ -40,7 +40,7 @@ def main() -> None:
                 started = time.perf_counter()
                 state = batch_rollout(str(inv), ids, canary=0, wave_size=size,
                                       max_in_flight=args.max_in_flight, halt_failure_ratio=1.0,
-                                      store_params={"hypervisor_stall_timeout": 120},
+                                      store_params={"hypervisor_timeout": 600, "hypervisor_stall_timeout": 120},
                                       return_state=True)
                 wall = time.perf_counter() - started
                 rows = state.result() if state.is_completed() else []
