@@ -12,7 +12,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps
 
-.PHONY: setup demo test test-slow lint bench lab-up lab-down lab-status clean
+.PHONY: setup demo test test-slow test-scale lint bench lab-up lab-down lab-status clean
 
 setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER)
 
@@ -50,6 +50,9 @@ test: setup
 
 test-slow: setup
 	$(VENV)/bin/pytest -q -m kiwi_build
+
+test-scale: setup
+	$(VENV)/bin/pytest -q -m scale
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up

@@ -12,6 +12,9 @@ from pathlib import Path
 import requests
 from common import cleanup, emit, fresh_inventory, lab_info, machine, prefect_on_lab
 
+# lab-sized: a hypervisor the lab lost fails the store after 10 min instead of an hour
+STORE_PARAMS = {"hypervisor_timeout": 600.0, "hypervisor_stall_timeout": 120.0}
+
 
 def runs_not_finished(api_url: str, store_ids: list[str]) -> int:
     """Store flow runs Prefect still sees as scheduled, pending or running (stuck or lost)."""
@@ -40,7 +43,7 @@ def main() -> None:
                 started = time.perf_counter()
                 state = batch_rollout(str(inv), ids, canary=0, wave_size=size,
                                       max_in_flight=args.max_in_flight, halt_failure_ratio=1.0,
-                                      store_params={"hypervisor_timeout": 600, "hypervisor_stall_timeout": 120},
+                                      store_params=STORE_PARAMS,
                                       return_state=True)
                 wall = time.perf_counter() - started
                 rows = state.result() if state.is_completed() else []

@@ -16,7 +16,8 @@ BENCHES = {
     "bench_event_reaction.py": ["event_p50_seconds", "event_p99_seconds", "poll_p50_seconds"],
     "bench_overhead.py": ["wall_seconds_median", "external_seconds_median",
                           "overhead_seconds_median", "overhead_ratio_median"],
-    "bench_resume.py": ["seconds_until_step6", "rerun_seconds"],
+    "bench_resume.py": ["seconds_until_step6_median", "seconds_until_step6",
+                        "seconds_until_step1_median"],
     "bench_batch.py": ["batches", "ratio_to_single"],
 }
 
@@ -38,4 +39,5 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
     if script == "bench_batch.py":
         assert all(b["completed"] == int(k) for k, b in result["batches"].items())
     if script == "bench_resume.py":
-        assert result["first_run"] == "Failed" and result["rerun"] == "Completed"
+        assert result["first_run"] == "Failed" and result["final_rerun"] == "Completed"
+        assert result["reruns"] == len(result["seconds_until_step6"]) == 2
