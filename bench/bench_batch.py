@@ -18,11 +18,12 @@ STORE_PARAMS = {"hypervisor_timeout": 600.0, "hypervisor_stall_timeout": 120.0}
 
 def runs_not_finished(api_url: str, store_ids: list[str]) -> int:
     """Store flow runs Prefect still sees as scheduled, pending or running (stuck or lost)."""
+    from prefect.client.schemas.objects import TERMINAL_STATES, StateType
+
     runs = requests.post(f"{api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{sid}" for sid in store_ids]}},
         "limit": 200}, timeout=30).json()
-    return sum(run["state_type"] not in ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
-               for run in runs)
+    return sum(StateType(run["state_type"]) not in TERMINAL_STATES for run in runs)
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
         install = clock.run("pxe_install_hypervisor", pxe_install_hypervisor, store)
         hv_wait = clock.run("wait_for_hypervisor", wait_for_hypervisor, store,
-                            timeout=hypervisor_timeout, install=install,
+                            timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)
         clock.run("prepare_vm_keys", prepare_vm_keys, store)
         vm = clock.run("create_vm", create_vm, store, image)

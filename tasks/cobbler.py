@@ -251,8 +251,8 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), power cycle.
 
-    Returns: {"system", "created", "skipped", "ready"}; skipped (and ready) when the hypervisor
-    is already installed and ready, which step 3 takes as its answer.
+    Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already installed
+    and ready, which step 3 takes as its answer.
     """
     from tasks.salt_master import AUTOSIGN_GRAIN, hypervisor_ready, master_client
 
@@ -266,7 +266,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     if master.key_state(minion) == "accepted" and hypervisor_ready(master, minion):
         logger.info("store %s: hypervisor %s already installed and ready; no PXE",
                     store.store_id, minion)
-        return {"system": system, "created": False, "skipped": True, "ready": True}
+        return {"system": system, "created": False, "skipped": True}
     profile = store.hypervisor.cobbler_profile
     if not client.profile_exists(profile):
         raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
@@ -294,7 +294,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
         client.sync_system(system)
     client.power(system, "reboot")
     logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)
-    return {"system": system, "created": created, "skipped": False, "ready": False}
+    return {"system": system, "created": created, "skipped": False}
 
 
 

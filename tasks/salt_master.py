@@ -267,14 +267,10 @@ class SaltMasterClient:
     def cmd(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = (),
             kwarg: dict[str, Any] | None = None, timeout: float = 60) -> Any:
         """Run `fun` on one minion; returns its `ret`. Raises on no answer or retcode != 0."""
-        import salt.client
-
         system = "libvirt" if fun.startswith(("virt.", "storevirt.")) else "salt"
         with external(system):
-            if self._local_client is None:
-                self._local_client = salt.client.LocalClient(mopts=self.opts)
-            result = self._local_client.cmd(minion_id, fun, list(arg), timeout=timeout,
-                                            kwarg=kwarg, full_return=True)
+            result = self._local().cmd(minion_id, fun, list(arg), timeout=timeout,
+                                       kwarg=kwarg, full_return=True)
         if minion_id not in result:
             self.close()  # a silent target may mean a stale connection (master restart): renew
             raise SaltMinionNoResponse(minion_id, fun, timeout)
@@ -286,15 +282,19 @@ class SaltMasterClient:
 
     def cmd_async(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = ()) -> str:
         """Publish `fun` to one minion without waiting for it; returns the job id."""
-        import salt.client
-
         with external("salt"):
-            if self._local_client is None:
-                self._local_client = salt.client.LocalClient(mopts=self.opts)
-            jid = self._local_client.cmd_async(minion_id, fun, list(arg))
+            jid = self._local().cmd_async(minion_id, fun, list(arg))
         if not jid:
             raise SaltMinionNoResponse(minion_id, fun, 0)
         return str(jid)
+
+    def _local(self) -> Any:
+        """Salt's LocalClient, built on first use and kept (it holds the master connection)."""
+        import salt.client
+
+        if self._local_client is None:
+            self._local_client = salt.client.LocalClient(mopts=self.opts)
+        return self._local_client
 
     def close(self) -> None:
         for client in (self._wheel_client, self._local_client):
@@ -383,13 +383,13 @@ def _describe(event: SaltEvent | None) -> str:
 @task(name="wait_for_hypervisor", task_run_name="wait-hypervisor-{store.store_id}",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
 def wait_for_hypervisor(store: Store, timeout: float = 900,
-                        install: dict[str, Any] | None = None,
+                        already_ready: bool = False,
                         stall_timeout: float = 300) -> dict[str, Any]:
     """Step 3: wait for the hypervisor's ready event (last state of its highstate).
 
     Subscribes first, then checks the current state, so an event fired before subscribing is
-    not missed. `install` is step 2's result: when step 2 found the hypervisor ready a moment
-    ago (a rerun), that answer stands and no second probe is made. A hypervisor that has
+    not missed. `already_ready`: step 2 found the hypervisor ready a moment ago (a rerun) and
+    skipped the install; that answer stands and no second probe is made. A hypervisor that has
     answered for `stall_timeout` seconds without getting ready and runs no state has its
     highstate applied again, once per attempt. The hypervisor's one-time autosign token is
     revoked once it is ready.
@@ -406,7 +406,7 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
 
     started = time.monotonic()
     deadline = started + timeout
-    ready = bool(install and install.get("ready"))
+    ready = already_ready
     answering_since: float | None = None
     reapplied: str | None = None
 
@@ -415,13 +415,13 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
         state = hypervisor_state(master, minion)
         now = time.monotonic()
         answering_since = None if state == "silent" else answering_since or now
-        if (state == "answering" and reapplied is None and answering_since is not None
-                and now - answering_since >= stall_timeout):
+        up_for = now - (answering_since or now)
+        if state == "answering" and reapplied is None and up_for >= stall_timeout:
             reapplied = reapply_highstate(master, minion)
             if reapplied:
                 logger.warning("store %s: hypervisor %s up for %.0fs but not ready and running "
                                "no state; highstate applied again (job %s)", store.store_id,
-                               minion, now - answering_since, reapplied)
+                               minion, up_for, reapplied)
         return state == "ready"
 
     while not ready:

@@ -85,10 +85,10 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                    [name, {"minion_id": vm_minion, "store_id": store.store_id,
                            "autosign_token": master.token_for(vm_minion) or ""}])
         summary = master.cmd(hv, "storevirt.domain_summary", [name])
-    started = time.monotonic()
     if summary["active"]:  # a rerun: already running, nothing to start
         logger.info("store %s: domain %s already running", store.store_id, name)
         return vm_result(summary, hv, reused)
+    started = time.monotonic()
     for attempt in Retrying(stop=stop_after_delay(start_timeout),
                             wait=wait_exponential(multiplier=0.5, max=10),
                             retry=retry_if_exception_type((VmNotRunning, SaltTransientError)),
