@@ -75,11 +75,14 @@ def _lab_values(lab_dir: Path) -> dict[str, Any]:
     }
 
 
-def active_lab_dir() -> Path | None:
-    """The lab the settings come from: STORE_ROLLOUT_LAB_DIR, else a running ./.lab, else None."""
-    env = os.environ.get("STORE_ROLLOUT_LAB_DIR")
-    if env:
-        return Path(env)
+def active_lab_dir(environ: dict[str, str] | None = None) -> Path | None:
+    """The lab the settings come from: STORE_ROLLOUT_LAB_DIR, else a running ./.lab, else None.
+    An explicit `environ` (tests, remote settings) never falls back to ./.lab."""
+    explicit = (os.environ if environ is None else environ).get("STORE_ROLLOUT_LAB_DIR")
+    if explicit:
+        return Path(explicit)
+    if environ is not None:
+        return None
     default = REPO_ROOT / ".lab"
     return default if (default / "lab.json").exists() else None
 
@@ -94,8 +97,7 @@ def _secret_from_block(block_name: str) -> str:
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     env = dict(os.environ if environ is None else environ)
     values: dict[str, Any] = {}
-    lab_dir = Path(env["STORE_ROLLOUT_LAB_DIR"]) if env.get("STORE_ROLLOUT_LAB_DIR") else (
-        active_lab_dir() if environ is None else None)
+    lab_dir = active_lab_dir(environ)
     if lab_dir is not None:
         if not (lab_dir / "lab.json").exists():
             raise SettingsError(f"STORE_ROLLOUT_LAB_DIR={lab_dir} has no lab.json: "
