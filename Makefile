@@ -10,9 +10,9 @@ STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
 
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
-	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps
+	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium
 
-.PHONY: setup demo test test-slow test-scale lint bench lab-up lab-down lab-status clean
+.PHONY: setup demo test test-slow test-scale lint bench ui-screenshots lab-up lab-down lab-status clean
 
 setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER)
 
@@ -58,6 +58,11 @@ bench: setup
 	$(VENV)/bin/store-rollout lab up
 	mkdir -p bench/results
 	for b in bench/bench_*.py; do $(PY) $$b | tee bench/results/$$(basename $$b .py).json || exit 1; done
+
+# docs/ui/*.png: the pages the browser test visits, taken from a lab run (docs/ui.md shows them)
+ui-screenshots: setup
+	rm -f docs/ui/*.png
+	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/test_ui.py
 
 lab-up: setup
 	$(VENV)/bin/store-rollout lab up

@@ -74,14 +74,28 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, float]) -> di
 
 @flow(name="batch-rollout", flow_run_name="batch-{wave_size}x-{canary}c",
       task_runner=STORE_THREADS)
-def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: list[str] | None = None,
+def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...] = (),
                   canary: int = 1, wave_size: int = 5, max_in_flight: int = 3,
                   halt_failure_ratio: float = 0.2,
-                  store_params: dict[str, float] | None = None) -> list[dict[str, Any]]:
+                  # never mutated; a dict default (not None) is a plain JSON field in the UI form
+                  store_params: dict[str, float] = {}) -> list[dict[str, Any]]:  # noqa: B006
     """Canary wave, then waves of `wave_size`; at most `max_in_flight` stores at once
-    (fleet-wide); the remaining waves are skipped once failed/finished > halt_failure_ratio."""
+    (fleet-wide); the remaining waves are skipped once failed/finished > halt_failure_ratio.
+
+    Args:
+        inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
+            the store-rollout checkout the worker runs in.
+        store_ids: Only these stores of the inventory, in this order (empty: every store).
+        canary: Stores in the first wave, which runs alone before any other store starts.
+        wave_size: Stores per wave after the canary wave.
+        max_in_flight: Stores rolled out at once, fleet-wide (a Prefect global concurrency limit).
+        halt_failure_ratio: Skip the remaining waves once failed/finished stores exceed this
+            ratio (0.2: more than one store in five failed).
+        store_params: Step timeouts passed to every store's rollout, e.g.
+            {"hypervisor_timeout": 3600}.
+    """
     logger = get_run_logger()
-    selected = [s.store_id for s in load_inventory(inventory).select(store_ids)]
+    selected = [s.store_id for s in load_inventory(inventory).select(list(store_ids))]
     waves = plan_waves(selected, canary, wave_size)
     set_in_flight_limit(max_in_flight)
     progress_id: Any = create_progress_artifact(progress=0.0, key="batch-progress",
@@ -95,7 +109,7 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: list[str] | Non
                              "seconds": 0, "queued_seconds": 0, "began": None, "ended": None,
                              "error": f"batch halted after wave {halted_after}"}
             continue
-        futures = [rollout_store.submit(sid, inventory, store_params or {}) for sid in wave]
+        futures = [rollout_store.submit(sid, inventory, store_params) for sid in wave]
         for future in futures:
             row = future.result()
             rows[row["store_id"]] = row

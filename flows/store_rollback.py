@@ -17,7 +17,13 @@ DEFAULT_INVENTORY = "examples/inventory.yaml"
 
 @flow(name="store-rollback", flow_run_name="rollback-{store_id}")
 def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
-    """Reverse order of the rollout; every step is idempotent."""
+    """Reverse order of the rollout; every step is idempotent.
+
+    Args:
+        store_id: The store to roll back, as written in the inventory (e.g. 0001).
+        inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
+            the store-rollout checkout the worker runs in.
+    """
     store = load_inventory(inventory).get(store_id)
     with tags(f"store-{store_id}", "store-rollback"):
         vm = remove_vm(store)

@@ -36,7 +36,21 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_timeout: float = 1800, firstboot_timeout: float = 1800,
                   vm_stall_timeout: float = 300,
                   hypervisor_stall_timeout: float = 300) -> dict[str, Any]:
-    """Roll out one store, from hardware on site to a running store server known to the ERP."""
+    """Roll out one store, from hardware on site to a running store server known to the ERP.
+
+    Args:
+        store_id: The store to roll out, as written in the inventory (e.g. 0001). A store that is
+            not in the inventory fails the run at once, before anything is touched.
+        inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
+            the store-rollout checkout the worker runs in.
+        hypervisor_timeout: Seconds step 3 waits for the hypervisor's ready event after the PXE
+            install (power on, install, first highstate).
+        firstboot_timeout: Seconds step 6 waits for the store VM's firstboot (two reboots and a
+            highstate) to finish.
+        vm_stall_timeout: Seconds without a sign of life from the store VM after which it is reset.
+        hypervisor_stall_timeout: Seconds a hypervisor may answer without getting ready before its
+            highstate is applied again.
+    """
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()

@@ -34,7 +34,7 @@ from lab.state import (
 
 # stop order: dependants first
 SERVICE_ORDER = ["postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
-                 "cobbler-http", "erp-receiver", "simulator"]
+                 "cobbler-http", "erp-receiver", "simulator", "prefect-worker"]
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Lab:
         p = self.ports
         return LabInfo(
             state_dir=str(self.paths.root),
-            prefect_api_url=f"http://127.0.0.1:{p.prefect}/api",
+            prefect_api_url=prefect_server.api_url(p.prefect),
             prefect_ui_url=f"http://127.0.0.1:{p.prefect}",
             postgres_url=postgres.url(p.postgres, "***"),
             salt_master_config=str(self.paths.master_config),
@@ -166,6 +166,11 @@ class Lab:
         salt_master.wait_ready(self.paths.master_config)
         prefect_server.wait_ready(p.prefect)
         self._prefect_setup(info)
+        worker_env = prefect_server.client_env(p.prefect, self.paths.root / "prefect-worker-home",
+                                               self.paths.root)
+        ensure("prefect-worker", f"work pool {prefect_server.work_pool()}",
+               lambda: prefect_server.start_worker(worker_env, logs / "prefect-worker.log"),
+               lambda: prefect_server.wait_worker_online(p.prefect))
         dead = [name for name, svc in services.items() if not svc.record.alive()]
         if dead:
             raise RuntimeError(
@@ -177,9 +182,10 @@ class Lab:
         return info
 
     def _prefect_setup(self, info: LabInfo) -> None:
-        """Server-side objects the flows rely on (idempotent): the Cobbler sync limit."""
-        env = {**os.environ, "PREFECT_API_URL": info.prefect_api_url,
-               "PREFECT_HOME": str(self.paths.prefect_home)}
+        """Server-side objects the flows rely on (idempotent): the Cobbler sync limit, the work
+        pool and the deployments of prefect.yaml (UI and REST API runs)."""
+        env = prefect_server.client_env(self.ports.prefect, self.paths.prefect_home,
+                                        self.paths.root)
         import subprocess
 
         from lab.state import VENV_BIN
@@ -187,6 +193,7 @@ class Lab:
         subprocess.run([str(VENV_BIN / "prefect"), "global-concurrency-limit", "create",
                         "cobbler-sync", "--limit", "1"], env=env, capture_output=True,
                        timeout=60)
+        prefect_server.register_deployments(env, self.paths.logs / "prefect-deploy.log")
 
     def _clear_stale(self, alive: dict[str, ServiceInfo]) -> None:
         """Leftovers of a crashed lab: group members of dead leaders, stale pid/socket files."""

@@ -1,20 +1,32 @@
-"""`prefect server start` on the lab's PostgreSQL, bound to 127.0.0.1."""
+"""`prefect server start` on the lab's PostgreSQL, bound to 127.0.0.1, and the process worker
+that runs the deployments of `prefect.yaml` (runs started from the UI or the REST API)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import requests
+import yaml
 
 from lab.procs import ProcessRecord, spawn, wait_until
-from lab.state import VENV_BIN
+from lab.state import REPO_ROOT, VENV_BIN
+
+PREFECT_YAML = REPO_ROOT / "prefect.yaml"
 
 
-def server_env(prefect_home: Path, database_url: str) -> dict[str, str]:
+def api_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/api"
+
+
+def server_env(prefect_home: Path, port: int, database_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(
         PREFECT_HOME=str(prefect_home),
+        # what the UI in the browser calls; unset, it is the default port 4200, not this server
+        PREFECT_SERVER_UI_API_URL=api_url(port),
+        PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT="false",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_SERVER_DATABASE_CONNECTION_URL=database_url,
         # default recorder batches fall behind with concurrent rollouts (notes/prefect.md §10)
@@ -29,7 +41,7 @@ def start(prefect_home: Path, port: int, database_url: str, log: Path) -> Proces
     prefect_home.mkdir(parents=True, exist_ok=True)
     argv = [str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
             "--port", str(port), "--no-ui" if os.environ.get("STORE_ROLLOUT_NO_UI") else "--ui"]
-    return spawn(argv, log, env=server_env(prefect_home, database_url))
+    return spawn(argv, log, env=server_env(prefect_home, port, database_url))
 
 
 def health(port: int) -> bool:
@@ -39,3 +51,52 @@ def health(port: int) -> bool:
 
 def wait_ready(port: int, timeout: float = 60) -> None:
     wait_until(lambda: health(port), timeout, "Prefect server", interval=0.3)
+
+
+def work_pool() -> str:
+    """The one work pool the deployments of prefect.yaml name (the lab's worker polls it)."""
+    pools = {d["work_pool"]["name"] for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    if len(pools) != 1:
+        raise RuntimeError(f"{PREFECT_YAML}: the lab runs one work pool, the deployments name {pools}")
+    return pools.pop()
+
+
+def client_env(port: int, prefect_home: Path, state_dir: Path) -> dict[str, str]:
+    """A Prefect client of the lab's server whose flows use the lab (worker, deploy)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_API_URL=api_url(port), PREFECT_HOME=str(prefect_home),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               STORE_ROLLOUT_LAB_DIR=str(state_dir), STORE_ROLLOUT_HOME=str(REPO_ROOT))
+    return env
+
+
+def register_deployments(env: dict[str, str], log: Path) -> None:
+    """The work pool and `prefect deploy --all` of prefect.yaml, exactly as in production."""
+    prefect = str(VENV_BIN / "prefect")
+    with open(log, "ab") as out:
+        existing = subprocess.run([prefect, "work-pool", "inspect", work_pool()], env=env,
+                                  stdout=out, stderr=subprocess.STDOUT, timeout=60)
+        if existing.returncode != 0:
+            subprocess.run([prefect, "work-pool", "create", work_pool(), "--type", "process"],
+                           env=env, stdout=out, stderr=subprocess.STDOUT, timeout=60, check=True)
+        deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--all"], env=env,
+                                cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    if deploy.returncode != 0:
+        raise RuntimeError(f"prefect deploy --all of {PREFECT_YAML} failed; see {log}")
+
+
+def start_worker(env: dict[str, str], log: Path, limit: int = 10) -> ProcessRecord:
+    """A process worker on the deployments' pool; it polls every 2 s so a UI click starts soon."""
+    argv = [str(VENV_BIN / "prefect"), "worker", "start", "--pool", work_pool(),
+            "--name", "lab-worker", "--limit", str(limit), "--type", "process"]
+    return spawn(argv, log, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2"}, cwd=REPO_ROOT)
+
+
+def wait_worker_online(port: int, timeout: float = 60) -> None:
+    def online() -> bool:
+        resp = requests.post(f"{api_url(port)}/work_pools/{work_pool()}/workers/filter",
+                             json={}, timeout=5)
+        return resp.status_code == 200 and any(
+            w["name"] == "lab-worker" and w["status"] == "ONLINE" for w in resp.json())
+
+    wait_until(online, timeout, f"Prefect worker on pool {work_pool()}", interval=0.5)

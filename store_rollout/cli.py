@@ -263,7 +263,7 @@ def batch(inventory: Inventory = DEFAULT_INVENTORY,
     add_listener(listen)
     try:
         with progress, contextlib.redirect_stdout(sys.stderr):
-            state = batch_rollout(str(inventory.resolve()), ids, canary, wave_size, max_in_flight,
+            state = batch_rollout(str(inventory.resolve()), tuple(ids), canary, wave_size, max_in_flight,
                                   halt_threshold, return_state=True)
     finally:
         remove_listener(listen)

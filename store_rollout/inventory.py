@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 STORE_ID_RE = r"^[a-z0-9][a-z0-9-]{0,23}$"
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -139,6 +147,8 @@ class Store(_Strict):
 
 class Inventory(_Strict):
     stores: list[Store]
+    # where it was read from, for messages (a run started in the UI shows only its message)
+    _source: str = PrivateAttr(default="inventory")
 
     @model_validator(mode="after")
     def _unique(self) -> Inventory:
@@ -163,8 +173,9 @@ class Inventory(_Strict):
             if store.store_id == store_id:
                 return store
         known = ", ".join(s.store_id for s in self.stores[:10]) or "none"
-        raise InventoryError(f"store_id {store_id!r} is not in the inventory (known: {known}); "
-                             "add it to the inventory file or check the id")
+        more = f" and {len(self.stores) - 10} more" if len(self.stores) > 10 else ""
+        raise InventoryError(f"store_id {store_id!r} is not in the inventory {self._source} "
+                             f"(known: {known}{more}); add it to that file or check the id")
 
     def select(self, store_ids: list[str] | None) -> list[Store]:
         return [self.get(s) for s in store_ids] if store_ids else list(self.stores)
@@ -197,9 +208,11 @@ def parse_inventory(raw: Any, source: str = "inventory") -> Inventory:
     if not isinstance(raw, dict) or not isinstance(raw.get("stores"), list):
         raise InventoryError(f"{source}: expected a mapping with a 'stores:' list")
     try:
-        return Inventory.model_validate(raw)
+        inventory = Inventory.model_validate(raw)
     except ValidationError as exc:
         raise _describe(exc, raw, source) from None
+    inventory._source = source
+    return inventory
 
 
 CSV_COLUMNS = {
@@ -238,7 +251,9 @@ def load_inventory(path: str | Path) -> Inventory:
     """Load an inventory from .yaml/.yml or .csv (ERP export)."""
     p = Path(path)
     if not p.exists():
-        raise InventoryError(f"inventory file {p} not found: pass --inventory with an existing file")
+        where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
+        raise InventoryError(f"inventory file {p} not found{where}: pass an existing file "
+                             "(--inventory on the command line, the inventory parameter of a run)")
     text = p.read_text()
     if p.suffix.lower() == ".csv":
         return parse_inventory(_csv_to_raw(text, str(p)), str(p))

@@ -43,7 +43,11 @@ class StepClock:
         self.reached: str | None = None
 
     def run(self, step: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one step; a Prefect task's run is named `<step>-<store>` (what the UI lists)."""
         self.reached = step
+        with_options = getattr(fn, "with_options", None)
+        if with_options is not None:
+            fn = with_options(task_run_name=f"{step}-{self.store_id}")
         _notify(self.store_id, step, "running", 0.0)
         started = time.monotonic()
         try:

@@ -13,6 +13,15 @@ from lab.state import REPO_ROOT, LabInfo
 TEST_LAB_DIR = Path(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT / ".lab-test"))
 
 
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[object]) -> Iterator[None]:
+    """The call phase's report on the item, for fixtures that keep evidence of a failure."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def lab_dir() -> Path:
     return TEST_LAB_DIR

@@ -12,6 +12,7 @@ import requests
 import yaml
 
 from lab.state import VENV_BIN, LabInfo
+from store_rollout.steps import STEPS
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltMasterClient
 
@@ -97,8 +98,8 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     # Prefect: the run completed with its seven task runs
     run, tasks = prefect_task_runs(lab, f"rollout-{store_id}")
     assert run["state_type"] == "COMPLETED"
-    names = sorted({t["name"].rsplit("-", 1)[0] for t in tasks if t["state_type"] == "COMPLETED"})
-    assert len([t for t in tasks if t["state_type"] == "COMPLETED"]) == 7, names
+    names = sorted(t["name"] for t in tasks if t["state_type"] == "COMPLETED")
+    assert names == sorted(f"{step}-{store_id}" for step in STEPS), names  # what the UI lists
     assert set(result["step_seconds"]) == {"image", "pxe_install_hypervisor",
                                            "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
                                            "firstboot", "notify_erp"}

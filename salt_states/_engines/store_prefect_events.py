@@ -9,8 +9,9 @@ Master config:
 
 Each matching event becomes a Prefect event named after its tag (`store/vm/firstboot/done` ->
 `salt.store.vm.firstboot.done`, `salt/key` -> `salt.key`) on the resource
-`salt.minion.<id>`, with `store.id` when the minion id is `store-<id>-hv|vm`, so the Prefect UI's
-event feed shows the rollout's Salt side next to its flow runs.
+`salt.minion.<id>`, with `store.id` and the related resources `store.<id>` and the run tag
+`store-<id>` when the minion id is `store-<id>-hv|vm`, so the Prefect UI's event feed shows the
+rollout's Salt side next to its flow runs.
 """
 
 import datetime
@@ -27,11 +28,20 @@ STORE_MINION = re.compile(r"^store-(?P<store>[a-z0-9-]+)-(?:hv|vm)$")
 
 
 def _prefect_event(tag, data):
-    minion = data.get("id") or ""
+    # a master-side re-announcement (reactor runner.event.send) names its minion in the data
+    minion = data.get("id") or data.get("minion") or (data.get("data") or {}).get("minion") or ""
     match = STORE_MINION.match(minion) or STORE_MINION.match(tag.split("/")[2] if tag.count("/") > 2 else "")
     resource = {"prefect.resource.id": f"salt.minion.{minion or 'master'}"}
+    related = []
     if match:
-        resource["store.id"] = match.group("store")
+        store = match.group("store")
+        resource["store.id"] = store
+        # the store as a related resource (the event feed's filter) and its rollout's run tag,
+        # so one store's Salt events and flow runs are found together
+        related = [{"prefect.resource.id": f"store.{store}", "prefect.resource.role": "store",
+                    "prefect.resource.name": f"store {store}"},
+                   {"prefect.resource.id": f"prefect.tag.store-{store}",
+                    "prefect.resource.role": "tag"}]
     payload = data.get("data") if isinstance(data.get("data"), dict) else {}
     payload = {k: v for k, v in payload.items() if not k.startswith("__") and "token" not in k}
     for key in ("act", "result", "fun", "retcode"):
@@ -42,6 +52,7 @@ def _prefect_event(tag, data):
         "occurred": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "event": tag.replace("/", ".") if tag.startswith("salt/") else "salt." + tag.replace("/", "."),
         "resource": resource,
+        "related": related,
         "payload": json.loads(json.dumps(payload, default=str)),
     }
 
