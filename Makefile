@@ -16,7 +16,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 
 setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER)
 
-$(STAMP_APT):
+$(STAMP_APT): Makefile
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  mkdir -p /etc/postgresql-common; \

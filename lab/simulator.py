@@ -304,7 +304,27 @@ class Simulator:
         if fail:
             log.warning("fault knob: %s does not come back after reboot", minion_id)
             return
+        if self._domain_gone(minion_id):
+            log.info("%s: its domain was stopped or removed during the reboot; stays down",
+                     minion_id)
+            return
         self.minions.start(minion_id, "reboot")
+
+    def _domain_gone(self, minion_id: str) -> bool:
+        """A VM whose domain is no longer running cannot come back from a reboot (a rollback
+        that destroys the domain mid-firstboot)."""
+        import libvirt
+
+        names = [name for name, mid in self.domain_minions.items() if mid == minion_id]
+        if not names:
+            return False  # a hypervisor: hardware the simulator owns
+        conn = libvirt.openReadOnly(self.info.libvirt_uri)
+        try:
+            return not conn.lookupByName(names[0]).isActive()
+        except libvirt.libvirtError:
+            return True  # undefined
+        finally:
+            conn.close()
 
     # -- VM boot (libvirt events) --------------------------------------------------------
     def _on_domain_started(self, dom: Any) -> None:

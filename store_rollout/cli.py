@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -59,6 +59,9 @@ def lab_status(state_dir: StateDir = None,
                       "running" if r["alive"] else "[red]dead[/]", _mib(r["rss_bytes"]))
     table.add_row("total (services)", "", "", "", _mib(total))
     Console().print(table)
+    info = lab.paths.load_info()
+    if info is not None:
+        Console().print(f"Prefect UI: {info.prefect_ui_url}")
     if rows and not all(r["alive"] for r in rows):
         raise typer.Exit(1)
 
@@ -327,27 +330,6 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
         console.print(f"[red]rollback of {store_id} {state.name}:[/] {state.message}")
         raise typer.Exit(1)
     print(json.dumps(state.result(), indent=2, default=str))
-
-
-@app.command("serve")
-def serve_deployments(limit: Annotated[int, typer.Option(help="flow runs at once")] = 10,
-                      cron: Annotated[str, typer.Option(
-                          help="schedule of batch-rollout, e.g. '0 2 * * *' (none: manual)")] = ""
-                      ) -> None:
-    """Serve the store-rollout and store-rollback deployments (UI / API triggered runs)."""
-    _prepare_env()
-    from prefect import serve
-
-    from flows.batch_rollout import batch_rollout
-    from flows.store_rollback import store_rollback
-    from flows.store_rollout import store_rollout
-
-    deployments: list[Any] = [
-        store_rollout.to_deployment(name="store-rollout", tags=["store-rollout"]),
-        batch_rollout.to_deployment(name="batch-rollout", tags=["batch-rollout"],
-                                    cron=cron or None),
-        store_rollback.to_deployment(name="store-rollback", tags=["store-rollback"])]
-    serve(*deployments, limit=limit)
 
 
 def main() -> None:

@@ -46,38 +46,3 @@ def lab_env(lab: LabInfo, lab_dir: Path) -> dict[str, str]:
     return {**os.environ, "STORE_ROLLOUT_LAB_DIR": str(lab_dir),
             "PREFECT_API_URL": lab.prefect_api_url,
             "PREFECT_HOME": str(lab_dir / "prefect-client-home")}
-
-
-@pytest.fixture(scope="session")
-def served(lab: LabInfo, lab_env: dict[str, str]) -> Iterator[str]:
-    """`store-rollout serve` against the lab (deployments for UI / API runs); yields the API URL."""
-    import signal
-    import subprocess
-    import time
-
-    import requests
-
-    from lab.state import VENV_BIN
-
-    env = {**lab_env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
-    log = open(Path(lab.state_dir) / "logs" / "serve.log", "ab")  # noqa: SIM115
-    proc = subprocess.Popen([str(VENV_BIN / "store-rollout"), "serve", "--limit", "8"], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            resp = requests.get(f"{lab.prefect_api_url}/deployments/name/store-rollout/store-rollout",
-                                timeout=5)
-            if resp.status_code == 200:
-                break
-            assert proc.poll() is None, "store-rollout serve exited"
-            time.sleep(1)
-        yield lab.prefect_api_url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()

@@ -17,6 +17,7 @@ from lab.state import REPO_ROOT, VENV_BIN, LabInfo
 from tests.helpers import check_store, result_from_systems, write_inventory
 
 pytestmark = pytest.mark.lab
+POOL = "test-workers-pool"
 
 
 def wait_state(api: str, run_id: str, timeout: float) -> str:
@@ -48,9 +49,9 @@ def workers_that_took(api: str, run_ids: list[str], timeout: float = 30) -> dict
         time.sleep(1)
 
 
-def test_rollout_started_through_rest_api(lab: LabInfo, served: str, tmp_path: Path) -> None:
+def test_rollout_started_through_rest_api(lab: LabInfo, tmp_path: Path) -> None:
     """Exactly what docs/api.md shows: create a run from the deployment, poll its state."""
-    api = served
+    api = lab.prefect_api_url
     inv = write_inventory(tmp_path / "inv.yaml", ["api1"], "52:54:00:a1:00")
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
@@ -71,19 +72,20 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
     env = {**lab_env, "PREFECT_WORKER_QUERY_SECONDS": "2", "STORE_ROLLOUT_HOME": str(REPO_ROOT)}
     prefect = str(VENV_BIN / "prefect")
-    subprocess.run([prefect, "work-pool", "create", "rollout-pool", "--type", "process"],
+    # a pool of their own: the lab's worker polls prefect.yaml's pool
+    subprocess.run([prefect, "work-pool", "create", POOL, "--type", "process"],
                    env=env, capture_output=True, timeout=60)
     deploy = subprocess.run([str(VENV_BIN / "python"), "-c", (
         "from flows.store_rollout import store_rollout\n"
         f"store_rollout.from_source(source={str(REPO_ROOT)!r}, "
         "entrypoint='flows/store_rollout.py:store_rollout').deploy("
-        "name='store-rollout-pool', work_pool_name='rollout-pool')")],
+        f"name='store-rollout-pool', work_pool_name={POOL!r})")],
         env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert deploy.returncode == 0, deploy.stderr[-2000:]
     ids = ["w1", "w2", "w3", "w4"]
     inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:a2:00")
     logs = [tmp_path / f"worker-{n}.log" for n in (1, 2)]
-    workers = [subprocess.Popen([prefect, "worker", "start", "--pool", "rollout-pool",
+    workers = [subprocess.Popen([prefect, "worker", "start", "--pool", POOL,
                                  "--name", f"lab-worker-{n}", "--limit", "2"],
                                 env=env, cwd=REPO_ROOT, stdout=open(log, "wb"),  # noqa: SIM115
                                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -1,4 +1,5 @@
-"""Issue 5: cancelling a served rollout through the API rolls it back; `store-rollout rollback`."""
+"""Issue 5: cancelling a rollout (run by the lab's worker) through the API rolls it back;
+`store-rollout rollback`."""
 
 from __future__ import annotations
 
@@ -50,15 +51,15 @@ def assert_rolled_back(lab: LabInfo, store_id: str) -> None:
 
 
 def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
-        lab: LabInfo, lab_env: dict[str, str], served: str, tmp_path: Path) -> None:
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
     store_id = "c-cancel"
     inv = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:cc:00")
-    api = served
+    api = lab.prefect_api_url
     def deployment_id() -> str | None:
         resp = requests.get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)
         return resp.json()["id"] if resp.status_code == 200 else None
 
-    wait_for(lambda: deployment_id() is not None, 90, "the served deployment")
+    wait_for(lambda: deployment_id() is not None, 90, "the lab's store-rollout deployment")
     run = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
         "parameters": {"store_id": store_id, "inventory": str(inv)}}, timeout=10).json()
     wait_for(lambda: f"store-{store_id}-vm" in domains(lab), 300, "step 5 (domain defined)")

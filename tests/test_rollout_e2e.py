@@ -59,6 +59,12 @@ def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:
         seen = {e["event"] for e in events["events"]}
         time.sleep(1)
     assert wanted <= seen, seen
+    # the same events are found through the store as a related resource (the UI's event feed)
+    related = requests.post(f"{lab.prefect_api_url}/events/filter", json={
+        "filter": {"event": {"prefix": ["salt.store."]},
+                   "related": {"id": [f"store.{store_id}"], "role": ["store"]}},
+        "limit": 50}, timeout=10).json()
+    assert wanted <= {e["event"] for e in related["events"]}, related
 
 
 def system_snapshot(lab: LabInfo) -> dict[str, Any]:

@@ -9,6 +9,7 @@ lab's real Cobbler, libvirt and Salt. Every page visited is saved as a PNG (docs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -146,10 +147,8 @@ def ui(lab: LabInfo, browser: Any, tmp_path: Path,
     finally:
         report = getattr(request.node, "rep_call", None)  # set by conftest's report hook
         if report is None or report.failed:
-            try:
+            with contextlib.suppress(Exception):  # the page may be gone
                 page.screenshot(path=str(shots / "failure.png"), full_page=True)
-            except Exception:  # the page may be gone
-                pass
             print(f"\nUI screenshots: {shots}")
         context.close()
 
