@@ -24,7 +24,7 @@ import requests
 from lab.state import LabInfo
 from store_rollout.steps import STEPS
 from tests.helpers import write_inventory
-from tests.test_cancel import assert_rolled_back, domains
+from tests.test_cancel import assert_rolled_back
 
 pytestmark = pytest.mark.lab
 
@@ -153,6 +153,27 @@ def ui(lab: LabInfo, browser: Any, tmp_path: Path,
         context.close()
 
 
+def domain_running(lab: LabInfo, name: str) -> bool:
+    import libvirt
+
+    conn = libvirt.open(lab.libvirt_uri)
+    try:
+        return bool(conn.lookupByName(name).isActive())
+    except libvirt.libvirtError:
+        return False
+    finally:
+        conn.close()
+
+
+def erp_notice_id(lab: LabInfo, store_id: str) -> str:
+    """The id the lab's ERP gave the store's notice (from its own request log)."""
+    notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
+    created = [n["erp_id"] for n in notices if n.get("status") == 201
+               and (n.get("payload") or {}).get("store_id") == store_id]
+    assert len(created) == 1, created
+    return str(created[0])
+
+
 def api_get(lab: LabInfo, path: str) -> Any:
     resp = requests.get(f"{lab.prefect_api_url}{path}", timeout=10)
     resp.raise_for_status()
@@ -209,8 +230,10 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     ui.tab("Artifacts")
     ui.page.get_by_text(f"rollout-{done_id}").first.wait_for()
     ui.shot("run-artifacts")
-    ui.page.get_by_text(f"rollout-{done_id}").first.click()
-    ui.page.get_by_text(f"Store {done_id} rollout").first.wait_for()
+    ui.page.locator(f'a[href$="/artifacts/key/rollout-{done_id}"]').first.click()
+    ui.page.locator('a[href*="/artifacts/artifact/"]').first.click()  # the newest version
+    ui.page.get_by_role("heading", name=f"Store {done_id} rollout", exact=True).wait_for()
+    ui.page.get_by_text(erp_notice_id(lab, done_id), exact=True).first.wait_for()  # the report
     started = api_get(lab, f"/flow_runs/{run_id}")  # the run is the one the form started
     assert started["name"] == f"rollout-{done_id}" and started["state_type"] == "COMPLETED"
     ui.shot("artifact")
@@ -234,8 +257,8 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     vm = f"store-{cancel_id}-vm"
     ui.wait_for_state({"Running"}, 120)
     deadline = time.monotonic() + 300
-    while vm not in domains(lab):
-        assert time.monotonic() < deadline, f"{vm} was never defined"
+    while not domain_running(lab, vm):  # started by this run (a lab may keep an old definition)
+        assert time.monotonic() < deadline, f"{vm} was never started"
         assert ui.run_state() == "Running", ui.shot("cancel-run-not-running")
         time.sleep(1)
     ui.page.get_by_role("button", name="Open menu").first.click()
