@@ -11,16 +11,20 @@ and writes FenceAgentAPI "key=value" lines to stdin:
     identity-file=<power_identity_file>           <power_options, verbatim, one per line>
 
 The agent POSTs {"action", "plug", "address"} as JSON to the power_address if that is an http(s)
-URL, else to the URL in /etc/cobbler/fence_lab.json.  Exit codes follow FenceAgentAPI: 0 success
-(status: power on), 1 failure, 2 status "off".  Command-line options (-o/--action, -n/--plug,
--a/--ip) are accepted too, so the agent can be driven by hand like any fence_* agent.
+URL, else to the URL in /etc/cobbler/fence_lab.json, logging in with username/password as HTTP
+Basic auth (the simulated BMC refuses a wrong login with 401, as a real BMC would).  Exit codes
+follow FenceAgentAPI: 0 success (status: power on), 1 failure, 2 status "off".  Command-line
+options (-o/--action, -n/--plug, -a/--ip) are accepted too, so the agent can be driven by hand
+like any fence_* agent.
 Stdlib only: it runs with whatever python3 the namespace has, outside any venv.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
+import urllib.error
 import urllib.request
 
 CONFIG = "/etc/cobbler/fence_lab.json"
@@ -89,15 +93,21 @@ def main() -> int:
         return EXIT_FAIL
     address = options.get("ip", "")
     body = json.dumps({"action": action, "plug": options.get("plug", ""), "address": address})
+    login = f"{options.get('username', '')}:{options.get('password', '')}".encode()
     try:
         request = urllib.request.Request(
             target_url(address),
             data=body.encode(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json",
+                     "Authorization": "Basic " + base64.b64encode(login).decode()},
             method="POST",
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             raw = response.read()
+    except urllib.error.HTTPError as exc:
+        reason = "BMC login refused" if exc.code == 401 else f"HTTP {exc.code}"
+        print(f"fence_lab: {action} failed: {reason}", file=sys.stderr)
+        return EXIT_FAIL
     except (OSError, ValueError, KeyError) as exc:
         print(f"fence_lab: {action} failed: {exc}", file=sys.stderr)
         return EXIT_FAIL

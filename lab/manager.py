@@ -71,6 +71,7 @@ class Lab:
             cobbler_http_url=f"http://127.0.0.1:{p.cobbler_http}",
             cobbler_user=self.secrets.cobbler_user, cobbler_password=self.secrets.cobbler_password,
             power_address=f"http://127.0.0.1:{p.simulator}/power",
+            power_user=self.secrets.bmc_user, power_password=self.secrets.bmc_password,
             libvirt_uri=libvirt_service.uri(self.paths.libvirt),
             erp_url=f"http://127.0.0.1:{p.erp}",
             erp_token=self.secrets.erp_token,

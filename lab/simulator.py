@@ -19,7 +19,9 @@ Run: python -m lab.simulator --state-dir <lab>
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import hmac
 import json
 import logging
 import re
@@ -202,6 +204,12 @@ class Simulator:
         self.power: dict[str, str] = {}
 
     # -- PXE + install ------------------------------------------------------------------
+    def bmc_login_ok(self, authorization: str | None) -> bool:
+        """The simulated BMCs take the lab's BMC login only (sent by Cobbler's fence agent)."""
+        expected = f"{self.info.power_user}:{self.info.power_password}".encode()
+        given = (authorization or "").removeprefix("Basic ").encode()
+        return hmac.compare_digest(given, base64.b64encode(expected))
+
     def power_action(self, action: str, plug: str) -> dict[str, Any]:
         action = action.lower()
         if action in ("status", "monitor", "list"):
@@ -453,6 +461,9 @@ def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             try:
                 body = self._json()
                 if self.path == "/power":
+                    if not sim.bmc_login_ok(self.headers.get("Authorization")):
+                        self._reply(401, {"error": "BMC login refused"})
+                        return
                     self._reply(200, sim.power_action(str(body.get("action", "")),
                                                       str(body.get("plug", ""))))
                 elif self.path == "/hooks/vm_start":

@@ -58,6 +58,8 @@ class LabSecrets(BaseModel):
     cobbler_user: str = "lab-admin"
     cobbler_password: str = Field(default_factory=lambda: secrets.token_urlsafe(18))
     erp_token: str = Field(default_factory=lambda: secrets.token_urlsafe(24))
+    bmc_user: str = "lab-bmc"
+    bmc_password: str = Field(default_factory=lambda: secrets.token_urlsafe(18))
 
 
 class LabInfo(BaseModel):
@@ -78,6 +80,8 @@ class LabInfo(BaseModel):
     cobbler_profile: str = "store-hypervisor"
     power_type: str = "lab"
     power_address: str
+    power_user: str = ""  # the simulated BMCs' login (fence_lab sends it, the simulator checks it)
+    power_password: str = ""
     libvirt_uri: str
     erp_url: str
     erp_token: str
@@ -140,8 +144,12 @@ class LabPaths:
 
     def load_or_create_secrets(self) -> LabSecrets:
         if self.secrets_json.exists():
-            return LabSecrets.model_validate_json(self.secrets_json.read_text())
-        created = LabSecrets()
+            stored = LabSecrets.model_validate_json(self.secrets_json.read_text())
+            if stored.model_fields_set == set(LabSecrets.model_fields):
+                return stored
+            created = stored  # an older lab: keep its secrets, persist the new ones once
+        else:
+            created = LabSecrets()
         self.secrets_json.write_text(created.model_dump_json(indent=2))
         os.chmod(self.secrets_json, 0o600)
         return created

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -44,6 +45,8 @@ class HypervisorSpec(_Strict):
     gateway: str | None = None
     cobbler_profile: str = "store-hypervisor"
     power_address: str | None = Field(None, description="BMC address (default: settings)")
+    power_user: str | None = Field(None, description="BMC login (default: settings)")
+    power_password: SecretStr | None = Field(None, description="BMC password (default: settings)")
 
     @field_validator("hostname")
     @classmethod

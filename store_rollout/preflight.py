@@ -56,6 +56,17 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     except KiwiDescriptionError:
         problems.append(f"image_description: no image description {settings.image_description!r}"
                         " under image_builds/ (set STORE_ROLLOUT_IMAGE_DESCRIPTION)")
+    for store in stores:
+        hv = store.hypervisor
+        user = hv.power_user or settings.power_user
+        password = (hv.power_password or settings.power_password).get_secret_value()
+        if not (user and password):
+            missing = " and ".join(n for n, v in (("user", user), ("password", password)) if not v)
+            problems.append(
+                f"store {store.store_id!r}: no BMC {missing} for power type "
+                f"{settings.power_type!r} (Cobbler's first power cycle would fail): set "
+                "hypervisor.power_user/power_password in the inventory, or STORE_ROLLOUT_POWER_USER "
+                "and STORE_ROLLOUT_POWER_PASSWORD (or STORE_ROLLOUT_POWER_PASSWORD_BLOCK)")
     if not os.path.isfile(settings.salt_master_config):
         problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "
                         "(set STORE_ROLLOUT_SALT_MASTER_CONFIG)")

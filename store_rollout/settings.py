@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SECRET_FIELDS = ("cobbler_password", "erp_token")
+SECRET_FIELDS = ("cobbler_password", "erp_token", "power_password")
 
 
 class SettingsError(ValueError):
@@ -41,6 +41,9 @@ class RolloutSettings(BaseModel):
     erp_timeout_seconds: float = Field(15.0, gt=0, le=300, description="ERP read timeout")
     power_type: str = "ipmilanplus"
     power_address: str = ""
+    # BMC login for Cobbler's fence agent; a store's inventory entry may override both
+    power_user: str = ""
+    power_password: SecretStr = SecretStr("")
     image_description: str = "leap-jeos"
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"
@@ -67,6 +70,7 @@ def _lab_values(lab_dir: Path) -> dict[str, Any]:
         "vm_images_dir": info["vm_images_dir"],
         "erp_url": info["erp_url"], "erp_token": info["erp_token"],
         "power_type": info["power_type"], "power_address": info["power_address"],
+        "power_user": info["power_user"], "power_password": info["power_password"],
         "image_description": "lab-debian", "image_builder": "lab",
         "image_cache_dir": info["image_cache_dir"],
         "image_params": {"SALT_MASTER": info["salt_master_address"],

@@ -81,7 +81,7 @@ class SystemSpec:
     power_type: str = ""
     power_address: str = ""
     power_user: str = ""
-    power_pass: str = ""
+    power_pass: str = field(default="", repr=False)  # the BMC password
     power_id: str = ""
 
     def interface_fields(self) -> dict[str, Any]:
@@ -286,6 +286,8 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
             "virt_uri": settings.hypervisor_libvirt_uri,
         },
         power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
+        power_user=hv.power_user or settings.power_user,
+        power_pass=(hv.power_password or settings.power_password).get_secret_value(),
         power_id=system)
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,

@@ -119,6 +119,11 @@ CASES: list[tuple[str, str, Any, dict[str, str], str | None, str]] = [
      None, "refusing Cobbler's default credentials"),
     ("erp-timeout-bad", "bi1", None, {"STORE_ROLLOUT_ERP_TIMEOUT_SECONDS": "-1"}, None,
      "erp_timeout_seconds"),
+    ("bmc-password-missing", "bi1", None, {"STORE_ROLLOUT_POWER_PASSWORD": ""}, None,
+     "store 'bi1': no BMC password for power type 'lab'"),
+    ("bmc-login-missing", "bi1", field("hypervisor.power_user", ""),
+     {"STORE_ROLLOUT_POWER_USER": "", "STORE_ROLLOUT_POWER_PASSWORD": ""}, None,
+     "no BMC user and password"),
 ]
 
 

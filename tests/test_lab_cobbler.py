@@ -6,6 +6,7 @@ lifecycle too.  Needs root (mount namespace + overlayfs) and `make setup` (.venv
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -60,13 +61,18 @@ class PowerReceiver:
         return f"http://127.0.0.1:{self.server.server_port}"
 
 
+def _basic_login(header: str | None) -> str:
+    return base64.b64decode((header or "").removeprefix("Basic ")).decode()
+
+
 def _power_receiver() -> PowerReceiver:
     receiver: PowerReceiver
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server naming)
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            receiver.posts.append({**body, "path": self.path})
+            receiver.posts.append({**body, "path": self.path,
+                                   "login": _basic_login(self.headers.get("Authorization"))})
             state = "off" if body.get("plug") in receiver.off else "on"
             data = json.dumps({"status": state}).encode()
             self.send_response(200)
@@ -181,7 +187,8 @@ def _create_system(lab: Lab, name: str, mac: str, ip: str, **extra: Any) -> None
 @pytest.fixture(scope="module")
 def system(cobbler_lab: Lab) -> str:
     _create_system(cobbler_lab, SYSTEM, MAC, "192.0.2.42", netboot_enabled=True,
-                   autoinstall_meta=META, power_address="bmc-store0042")
+                   autoinstall_meta=META, power_address="bmc-store0042",
+                   power_user="bmc-admin", power_pass="bmc-secret")
     proxy, token = cobbler_lab.login()
     assert proxy.sync(token)
     return SYSTEM
@@ -270,10 +277,10 @@ def test_power_reboot_runs_the_fence_agent(cobbler_lab: Lab, system: str) -> Non
     cobbler_lab.receiver.posts.clear()
     assert proxy.power_system(f"system::{system}", "reboot", token) is True
     # Cobbler implements reboot itself: agent "off", sleep 5 s, agent "on"
-    assert [(p["action"], p["plug"], p["address"], p["path"])
+    assert [(p["action"], p["plug"], p["address"], p["path"], p["login"])
             for p in cobbler_lab.receiver.posts] == [
-        ("off", system, "bmc-store0042", "/power"),
-        ("on", system, "bmc-store0042", "/power"),
+        ("off", system, "bmc-store0042", "/power", "bmc-admin:bmc-secret"),  # the BMC login
+        ("on", system, "bmc-store0042", "/power", "bmc-admin:bmc-secret"),
     ]
 
 

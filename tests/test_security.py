@@ -59,14 +59,18 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     canary = f"CANARY-{uuid.uuid4().hex}"
     block = f"canary-erp-token-{uuid.uuid4().hex[:6]}"
     # the ERP token comes from a Prefect Secret block; the lab ERP accepts it
-    subprocess.run([str(VENV_BIN / "python"), "-c",
-                    "import sys; from prefect.blocks.system import Secret; "
-                    "Secret(value=sys.argv[1]).save(sys.argv[2], overwrite=True)", canary, block],
-                   env=lab_env, check=True, capture_output=True)
+    bmc_block = f"canary-bmc-password-{uuid.uuid4().hex[:6]}"
+    for value, name in ((canary, block), (lab.power_password, bmc_block)):
+        subprocess.run([str(VENV_BIN / "python"), "-c",
+                        "import sys; from prefect.blocks.system import Secret; "
+                        "Secret(value=sys.argv[1]).save(sys.argv[2], overwrite=True)",
+                        value, name], env=lab_env, check=True, capture_output=True)
     with open(lab_dir / "erp" / "token", "a") as tokens:
         tokens.write(f"\n{canary}\n")
     inv = write_inventory(tmp_path / "inv.yaml", ["sec-canary"], "52:54:00:5e:00")
-    env = {**lab_env, "STORE_ROLLOUT_ERP_TOKEN_BLOCK": block}
+    # the BMC password from a block too; the simulated BMC refuses a power cycle without it
+    env = {**lab_env, "STORE_ROLLOUT_ERP_TOKEN_BLOCK": block,
+           "STORE_ROLLOUT_POWER_PASSWORD_BLOCK": bmc_block, "STORE_ROLLOUT_POWER_PASSWORD": ""}
     proc = subprocess.run([str(VENV_BIN / "store-rollout"), "rollout", "sec-canary",
                            "--inventory", str(inv), "--json"], env=env, capture_output=True,
                           text=True, timeout=600)
@@ -77,7 +81,7 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     mine = [n for n in notices if (n.get("payload") or {}).get("store_id") == "sec-canary"]
     assert mine and all(n["authorized"] for n in mine)  # the canary really was the credential
 
-    secrets = [canary, lab.cobbler_password]
+    secrets = [canary, lab.cobbler_password, lab.power_password]
     api = lab.prefect_api_url
     run = requests.post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": ["rollout-sec-canary"]}}}, timeout=10).json()[0]
