@@ -91,6 +91,45 @@ class HypervisorSpec(_Strict):
             raise ValueError(f"invalid IPv4 address {v!r}: write a.b.c.d") from None
 
 
+    @model_validator(mode="after")
+    def _addressing(self) -> HypervisorSpec:
+        """ip, netmask and gateway as one network, as AutoYaST and the bridge will use them."""
+        if self.ip == "dhcp":
+            extra = [f"{n} {v}" for n, v in (("netmask", self.netmask), ("gateway", self.gateway))
+                     if v]
+            if extra:
+                raise ValueError(f"{' and '.join(extra)} given for a DHCP host (ip: dhcp): remove "
+                                 f"{'it' if len(extra) == 1 else 'them'}, or give the host its "
+                                 "static ip")
+            return self
+        if self.netmask is None:
+            raise ValueError(f"ip {self.ip} without a netmask: add netmask (e.g. 255.255.255.0) "
+                             "or use ip: dhcp")
+        try:
+            net = ipaddress.IPv4Network(f"{self.ip}/{self.netmask}", strict=False)
+        except ValueError:
+            raise ValueError(f"netmask {self.netmask} is not a network mask (its one-bits must be "
+                             "contiguous, like 255.255.255.0)") from None
+        where = f"(ip {self.ip}, netmask {self.netmask}: network {net})"
+        if net.prefixlen < 31 and ipaddress.IPv4Address(self.ip) in (net.network_address,
+                                                                     net.broadcast_address):
+            kind = "network" if ipaddress.IPv4Address(self.ip) == net.network_address else "broadcast"
+            raise ValueError(f"ip {self.ip} is the {kind} address of {net}: use a host address "
+                             "of that network or fix the netmask")
+        if self.gateway is not None:
+            gateway = ipaddress.IPv4Address(self.gateway)
+            if gateway not in net:
+                raise ValueError(f"gateway {self.gateway} is outside the host's network {where}: "
+                                 "use a gateway in that network or fix ip/netmask")
+            if str(gateway) == self.ip:
+                raise ValueError(f"gateway {self.gateway} is the host's own ip: use the store "
+                                 "router's address")
+            if net.prefixlen < 31 and gateway in (net.network_address, net.broadcast_address):
+                raise ValueError(f"gateway {self.gateway} is not a host address {where}: use the "
+                                 "store router's address")
+        return self
+
+
 class VmSpec(_Strict):
     name: str | None = Field(None, description="libvirt domain name (default store-<id>-vm)")
     vcpus: int = Field(2, ge=1, le=64, description="virtual CPUs, 1..64")

@@ -23,7 +23,8 @@ BASE: dict[str, Any] = {"stores": [{
     "vm": {"vcpus": 1, "memory_mib": 256, "disk_gib": 2, "network": "none"},
     "erp": {"site_code": "BI-1"}}]}
 SECOND = {"store_id": "bi2", "hypervisor": {"hostname": "hv-bi2.bad.invalid",
-                                            "mac": "52:54:00:b1:00:02", "ip": "192.0.2.12"},
+                                            "mac": "52:54:00:b1:00:02", "ip": "192.0.2.12",
+                                            "netmask": "255.255.255.0"},
           "vm": {"vcpus": 1, "memory_mib": 256, "disk_gib": 2, "network": "none"},
           "erp": {"site_code": "BI-2"}}
 
@@ -74,6 +75,10 @@ CASES: list[tuple[str, str, Any, dict[str, str], str | None, str]] = [
      "hypervisor.netmask: invalid IPv4"),
     ("gateway-bad", "bi1", field("hypervisor.gateway", "router"), {}, None,
      "hypervisor.gateway: invalid IPv4"),
+    ("gateway-outside-network", "bi1", field("hypervisor.gateway", "198.51.100.1"), {}, None,
+     "hypervisor: gateway 198.51.100.1 is outside the host's network"),
+    ("dhcp-with-netmask", "bi1", field("hypervisor.ip", "dhcp"), {}, None,
+     "given for a DHCP host (ip: dhcp)"),
     ("hostname-bad", "bi1", field("hypervisor.hostname", "bad_host!"), {}, None,
      "hypervisor.hostname: invalid hostname"),
     ("dup-store", "bi1", duplicate("store_id"), {}, None, "duplicate store_id 'bi1'"),
