@@ -43,9 +43,13 @@ demo: setup
 	$(VENV)/bin/store-rollout lab up
 	$(VENV)/bin/store-rollout demo --inventory examples/inventory.yaml
 
-test: setup
+lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/salt-lint $$(find salt_states -name '*.sls' | sort)
+	$(VENV)/bin/yamllint --strict .
+
+test: lint
 	$(VENV)/bin/pytest -q
 
 test-slow: setup

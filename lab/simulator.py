@@ -282,8 +282,9 @@ class Simulator:
                     if p.startswith("/etc/salt/minion.d/")}
         (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
         (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
-        extra: dict[str, Any] = {"virt": {"connection": {"uri": self.info.libvirt_uri},
-                                          "images": self.info.vm_images_dir}}
+        # the virt URI and images dir come from the profile (Cobbler's autoinstall_meta), as on
+        # a real host: the lab adds nothing there
+        extra: dict[str, Any] = {}
         if self.faults.take("startup_highstate")[1]:
             # the installed host comes up without its first highstate (lost or crashed run)
             log.warning("fault knob: %s starts without its startup highstate", system_name)

@@ -284,6 +284,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
             "minion_id": minion, "store_id": store.store_id,
             "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
             "virt_uri": settings.hypervisor_libvirt_uri,
+            "vm_images_dir": settings.vm_images_dir,
         },
         power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
         power_user=hv.power_user or settings.power_user,

@@ -45,6 +45,7 @@ META = {
     "autosign_grain": "store_rollout_token",
     "autosign_token": "tok-0042-a1b2c3",
     "virt_uri": "xen:///system",
+    "vm_images_dir": "/srv/store-vm-images",
 }
 
 
@@ -247,8 +248,13 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
                    META["autosign_grain"]: META["autosign_token"]},
         "autosign_grains": [META["autosign_grain"]],
         "startup_states": "highstate",
-        "virt": {"connection": {"uri": META["virt_uri"]}},
+        "virt": {"connection": {"uri": META["virt_uri"]}, "images": META["vm_images_dir"]},
     }
+    # libvirt as Leap 15.6 ships it: the modular Xen daemon, the monolithic libvirtd masked
+    assert "<package>python3-libvirt-python</package>" in via_http
+    assert "systemctl enable salt-minion.service virtxend.socket" in via_http
+    assert "systemctl mask libvirtd.service" in via_http
+    assert "<service>libvirtd</service>" not in via_http
     assert rendered.files["/etc/salt/minion_id"].strip() == META["minion_id"]
     # http_server carries the port, unlike the info= URL Cobbler puts on the kernel line
     assert rendered.nopxe_url == f"{cobbler_lab.cfg.http_url}/cblr/svc/op/nopxe/system/{system}"

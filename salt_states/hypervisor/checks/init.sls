@@ -1,4 +1,9 @@
-# The hypervisor is only useful when its libvirt connection answers (xen:///system in production).
+{%- set tplroot = tpldir.split('/')[0] %}
+{%- from tplroot ~ "/map.jinja" import mapdata as hv with context %}
+# Ready means ready: the libvirt connection answers with the expected driver (Xen in
+# production) and, where required, the host runs as Xen dom0. Fails with what is wrong.
 hypervisor-checks-init-module-run:
   module.run:
-    - virt.node_info: []
+    - storehost.check:
+      - driver: {{ hv.checks.driver | json }}
+      - require_dom0: {{ hv.checks.require_dom0 | json }}

@@ -1,12 +1,25 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import mapdata as hv with context %}
+# libvirt as the distribution runs it (parameters/os_family): units enabled, the others masked.
 hypervisor-libvirt-init-pkg-installed:
   pkg.installed:
     - pkgs: {{ hv.libvirt.pkgs | json }}
 
-hypervisor-libvirt-init-service-running:
-  service.running:
-    - name: {{ hv.libvirt.service }}
-    - enable: True
+{%- for unit in hv.libvirt.masked %}
+
+hypervisor-libvirt-init-service-masked-{{ unit }}:
+  service.masked:
+    - name: {{ unit }}
     - require:
       - pkg: hypervisor-libvirt-init-pkg-installed
+{%- endfor %}
+
+{%- for unit in hv.libvirt.enabled %}
+
+hypervisor-libvirt-init-service-running-{{ unit }}:
+  service.running:
+    - name: {{ unit }}
+    - enable: true
+    - require:
+      - pkg: hypervisor-libvirt-init-pkg-installed
+{%- endfor %}

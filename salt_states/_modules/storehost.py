@@ -1,0 +1,73 @@
+"""Store hypervisor host facts: its Xen boot entry, whether it runs as Xen dom0, and the check
+that makes "ready" mean ready (hypervisor.checks)."""
+
+import re
+
+from salt.exceptions import CommandExecutionError
+
+__virtualname__ = "storehost"
+# top-level entries only: "menuentry '<title>' ..." at the start of a line (submenus are indented)
+MENUENTRY = re.compile(r"^menuentry\s+'([^']+)'", re.MULTILINE)
+# /etc/grub.d/20_linux_xen titles its entries "<OS>, with Xen hypervisor"
+XEN_TITLE = ", with Xen hypervisor"
+
+
+def __virtual__():
+    return __virtualname__
+
+
+def xen_boot_entry(grub_cfg="/boot/grub2/grub.cfg"):
+    """The exact title of the first top-level Xen entry of grub.cfg."""
+    try:
+        with open(grub_cfg, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise CommandExecutionError(f"cannot read {grub_cfg}: {exc}") from None
+    for title in MENUENTRY.findall(text):
+        if XEN_TITLE in title:
+            return title
+    raise CommandExecutionError(
+        f"{grub_cfg} has no entry titled '...{XEN_TITLE}': is the Xen pattern installed "
+        "(patterns-server-xen_server) and grub2-mkconfig run after it?")
+
+
+def is_dom0(capabilities="/proc/xen/capabilities"):
+    """True when this host runs as Xen's control domain."""
+    try:
+        with open(capabilities, encoding="utf-8") as fh:
+            return "control_d" in fh.read()
+    except OSError:
+        return False
+
+
+def driver(uri=None):
+    """The libvirt driver behind the minion's connection (virConnectGetType: Xen, QEMU, ...)."""
+    import libvirt
+
+    uri = uri or __salt__["config.get"]("virt:connection:uri", None)
+    try:
+        conn = libvirt.open(uri)
+    except libvirt.libvirtError as exc:
+        raise CommandExecutionError(f"libvirt connection {uri} failed: {exc}") from None
+    try:
+        return conn.getType()
+    finally:
+        conn.close()
+
+
+def check(driver="Xen", require_dom0=True):  # pylint: disable=redefined-outer-name
+    """Fail unless the hypervisor is ready to run store VMs; the message says what is missing."""
+    problems = []
+    if require_dom0 and not is_dom0():
+        problems.append("not running as Xen dom0 (/proc/xen/capabilities has no control_d): "
+                        "boot the Xen entry")
+    try:
+        found = globals()["driver"]()
+    except CommandExecutionError as exc:
+        problems.append(str(exc))
+    else:
+        if found != driver:
+            problems.append(f"libvirt reports the {found} driver, not {driver}")
+    if problems:
+        raise CommandExecutionError("hypervisor not ready: " + "; ".join(problems))
+    return {"driver": driver, "dom0": is_dom0()}

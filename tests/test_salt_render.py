@@ -1,0 +1,119 @@
+"""The Salt states as each platform renders them (issue 13): production Leap 15.6 Xen grains
+render every production state, the lab's Debian grains with the lab pillar render the lab's.
+
+Rendered with the real `salt-call --local state.show_highstate` against `salt_states/`, with the
+platform's grains; compared with a reviewed snapshot in tests/snapshots/. After a deliberate change:
+`STORE_ROLLOUT_UPDATE_SNAPSHOTS=1 pytest tests/test_salt_render.py`, then review the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lab.state import REPO_ROOT, SALT_STATES_DIR, VENV_BIN
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+LEAP_15_6 = {"os": "Leap", "os_family": "Suse", "osfullname": "Leap", "osrelease": "15.6",
+             "osfinger": "Leap-15", "oscodename": "openSUSE Leap 15.6", "kernel": "Linux",
+             "virtual": "physical"}
+DEBIAN_12 = {"os": "Debian", "os_family": "Debian", "osfullname": "Debian", "osrelease": "12",
+             "osfinger": "Debian-12", "oscodename": "bookworm", "kernel": "Linux",
+             "virtual": "physical"}
+PLATFORMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # name: (minion id, grains, pillar)
+    "hypervisor-leap-15.6-xen": ("store-0042-hv", {**LEAP_15_6, "role": "hypervisor",
+                                                   "store_id": "0042"}, {}),
+    "store-vm-leap-15.6": ("store-0042-vm", {**LEAP_15_6, "role": "store-server",
+                                             "store_id": "0042"}, {}),
+    "hypervisor-lab-debian-12": ("store-0042-hv", {**DEBIAN_12, "role": "hypervisor",
+                                                   "store_id": "0042"},
+                                 {"store_rollout": {"lab": True},
+                                  "hypervisor": {"lookup": {"lab": True}}}),
+}
+
+
+def render(tmp: Path, minion_id: str, grains: dict[str, Any],
+           pillar: dict[str, Any]) -> dict[str, Any]:
+    (tmp / "pillar").mkdir(parents=True)
+    (tmp / "pillar" / "top.sls").write_text("base:\n  '*':\n    - data\n")
+    (tmp / "pillar" / "data.sls").write_text(yaml.safe_dump(pillar or {"none": None}))
+    (tmp / "minion").write_text(yaml.safe_dump({
+        "file_client": "local", "root_dir": str(tmp / "root"), "id": minion_id,
+        "file_roots": {"base": [str(SALT_STATES_DIR)]},
+        "pillar_roots": {"base": [str(tmp / "pillar")]}, "grains": grains}))
+    # custom modules first, as the master's reactor syncs them to every starting minion
+    subprocess.run([str(VENV_BIN / "salt-call"), "--local", "-c", str(tmp), "saltutil.sync_all"],
+                   capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run([str(VENV_BIN / "salt-call"), "--local", "-c", str(tmp),
+                           "state.show_highstate", "--out", "json"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the render's private root_dir stands for / (a real minion's root_dir)
+    rendered: dict[str, Any] = json.loads(proc.stdout.replace(str(tmp / "root"), ""))["local"]
+    assert isinstance(rendered, dict), f"render failed: {rendered}"
+    return rendered
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_rendered_highstate_matches_reviewed_snapshot(platform: str, tmp_path: Path) -> None:
+    rendered = render(tmp_path, *PLATFORMS[platform])
+    text = json.dumps(rendered, indent=1, sort_keys=True) + "\n"
+    snapshot = SNAPSHOTS / f"{platform}.json"
+    if os.environ.get("STORE_ROLLOUT_UPDATE_SNAPSHOTS"):
+        snapshot.write_text(text)
+    expected = snapshot.read_text() if snapshot.exists() else ""
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                        str(snapshot), f"{platform} now", n=2))
+    assert not diff, (f"the rendered highstate for {platform} changed; review it and rerun with "
+                      f"STORE_ROLLOUT_UPDATE_SNAPSHOTS=1:\n{diff[:6000]}")
+
+
+def _states(rendered: dict[str, Any], module: str) -> dict[str, list[Any]]:
+    return {sid: body[module] for sid, body in rendered.items() if module in body}
+
+
+def _args(call: list[Any]) -> dict[str, Any]:
+    return {k: v for item in call if isinstance(item, dict) for k, v in item.items()}
+
+
+def test_production_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
+        tmp_path: Path) -> None:
+    rendered = render(tmp_path, *PLATFORMS["hypervisor-leap-15.6-xen"])
+    # the Xen entry becomes the saved default, by its title in grub.cfg
+    default = _states(rendered, "storehost")["hypervisor-xen-init-storehost-xen-default-boot"]
+    assert "xen_default_boot" in default and _args(default)["name"] == "/boot/grub2/grub.cfg"
+    assert _args(_states(rendered, "file")["hypervisor-xen-init-file-replace"])["repl"] \
+        == "GRUB_DEFAULT=saved"
+    # one reboot while the host is not Xen dom0 yet
+    reboot = _args(_states(rendered, "cmd")["hypervisor-xen-dom0-cmd-run"])
+    assert reboot["name"].startswith("shutdown -r")
+    assert reboot["unless"] == "grep -qs control_d /proc/xen/capabilities"
+    # libvirt's modular daemons; the monolithic libvirtd masked (one Xen driver)
+    services = _states(rendered, "service")
+    running = {_args(c)["name"] for c in services.values() if "running" in c}
+    masked = {_args(c)["name"] for c in services.values() if "masked" in c}
+    assert "virtxend.socket" in running and "libvirtd.service" in masked
+    assert not running & masked
+    assert "python3-libvirt-python" in _args(
+        _states(rendered, "pkg")["hypervisor-libvirt-init-pkg-installed"])["pkgs"]
+    # "ready" needs dom0 and the Xen driver; nothing rewrites br0 (AutoYaST built it)
+    check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
+    assert _args(check)["storehost.check"] == [{"driver": "Xen"}, {"require_dom0": True}]
+    assert not _states(rendered, "network")
+    assert not any("virt" in body and "keys" in body["virt"] for body in rendered.values())
+
+
+def test_lab_hypervisor_changes_nothing_on_the_host(tmp_path: Path) -> None:
+    rendered = render(tmp_path, *PLATFORMS["hypervisor-lab-debian-12"])
+    modules = {m for body in rendered.values() for m in body if not m.startswith("__")}
+    assert modules == {"module", "grains", "event"}, modules  # checks + ready only
+    check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
+    assert _args(check)["storehost.check"] == [{"driver": "QEMU"}, {"require_dom0": False}]
