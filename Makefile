@@ -14,7 +14,16 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 
 .PHONY: setup demo test test-slow test-scale lint bench ui-screenshots lab-up lab-down lab-status clean
 
-setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER)
+# Salt 3006.0, the minion Leap 15.6 hosts run: its source (never installed) for the compatibility test
+SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
+SALT3006_SHA256 := ee2c38b34ea861409013c81cf0aa85297d69cf10773b73ee7a0710b5c942dcca
+
+setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(SALT3006_SDIST)
+
+$(SALT3006_SDIST): $(STAMP_VENV)
+	mkdir -p $(dir $@)
+	$(VENV)/bin/pip download -q --no-deps --no-binary :all: salt==3006.0 -d $(dir $@)
+	echo "$(SALT3006_SHA256)  $@" | sha256sum -c -
 
 $(STAMP_APT): Makefile
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \

@@ -1,0 +1,68 @@
+"""The hypervisor minion of a Leap 15.6 store runs the distribution's Salt 3006 with Salt's
+built-in `virt` module; the lab's minions run Salt 3008 with saltext-virt (Salt 3006 does not
+install on this machine's Python 3.11 with the lab's other pins). This test reads the virt module
+of Salt 3006.0's own source (`make setup` downloads the sdist, checksum verified) and checks that
+every virt function and argument the pipeline uses exists there with the same name.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from lab.state import REPO_ROOT
+from store_rollout.inventory import parse_inventory
+from store_rollout.settings import RolloutSettings
+from tasks import virt
+
+SDIST = Path(os.environ.get("STORE_ROLLOUT_SALT3006_SDIST",
+                            REPO_ROOT / ".cache" / "salt-3006.0.tar.gz"))
+# each virt function the pipeline calls on a hypervisor, with its positional arguments
+CALLS = {"init": ["name", "cpu", "mem"], "start": ["name"], "stop": ["name"],
+         "vm_state": ["vm_"]}
+
+
+@pytest.fixture(scope="module")
+def virt_3006() -> tuple[dict[str, ast.FunctionDef], str]:
+    if not SDIST.exists():
+        pytest.fail(f"{SDIST} missing: `make setup` downloads Salt 3006.0's sdist")
+    with tarfile.open(SDIST) as sdist:
+        member = sdist.extractfile("salt-3006.0/salt/modules/virt.py")
+        assert member is not None
+        source = member.read().decode()
+    functions = {node.name: node for node in ast.parse(source).body
+                 if isinstance(node, ast.FunctionDef)}
+    return functions, source
+
+
+def init_kwargs(network: str) -> dict[str, object]:
+    store = parse_inventory({"stores": [{
+        "store_id": "s1", "erp": {"site_code": "S1"}, "vm": {"network": network},
+        "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
+    settings = RolloutSettings.model_validate({
+        "cobbler_url": "http://cobbler/", "cobbler_user": "u", "cobbler_password": "p",
+        "salt_master_config": "/etc/salt/master", "salt_master_address": "salt",
+        "erp_url": "http://erp/", "erp_token": "t"})
+    return virt.init_kwargs(store, settings, "/srv/salt-images/s1/system.qcow2")
+
+
+@pytest.mark.parametrize("network", ["br0", "none"])
+def test_every_virt_call_exists_in_salt_3006(virt_3006: tuple[dict[str, ast.FunctionDef], str],
+                                             network: str) -> None:
+    functions, source = virt_3006
+    for name, positional in CALLS.items():
+        assert name in functions, f"Salt 3006's virt module has no {name}"
+        params = [a.arg for a in functions[name].args.args]
+        assert params[:len(positional)] == positional, (name, params)
+    kwargs = init_kwargs(network)
+    init_params = {a.arg for a in functions["init"].args.args}
+    # init takes **kwargs: an unknown name would be ignored silently, so each must be a parameter
+    assert set(kwargs) <= init_params, set(kwargs) - init_params
+    disk_keys = {k for disk in kwargs["disks"] for k in disk}  # type: ignore[attr-defined]
+    nic_keys = {k for nic in kwargs["interfaces"] for k in nic}  # type: ignore[attr-defined]
+    for key in sorted(disk_keys | nic_keys | set(kwargs["graphics"])):  # type: ignore[arg-type]
+        assert f'"{key}"' in source, f"Salt 3006's virt module never reads {key!r}"
