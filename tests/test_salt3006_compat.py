@@ -1,6 +1,6 @@
 """The hypervisor minion of a Leap 15.6 store runs the distribution's Salt 3006 with Salt's
-built-in `virt` module; the lab's minions run Salt 3008 with saltext-virt (Salt 3006 does not
-install on this machine's Python 3.11 with the lab's other pins). This test reads the virt module
+built-in `virt` module; the lab's minions run Salt 3008 with saltext-virt (docs/production.md says
+why the lab does not run 3006 yet). This test reads the virt module
 of Salt 3006.0's own source (`make setup` downloads the sdist, checksum verified) and checks that
 every virt function and argument the pipeline uses exists there with the same name.
 """
