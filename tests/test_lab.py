@@ -135,8 +135,10 @@ def test_hypervisor_installed_through_cobbler_answers_salt_ping(lab: LabInfo) ->
                           "salt_master_port": str(lab.salt_ret_port),
                           "salt_publish_port": str(lab.salt_publish_port),
                           "minion_id": minion_id, "store_id": "labtest",
-                          "autosign_grain": "store_rollout_token", "autosign_token": token},
-        power_type=lab.power_type, power_address=lab.power_address, power_id=minion_id)
+                          "autosign_grain": "store_rollout_token", "autosign_token": token,
+                          "virt_uri": lab.libvirt_uri, "vm_images_dir": lab.vm_images_dir},
+        power_type=lab.power_type, power_address=lab.power_address, power_id=minion_id,
+        power_user=lab.power_user, power_pass=lab.power_password)  # the simulated BMC's login
     try:
         with master.subscribe("salt/minion/") as bus:
             client.upsert_system(spec)
@@ -150,7 +152,9 @@ def test_hypervisor_installed_through_cobbler_answers_salt_ping(lab: LabInfo) ->
         record = client.get_system(minion_id)
         assert record is not None and record["netboot_enabled"] is False
         assert master.cmd(minion_id, "grains.get", ["role"]) == "hypervisor"
+        # the virt settings reached the host through the profile, as on a real host
         assert master.cmd(minion_id, "config.get", ["virt:connection:uri"]) == lab.libvirt_uri
+        assert master.cmd(minion_id, "config.get", ["virt:images"]) == lab.vm_images_dir
     finally:
         master.revoke_token(minion_id)
         client.power(minion_id, "off")
