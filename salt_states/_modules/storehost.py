@@ -40,7 +40,7 @@ def is_dom0(capabilities="/proc/xen/capabilities"):
         return False
 
 
-def driver(uri=None):
+def libvirt_driver(uri=None):
     """The libvirt driver behind the minion's connection (virConnectGetType: Xen, QEMU, ...)."""
     import libvirt
 
@@ -55,14 +55,14 @@ def driver(uri=None):
         conn.close()
 
 
-def check(driver="Xen", require_dom0=True):  # pylint: disable=redefined-outer-name
+def check(driver="Xen", require_dom0=True):
     """Fail unless the hypervisor is ready to run store VMs; the message says what is missing."""
     problems = []
     if require_dom0 and not is_dom0():
         problems.append("not running as Xen dom0 (/proc/xen/capabilities has no control_d): "
                         "boot the Xen entry")
     try:
-        found = globals()["driver"]()
+        found = libvirt_driver()
     except CommandExecutionError as exc:
         problems.append(str(exc))
     else:
