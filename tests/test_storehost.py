@@ -1,0 +1,99 @@
+"""The hypervisor formula's own Salt code (salt_states/_modules|_states/storehost.py): the Xen
+boot entry, dom0 detection and the default-boot state, with fakes for what Salt injects."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from salt.exceptions import CommandExecutionError
+
+from lab.state import SALT_STATES_DIR
+
+GRUB_CFG = """\
+set default="${saved_entry}"
+menuentry 'openSUSE Leap 15.6'  --class opensuse --class os $menuentry_id_option 'gnulinux' {
+\tlinux /boot/vmlinuz-6.4.0-150600.21-default root=UUID=0000
+}
+submenu 'Advanced options for openSUSE Leap 15.6 (with Xen hypervisor)' {
+\tmenuentry 'openSUSE Leap 15.6, with Xen 4.18 and Linux 6.4.0' --class xen {
+\t\tmultiboot2 /boot/xen.gz
+\t}
+}
+menuentry 'openSUSE Leap 15.6, with Xen hypervisor' --class opensuse --class xen {
+\tmultiboot2 /boot/xen.gz placeholder dom0_mem=4096M,max:4096M
+}
+"""
+
+
+def load(kind: str) -> ModuleType:
+    path = SALT_STATES_DIR / kind / "storehost.py"
+    spec = importlib.util.spec_from_file_location(f"storehost_{kind}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_xen_entry_is_the_top_level_xen_title(tmp_path: Path) -> None:
+    cfg = tmp_path / "grub.cfg"
+    cfg.write_text(GRUB_CFG)
+    assert load("_modules").xen_boot_entry(str(cfg)) == "openSUSE Leap 15.6, with Xen hypervisor"
+
+
+def test_no_xen_entry_says_what_to_install(tmp_path: Path) -> None:
+    cfg = tmp_path / "grub.cfg"
+    cfg.write_text(GRUB_CFG.split("submenu")[0])
+    with pytest.raises(CommandExecutionError, match="patterns-server-xen_server"):
+        load("_modules").xen_boot_entry(str(cfg))
+
+
+def test_dom0_from_xen_capabilities(tmp_path: Path) -> None:
+    caps = tmp_path / "capabilities"
+    module = load("_modules")
+    assert module.is_dom0(str(caps)) is False  # no Xen at all
+    caps.write_text("")
+    assert module.is_dom0(str(caps)) is False  # a domU
+    caps.write_text("control_d\n")
+    assert module.is_dom0(str(caps)) is True
+
+
+class FakeGrub:
+    """grub2-editenv / grub2-set-default as the state calls them through __salt__."""
+
+    def __init__(self, saved: str, entry: str) -> None:
+        self.saved, self.entry, self.set_calls = saved, entry, []  # type: ignore[var-annotated]
+
+    def salt(self) -> dict[str, Any]:
+        def run(cmd: str, **_kw: Any) -> str:
+            assert cmd == "grub2-editenv list"
+            return f"saved_entry={self.saved}\n" if self.saved else ""
+
+        def run_all(cmd: list[str], **_kw: Any) -> dict[str, Any]:
+            assert cmd[0] == "grub2-set-default"
+            self.set_calls.append(cmd[1])
+            self.saved = cmd[1]
+            return {"retcode": 0, "stdout": "", "stderr": ""}
+
+        return {"cmd.run": run, "cmd.run_all": run_all,
+                "storehost.xen_boot_entry": lambda _cfg: self.entry}
+
+
+@pytest.mark.parametrize("test_mode", [False, True])
+def test_default_boot_state_sets_the_xen_entry_once(test_mode: bool) -> None:
+    grub = FakeGrub(saved="openSUSE Leap 15.6", entry="openSUSE Leap 15.6, with Xen hypervisor")
+    state = load("_states")
+    state.__salt__ = grub.salt()  # type: ignore[attr-defined]
+    state.__opts__ = {"test": test_mode}  # type: ignore[attr-defined]
+    ret = state.xen_default_boot("/boot/grub2/grub.cfg")
+    assert ret["changes"] == {"saved_entry": {"old": "openSUSE Leap 15.6",
+                                              "new": "openSUSE Leap 15.6, with Xen hypervisor"}}
+    assert ret["result"] is (None if test_mode else True)
+    assert grub.set_calls == ([] if test_mode else ["openSUSE Leap 15.6, with Xen hypervisor"])
+    if not test_mode:  # the second run changes nothing
+        again = state.xen_default_boot("/boot/grub2/grub.cfg")
+        assert again["changes"] == {} and again["result"] is True
+        assert grub.set_calls == ["openSUSE Leap 15.6, with Xen hypervisor"]
