@@ -361,7 +361,7 @@ class Simulator:
                     {"grains": {"store_rollout_token": oem.get("autosign_token", ""),
                                 "store_id": oem.get("store_id", "")}})
                 self.minions.install(minion_id, files, {})
-                (self.minions.minion_dir(minion_id) / "disk").write_text(self._disk_path(xml))
+                (self.minions.minion_dir(minion_id) / "disk").write_text(self._disk_identity(xml))
             self.minions.start(minion_id, f"domain {dom.name()} started")
         except Exception:
             log.exception("VM boot of %s failed", dom.name())
@@ -371,9 +371,14 @@ class Simulator:
         source = xml.find("./devices/disk[@device='disk']/source")
         return source.get("file", "") if source is not None else ""
 
+    def _disk_identity(self, xml: ET.Element) -> str:
+        """The system disk as the guest knows it: a domain defined anew (its own UUID) has a new
+        overlay, a fresh disk, even at the same path (a rollback, then a rerun)."""
+        return f"{xml.findtext('./uuid', '')} {self._disk_path(xml)}"
+
     def _disk_changed(self, minion_id: str, xml: ET.Element) -> bool:
         marker = self.minions.minion_dir(minion_id) / "disk"
-        return not marker.exists() or marker.read_text() != self._disk_path(xml)
+        return not marker.exists() or marker.read_text() != self._disk_identity(xml)
 
     def _image_minion_d(self, xml: ET.Element) -> dict[str, str]:
         """The minion.d files baked into the image this domain's disk is an overlay of."""
