@@ -29,6 +29,18 @@ def domains(lab: LabInfo) -> list[str]:
         conn.close()
 
 
+def domain_running(lab: LabInfo, name: str) -> bool:
+    import libvirt
+
+    conn = libvirt.open(lab.libvirt_uri)
+    try:
+        return bool(conn.lookupByName(name).isActive())
+    except libvirt.libvirtError:
+        return False
+    finally:
+        conn.close()
+
+
 def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -62,7 +74,8 @@ def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
     wait_for(lambda: deployment_id() is not None, 90, "the lab's store-rollout deployment")
     run = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
         "parameters": {"store_id": store_id, "inventory": str(inv)}}, timeout=10).json()
-    wait_for(lambda: f"store-{store_id}-vm" in domains(lab), 300, "step 5 (domain defined)")
+    # cancelled once its VM runs: the rerun below then needs a fresh disk for the new domain
+    wait_for(lambda: domain_running(lab, f"store-{store_id}-vm"), 300, "step 5 (VM running)")
     requests.post(f"{api}/flow_runs/{run['id']}/set_state", json={
         "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
 

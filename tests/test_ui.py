@@ -24,7 +24,7 @@ import requests
 from lab.state import LabInfo
 from store_rollout.steps import STEPS
 from tests.helpers import write_inventory
-from tests.test_cancel import assert_rolled_back
+from tests.test_cancel import assert_rolled_back, domain_running
 
 pytestmark = pytest.mark.lab
 
@@ -151,18 +151,6 @@ def ui(lab: LabInfo, browser: Any, tmp_path: Path,
                 page.screenshot(path=str(shots / "failure.png"), full_page=True)
             print(f"\nUI screenshots: {shots}")
         context.close()
-
-
-def domain_running(lab: LabInfo, name: str) -> bool:
-    import libvirt
-
-    conn = libvirt.open(lab.libvirt_uri)
-    try:
-        return bool(conn.lookupByName(name).isActive())
-    except libvirt.libvirtError:
-        return False
-    finally:
-        conn.close()
 
 
 def erp_notice_id(lab: LabInfo, store_id: str) -> str:
