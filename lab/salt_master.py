@@ -37,7 +37,10 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
     (pillar / "top.sls").write_text("base:\n  '*':\n    - lab\n")
     # lab minions run on the lab host itself: host-changing states are excluded by this pillar
     (pillar / "lab.sls").write_text(
-        yaml.safe_dump({"store_rollout": {"lab": True}, "hypervisor": {"lookup": {"lab": True}}})
+        # os_family: the parameters of the host the lab's minions run on; its startup highstates
+        # under load may render before the grains are loaded (as grains['id'] was, see ready)
+        yaml.safe_dump({"store_rollout": {"lab": True},
+                        "hypervisor": {"lookup": {"lab": True}, "os_family": "Debian"}})
     )
     grains_file = root / "autosign_grains" / AUTOSIGN_GRAIN
     if not grains_file.exists():

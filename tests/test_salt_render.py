@@ -36,7 +36,7 @@ PLATFORMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "hypervisor-lab-debian-12": ("store-0042-hv", {**DEBIAN_12, "role": "hypervisor",
                                                    "store_id": "0042"},
                                  {"store_rollout": {"lab": True},
-                                  "hypervisor": {"lookup": {"lab": True}}}),
+                                  "hypervisor": {"lookup": {"lab": True}, "os_family": "Debian"}}),
 }
 
 
