@@ -3,6 +3,7 @@ that runs the deployments of `prefect.yaml` (runs started from the UI or the RES
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -20,8 +21,13 @@ def api_url(port: int) -> str:
     return f"http://127.0.0.1:{port}/api"
 
 
+def _env_without_prefect() -> dict[str, str]:
+    """This process's environment minus any PREFECT_* setting (the lab sets its own)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+
+
 def server_env(prefect_home: Path, port: int, database_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = _env_without_prefect()
     env.update(
         PREFECT_HOME=str(prefect_home),
         # what the UI in the browser calls; unset, it is the default port 4200, not this server
@@ -53,6 +59,7 @@ def wait_ready(port: int, timeout: float = 60) -> None:
     wait_until(lambda: health(port), timeout, "Prefect server", interval=0.3)
 
 
+@functools.cache
 def work_pool() -> str:
     """The one work pool the deployments of prefect.yaml name (the lab's worker polls it)."""
     pools = {d["work_pool"]["name"] for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
@@ -63,7 +70,7 @@ def work_pool() -> str:
 
 def client_env(port: int, prefect_home: Path, state_dir: Path) -> dict[str, str]:
     """A Prefect client of the lab's server whose flows use the lab (worker, deploy)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = _env_without_prefect()
     env.update(PREFECT_API_URL=api_url(port), PREFECT_HOME=str(prefect_home),
                PREFECT_SERVER_ANALYTICS_ENABLED="false",
                STORE_ROLLOUT_LAB_DIR=str(state_dir), STORE_ROLLOUT_HOME=str(REPO_ROOT))

@@ -55,6 +55,13 @@ def prefect_task_runs(lab: LabInfo, flow_run_name: str) -> tuple[dict[str, Any],
         time.sleep(1)
 
 
+def created_erp_notices(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
+    """The notices the lab's ERP created (201) for a store, from its own request log."""
+    notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
+    return [n for n in notices if n.get("status") == 201
+            and (n.get("payload") or {}).get("store_id") == store_id]
+
+
 def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     import libvirt
 
@@ -91,9 +98,7 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     assert not (minion_d / "90-bootstrap.conf").exists()
     assert not (minion_d / "15-identity.conf").exists()
     # ERP: exactly one notice created for the store
-    notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
-    created = [n for n in notices if n.get("status") == 201
-               and (n.get("payload") or {}).get("store_id") == store_id]
+    created = created_erp_notices(lab, store_id)
     assert len(created) == 1 and created[0]["erp_id"] == result["erp_id"]
     # Prefect: the run completed with its seven task runs
     run, tasks = prefect_task_runs(lab, f"rollout-{store_id}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -14,7 +13,7 @@ import pytest
 import requests
 
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo
-from tests.helpers import check_store, result_from_systems, write_inventory
+from tests.helpers import check_store, created_erp_notices, result_from_systems, write_inventory
 
 pytestmark = pytest.mark.lab
 POOL = "test-workers-pool"
@@ -118,7 +117,6 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
     for sid, run in zip(ids, runs, strict=True):
         assert re.fullmatch(r"[0-9a-f-]{36}", run["id"])
         result = result_from_systems(lab, sid)
-        erp = [line for line in Path(lab.erp_log).read_text().splitlines()
-               if f'"store_id": "{sid}"' in line and '"status": 201' in line]
+        erp = created_erp_notices(lab, sid)
         assert len(erp) == 1
-        check_store(lab, sid, {**result, "erp_id": json.loads(erp[0])["erp_id"]})
+        check_store(lab, sid, {**result, "erp_id": erp[0]["erp_id"]})

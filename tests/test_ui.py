@@ -23,7 +23,7 @@ import requests
 
 from lab.state import LabInfo
 from store_rollout.steps import STEPS
-from tests.helpers import write_inventory
+from tests.helpers import created_erp_notices, write_inventory
 from tests.test_cancel import assert_rolled_back, domain_running
 
 pytestmark = pytest.mark.lab
@@ -155,9 +155,7 @@ def ui(lab: LabInfo, browser: Any, tmp_path: Path,
 
 def erp_notice_id(lab: LabInfo, store_id: str) -> str:
     """The id the lab's ERP gave the store's notice (from its own request log)."""
-    notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
-    created = [n["erp_id"] for n in notices if n.get("status") == 201
-               and (n.get("payload") or {}).get("store_id") == store_id]
+    created = [n["erp_id"] for n in created_erp_notices(lab, store_id)]
     assert len(created) == 1, created
     return str(created[0])
 

@@ -58,7 +58,8 @@ def libvirt_driver(uri=None):
 def check(driver="Xen", require_dom0=True):
     """Fail unless the hypervisor is ready to run store VMs; the message says what is missing."""
     problems = []
-    if require_dom0 and not is_dom0():
+    dom0 = is_dom0()
+    if require_dom0 and not dom0:
         problems.append("not running as Xen dom0 (/proc/xen/capabilities has no control_d): "
                         "boot the Xen entry")
     try:
@@ -70,4 +71,4 @@ def check(driver="Xen", require_dom0=True):
             problems.append(f"libvirt reports the {found} driver, not {driver}")
     if problems:
         raise CommandExecutionError("hypervisor not ready: " + "; ".join(problems))
-    return {"driver": driver, "dom0": is_dom0()}
+    return {"driver": driver, "dom0": dom0}
