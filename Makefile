@@ -10,7 +10,8 @@ STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
 
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
-	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium
+	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
+	xorriso libxml2-utils
 
 .PHONY: setup demo test test-slow test-scale lint bench ui-screenshots lab-up lab-down lab-status clean
 

@@ -6,8 +6,10 @@
   hypervisor's salt-minion from them and call Cobbler's end-of-install (nopxe) URL; if it says
   localboot, boot the installed system.
 - VM boot: a libvirt lifecycle callback (not polling) starts a salt-minion for each started
-  domain, with the minion.d files of the image the domain's disk is backed by, plus the identity
-  seeded in the domain's SMBIOS OEM strings; stopping the domain stops that minion.
+  domain, with the minion.d files of the image the domain's disk is backed by. The identity
+  comes the way the guest gets it: the image's own store-identity script reads the domain's
+  STORE_SEED seed disk (its CD-ROM's ISO file, as the guest would see it); a disk that booted
+  before keeps the identity it was given. Stopping the domain stops that minion.
 - Reboot: the `provisioning.reboot` Salt module asks for a reboot here; the simulator restarts
   that minion process (never the host).
 - Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`): delay, fail
@@ -28,6 +30,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -45,7 +48,7 @@ from lab.state import VENV_BIN, LabInfo, LabPaths
 
 log = logging.getLogger("lab.simulator")
 
-OEM_PREFIX = "store_rollout."
+SEED_LABEL = "STORE_SEED"  # the seed contract of salt_states/_modules/storevirt.py
 STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start")
 
 
@@ -339,32 +342,78 @@ class Simulator:
     def _on_domain_started(self, dom: Any) -> None:
         try:
             xml = ET.fromstring(dom.XMLDesc(0))
-            oem = {}
-            for entry in xml.iterfind("./sysinfo/oemStrings/entry"):
-                key, _, value = (entry.text or "").partition("=")
-                if key.startswith(OEM_PREFIX):
-                    oem[key[len(OEM_PREFIX):]] = value
-            minion_id = oem.get("minion_id")
-            if not minion_id:
-                log.info("domain %s has no seeded identity; no minion", dom.name())
-                return
-            self.domain_minions[dom.name()] = minion_id
             delay, fail = self.faults.take("vm_boot")
             if delay:
                 time.sleep(delay)
             if fail:
                 log.warning("fault knob: VM %s does not boot", dom.name())
                 return
-            if not self.minions.installed(minion_id) or self._disk_changed(minion_id, xml):
+            booted = self._minion_of_disk(xml)
+            seeded = self._identity_from_seed(dom.name(), xml)
+            if seeded is None and booted is None:
+                log.info("domain %s: no seed disk and a disk that never booted; no minion",
+                         dom.name())
+                return
+            minion_id = seeded["minion_id"] if seeded else str(booted)
+            self.domain_minions[dom.name()] = minion_id
+            if seeded and (not self.minions.installed(minion_id)
+                           or self._disk_changed(minion_id, xml)):
                 files = self._image_minion_d(xml)
-                files["15-identity.conf"] = yaml.safe_dump(
-                    {"grains": {"store_rollout_token": oem.get("autosign_token", ""),
-                                "store_id": oem.get("store_id", "")}})
+                files.update(seeded["minion.d"])
                 self.minions.install(minion_id, files, {})
                 (self.minions.minion_dir(minion_id) / "disk").write_text(self._disk_identity(xml))
             self.minions.start(minion_id, f"domain {dom.name()} started")
         except Exception:
             log.exception("VM boot of %s failed", dom.name())
+
+    def _identity_from_seed(self, name: str, xml: ET.Element) -> dict[str, Any] | None:
+        """What the image's store-identity writes at boot from the domain's seed disk: the
+        minion id and the minion.d files; None when no CD-ROM holds a STORE_SEED ISO."""
+        from tasks.kiwi import IDENTITY_SCRIPT
+
+        for source in xml.iterfind("./devices/disk[@device='cdrom']/source"):
+            iso = Path(source.get("file", ""))
+            if not iso.is_file() or self._iso_label(iso) != SEED_LABEL:
+                continue
+            with tempfile.TemporaryDirectory(dir=self.paths.simulator) as tmp:
+                seed, salt_dir = Path(tmp) / "seed", Path(tmp) / "salt"
+                subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso),
+                                "-extract", "/", str(seed)],
+                               check=True, capture_output=True)  # fmt: skip
+                script = self._image_description(xml) / "root" / IDENTITY_SCRIPT
+                proc = subprocess.run(
+                    [str(script)], capture_output=True, text=True, check=False,
+                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                         "STORE_IDENTITY_SEED_DIR": str(seed),
+                         "STORE_IDENTITY_SALT_DIR": str(salt_dir)})
+                if proc.returncode != 0:
+                    log.warning("domain %s: store-identity refused its seed: %s", name,
+                                proc.stderr.strip())
+                    return None
+                id_file = salt_dir / "minion_id"
+                if not id_file.exists():
+                    log.warning("domain %s: seed disk %s gave no identity: %s", name, iso,
+                                proc.stdout.strip())
+                    return None
+                minion_d = salt_dir / "minion.d"
+                files = {f.name: f.read_text() for f in sorted(minion_d.glob("*.conf"))} \
+                    if minion_d.is_dir() else {}
+                return {"minion_id": id_file.read_text().strip(), "minion.d": files}
+        return None
+
+    @staticmethod
+    def _iso_label(path: Path) -> str:
+        proc = subprocess.run(["blkid", "-p", "-s", "LABEL", "-o", "value", str(path)],
+                              capture_output=True, text=True, check=False)
+        return proc.stdout.strip()
+
+    def _minion_of_disk(self, xml: ET.Element) -> str | None:
+        """The minion a disk was given on an earlier boot (its /etc/salt/minion_id)."""
+        identity = self._disk_identity(xml)
+        for marker in self.minions.base.glob("*/disk"):
+            if marker.read_text() == identity:
+                return marker.parent.name
+        return None
 
     @staticmethod
     def _disk_path(xml: ET.Element) -> str:
@@ -382,7 +431,18 @@ class Simulator:
 
     def _image_minion_d(self, xml: ET.Element) -> dict[str, str]:
         """The minion.d files baked into the image this domain's disk is an overlay of."""
-        from tasks.kiwi import render_minion_d, resolve_description
+        from tasks.kiwi import render_minion_d
+
+        description, params = self._image_meta(xml)
+        return render_minion_d(description, params)
+
+    def _image_description(self, xml: ET.Element) -> Path:
+        return self._image_meta(xml)[0]
+
+    def _image_meta(self, xml: ET.Element) -> tuple[Path, dict[str, str]]:
+        """The KIWI description and build parameters of the image this domain's disk is an
+        overlay of (from the base image's meta.json)."""
+        from tasks.kiwi import resolve_description
 
         disk = self._disk_path(xml)
         info = json.loads(subprocess.run(
@@ -394,7 +454,7 @@ class Simulator:
         if not meta_path.exists():
             raise FileNotFoundError(f"{disk}: base image {base} has no meta.json (not from the cache)")
         meta = json.loads(meta_path.read_text())
-        return render_minion_d(resolve_description(meta["description"]), meta.get("params", {}))
+        return resolve_description(meta["description"]), meta.get("params", {})
 
     def _on_domain_stopped(self, name: str) -> None:
         minion_id = self.domain_minions.get(name)

@@ -332,6 +332,37 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
     print(json.dumps(state.result(), indent=2, default=str))
 
 
+@app.command("vm-xml")
+def vm_xml(store_id: str, inventory: Inventory = DEFAULT_INVENTORY,
+           hypervisor: Annotated[str, typer.Option(
+               "--hypervisor", help="hypervisor type: xen (production) or kvm")] = "xen",
+           images_dir: Annotated[str | None, typer.Option(
+               "--images-dir", help="the hypervisor's VM images dir (default: the "
+                                    "vm_images_dir setting)")] = None) -> None:
+    """Print the domain XML step 5 would define for a store (virt.init's own generator)."""
+    from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import RolloutSettings, SettingsError, load_settings
+    from tasks.virt import DEVICE_MODELS, domain_xml
+
+    if hypervisor not in DEVICE_MODELS:
+        console.print(f"[red]error:[/] --hypervisor {hypervisor!r}: choose one of "
+                      f"{', '.join(sorted(DEVICE_MODELS))}")
+        raise typer.Exit(2)
+    try:
+        store = load_inventory(inventory).select([store_id])[0]
+    except InventoryError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if images_dir is None:
+        try:
+            images_dir = load_settings().vm_images_dir
+        except SettingsError:
+            images_dir = str(RolloutSettings.model_fields["vm_images_dir"].default)
+            console.print(f"note: settings not loadable here; images dir {images_dir} "
+                          "(pass --images-dir to choose)")
+    print(domain_xml(store, hypervisor, images_dir))
+
+
 def main() -> None:
     app()
 

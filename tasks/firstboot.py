@@ -57,7 +57,8 @@ def reset_vm(master: SaltMasterClient, store: Store) -> None:
 @task(name="firstboot", task_run_name="firstboot-{store.store_id}",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
 def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) -> dict[str, Any]:
-    """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed.
+    """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed, then
+    the identity seed ejected from the VM and deleted on the hypervisor.
 
     Judged by the VM itself: its `firstboot_stage` grain is checked after subscribing and after
     every (re)start of its minion. A VM whose accepted minion stays silent for `stall_timeout`
@@ -131,6 +132,10 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
                  if master.cmd(minion, "file.file_exists", [p])]
     if leftovers:
         raise FirstbootFailed(store.store_id, minion, [], f"bootstrap files left: {leftovers}")
+    # the hypervisor's half of the bootstrap data: the seed disk with the one-time token
+    seed = master.cmd(store.hypervisor_minion_id, "storevirt.retire_seed", [store.vm_name])
+    logger.info("store %s: identity seed %s ejected and deleted", store.store_id, seed["seed"])
     logger.info("store %s: firstboot done in %.1fs", store.store_id, time.monotonic() - started)
     return {"minion": minion, "stages": stages, "boots_seen": boots, "resets": resets,
+            "seed_retired": seed["state"] == "retired",
             "seconds": round(time.monotonic() - started, 3)}

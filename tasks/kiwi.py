@@ -122,7 +122,7 @@ APPLY_PARAMS_SCRIPT = Path("usr/local/libexec/store-rollout/apply-build-params")
 BOOTSTRAP_CONF = "90-bootstrap.conf"
 FIRSTBOOT_SLS = "provisioning_helper.firstboot"
 AUTOSIGN_GRAIN = "store_rollout_token"
-REQUIRED_PACKAGES = ("dmidecode",)
+REQUIRED_PACKAGES = ("util-linux",)
 """Packages the overlay's identity mechanism needs in every image."""
 
 PLACEHOLDER_RE = re.compile(r"@([A-Z][A-Z0-9_]*)@")
@@ -626,7 +626,7 @@ def validate_description(
         if missing:
             problems.append(
                 f'{config_xml}: <packages type="image"> lacks {", ".join(missing)} '
-                "(store-identity.service reads SMBIOS OEM strings with dmidecode)"
+                "(store-identity.service finds and mounts the STORE_SEED seed disk with blkid and mount)"
             )
     problems += _script_problems(desc_dir)
     problems += _overlay_problems(desc_dir, values)

@@ -1,12 +1,16 @@
 """The store-server VM on its hypervisor, through the hypervisor's Salt minion.
 
 saltext-virt's `virt` module defines and starts the domain; the project's `storevirt` module
-(salt_states/_modules) caches the base image, makes the qcow2 overlay and seeds the identity.
+(salt_states/_modules) caches the base image, makes the qcow2 overlay and writes the identity
+seed disk (an ISO the guest reads at boot, ejected once firstboot is done).
 """
 
 from __future__ import annotations
 
+import copy
+import posixpath
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ from prefect import get_run_logger, task
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings import load_settings
 from tasks.retry import retry_on
 from tasks.salt_master import SaltCommandFailed, SaltTransientError, master_client
 
@@ -27,23 +31,54 @@ class VmNotRunning(VmError):
     """virt.start returned but the domain is not running (yet): worth retrying."""
 
 
-def interfaces_for(network: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class DeviceModels:
+    """How the store VM's devices look on one hypervisor type, as the virt module's disk and
+    NIC `model` values (its generator maps a disk model to bus and target: virtio -> vd*,
+    xen -> xvd*, ide -> hd*, anything else -> sd*)."""
+
+    disk: str
+    seed: str  # the identity seed CD-ROM
+    nic: str | None  # None: no <model>, the driver's default
+
+
+DEVICE_MODELS: dict[str, DeviceModels] = {
+    # Xen HVM under libxl: see docs/production.md and tests/test_vm_xml.py for libxl's rules
+    "xen": DeviceModels(disk="xen", seed="xen", nic="e1000"),
+    "kvm": DeviceModels(disk="virtio", seed="sata", nic="virtio"),
+    "qemu": DeviceModels(disk="virtio", seed="sata", nic="virtio"),
+}
+
+
+def interfaces_for(network: str, models: DeviceModels) -> list[dict[str, Any]]:
     if network == "none":
         return []
-    return [{"name": "eth0", "type": "bridge", "source": network, "model": "virtio"}]
+    return [{"name": "eth0", "type": "bridge", "source": network, "model": models.nic}]
 
 
-def init_kwargs(store: Store, settings: RolloutSettings, disk_path: str) -> dict[str, Any]:
-    """virt.init arguments: start=False, the overlay disk, serial console, VNC on localhost."""
+def vm_paths(store: Store, images_dir: str) -> dict[str, str]:
+    """The VM's files on its hypervisor (storevirt.create_overlay and seed_path lay them out)."""
+    vm_dir = posixpath.join(images_dir, store.vm_name)
+    return {"disk": posixpath.join(vm_dir, "system.qcow2"),
+            "seed": posixpath.join(vm_dir, "seed.iso")}
+
+
+def init_kwargs(store: Store, hypervisor_type: str, disk_path: str,
+                seed_path: str) -> dict[str, Any]:
+    """virt.init arguments: start=False, the overlay disk, the identity seed CD-ROM, serial
+    console, VNC on localhost, with `hypervisor_type`'s device models."""
+    models = DEVICE_MODELS[hypervisor_type]
     return {
         "start": False,
-        "hypervisor": settings.vm_type,
-        "seed": False,  # the identity comes from SMBIOS OEM strings, not guestfs
+        "hypervisor": hypervisor_type,
+        "seed": False,  # the identity travels on the seed CD-ROM, not by guestfs
         "disk": None,
-        "disks": [{"name": "system", "source_file": disk_path, "format": "qcow2",
-                   "model": "virtio"}],
+        "disks": [{"name": "system", "device": "disk", "source_file": disk_path,
+                   "format": "qcow2", "model": models.disk},
+                  {"name": "seed", "device": "cdrom", "source_file": seed_path,
+                   "format": "raw", "model": models.seed}],
         "nic": None,
-        "interfaces": interfaces_for(store.vm.network),
+        "interfaces": interfaces_for(store.vm.network, models),
         "graphics": {"type": "vnc", "listen": {"type": "address", "address": "127.0.0.1"}},
         "serials": [{"type": "pty"}],
         "consoles": [{"type": "pty"}],
@@ -51,12 +86,40 @@ def init_kwargs(store: Store, settings: RolloutSettings, disk_path: str) -> dict
     }
 
 
+def domain_xml(store: Store, hypervisor_type: str, images_dir: str) -> str:
+    """The domain XML step 5's virt.init defines for `store` on a `hypervisor_type` host, made
+    by the virt module's own generator (saltext-virt's, as Salt 3006's) from init_kwargs().
+
+    It runs here, not on the hypervisor: libvirt's in-process test driver stands in for the
+    connection (the generator only reads storage-pool capabilities from it) and the paths are
+    the hypervisor's."""
+    import libvirt
+    from saltext.virt.modules import virt as virt_module
+
+    paths = vm_paths(store, images_dir)
+    kwargs = init_kwargs(store, hypervisor_type, paths["disk"], paths["seed"])
+    # the loader's dunders, as a minion would have them; os_family matters only for Xen PV
+    virt_module.__grains__ = {"os_family": "Suse"}
+    virt_module.__salt__ = {"config.get": lambda _key, default=None: default}
+    virt_module.__opts__ = {}
+    conn = libvirt.open("test:///default")
+    try:
+        nics = virt_module._get_merged_nics(hypervisor_type, kwargs["nic"], kwargs["interfaces"])
+        return str(virt_module._gen_xml(
+            conn, store.vm_name, store.vm.vcpus, store.vm.memory_mib, kwargs["disks"], nics,
+            hypervisor_type, "hvm", "x86_64", graphics=copy.deepcopy(kwargs["graphics"]),
+            boot_dev=kwargs["boot_dev"], serials=copy.deepcopy(kwargs["serials"]),
+            consoles=copy.deepcopy(kwargs["consoles"])))
+    finally:
+        conn.close()
+
+
 @task(name="create_vm", task_run_name="create-vm-{store.store_id}",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
-    """Step 5: define the VM (virt.init, start=False) on an overlay of the base image, seed its
-    identity, then virt.start with backoff until virt.vm_state says running. An existing
-    domain on the same base image is reused, not recreated."""
+    """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
+    identity seed CD-ROM, write the seed, then virt.start with backoff until virt.vm_state says
+    running. An existing domain on the same base image is reused, not recreated."""
     logger = get_run_logger()
     settings = load_settings()
     master = master_client(settings.salt_master_config)
@@ -70,15 +133,17 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                           kwarg={"meta_source": f"file://{image_path.parent / 'meta.json'}"})
         overlay = master.cmd(hv, "storevirt.create_overlay", [name, base],
                              kwarg={"size_mib": store.vm.disk_gib * 1024})
+        seed = master.cmd(hv, "storevirt.seed_path", [name])
         master.cmd(hv, "virt.init", [name, store.vm.vcpus, store.vm.memory_mib],
-                   kwarg=init_kwargs(store, settings, overlay["path"]), timeout=180)
+                   kwarg=init_kwargs(store, settings.vm_type, overlay["path"], seed),
+                   timeout=180)
         summary = master.cmd(hv, "storevirt.domain_summary", [name])
         logger.info("store %s: domain %s defined on overlay %s", store.store_id, name,
                     overlay["path"])
     else:
         logger.info("store %s: domain %s exists; reusing it", store.store_id, name)
-    if summary["identity"].get("minion_id") != vm_minion:
-        # a fresh domain, or one whose creation was interrupted before its identity was seeded
+    if summary["seed"].get("minion_id") != vm_minion:
+        # a fresh domain, or one whose creation was interrupted before its seed was written
         if summary["active"]:
             master.cmd(hv, "virt.stop", [name])
         master.cmd(hv, "storevirt.seed_identity",

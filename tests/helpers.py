@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,20 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     try:
         dom = conn.lookupByName(vm)
         assert dom.isActive() == 1
+        live, config = dom.XMLDesc(0), dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
     finally:
         conn.close()
+    # the identity seed: the VM booted from it, then it was ejected (live and persistent) and
+    # deleted on the hypervisor; the domain's metadata says whose it was, never the token
+    for xml in (live, config):
+        cdrom = ET.fromstring(xml).find("./devices/disk[@device='cdrom']")
+        assert cdrom is not None and cdrom.find("source") is None, xml
+        assert "sysinfo" not in xml and "autosign" not in xml
+    summary = master.cmd(hv, "storevirt.domain_summary", [vm])
+    assert summary["seed"] == {"minion_id": vm, "store_id": store_id, "state": "retired",
+                               "attached": False}
+    seed_iso = Path(result["vm"]["disk"]).parent / "seed.iso"
+    assert not seed_iso.exists(), seed_iso
     assert result["vm"]["graphics"] == {"type": "vnc", "listen": "127.0.0.1"}  # VNC local only
     disk = result["vm"]["disk"]
     info = json.loads(subprocess.run(["qemu-img", "info", "--force-share", "--output=json", disk],

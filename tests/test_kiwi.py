@@ -3,6 +3,7 @@ the image cache, and (opt-in, root) a real kiwi-ng build booted under qemu."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -13,12 +14,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
+from salt.exceptions import CommandExecutionError
 
+from lab.state import SALT_STATES_DIR
 from tasks.kiwi import (
     BUILD_PARAMS_FILE,
+    IDENTITY_SCRIPT,
     IMAGE_BUILDS_DIR,
     BuildOutput,
     BuildParamsError,
@@ -79,14 +84,14 @@ def test_leap_jeos_validates_with_kiwi() -> None:
     assert info.name == "leap156-jeos-store-server"
     assert info.version == "15.6.0"
     assert (info.image_type, info.format) == ("oem", "qcow2")
-    assert {"salt-minion", "dmidecode", "dracut-kiwi-oem-repart"} <= set(info.packages)
+    assert {"salt-minion", "util-linux", "dracut-kiwi-oem-repart"} <= set(info.packages)
 
 
 def test_lab_debian_validates_with_kiwi_profile_disk() -> None:
     info = validate_description(IMAGE_BUILDS_DIR / DEBIAN, "Disk")
     assert info.profiles == ["Disk"]
     assert (info.image_type, info.format) == ("oem", "qcow2")
-    assert {"dmidecode", "linux-image-amd64", "grub-pc"} <= set(info.packages)
+    assert {"util-linux", "linux-image-amd64", "grub-pc"} <= set(info.packages)
     assert "salt-minion" not in info.packages  # not in Debian 12's archive
     xml = (IMAGE_BUILDS_DIR / DEBIAN / "config.xml").read_text()
     assert 'path="http://deb.debian.org/debian"' in xml
@@ -176,8 +181,8 @@ def _overlay_startup_elsewhere(d: Path) -> None:
     )
 
 
-def _no_dmidecode(d: Path) -> None:
-    edit(d / "config.xml", '<package name="dmidecode"/>', "")
+def _no_util_linux(d: Path) -> None:
+    edit(d / "config.xml", '<package name="util-linux"/>', "")
 
 
 def _no_identity_unit(d: Path) -> None:
@@ -221,7 +226,7 @@ BROKEN: list[tuple[str, str, Callable[[Path], None], list[str]]] = [
      ["00-master.conf: not valid YAML (quote placeholders"]),
     (LEAP, "overlay-startup-elsewhere", _overlay_startup_elsewhere,
      ["30-startup.conf: 'startup_states' must live in 90-bootstrap.conf"]),
-    (LEAP, "no-dmidecode", _no_dmidecode, ["<packages type=\"image\"> lacks dmidecode"]),
+    (LEAP, "no-util-linux", _no_util_linux, ["<packages type=\"image\"> lacks util-linux"]),
     (LEAP, "no-identity-unit", _no_identity_unit, ["store-identity.service: missing"]),
     (DEBIAN, "element-typo", _typo_packages, ["Element image has extra content: pacakges"]),
     (DEBIAN, "tbz-with-format", _tbz_with_format,
@@ -347,30 +352,73 @@ def test_config_sh_helper_renders_like_python(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "no value for @SALT_MASTER@" in proc.stderr
 
 
-def test_store_identity_script_reads_oem_strings(tmp_path: Path) -> None:
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "dmidecode").write_text(
-        "#!/bin/sh\ncat <<'EOF'\n# dmidecode 3.4\nHandle 0x0B00, DMI type 11, 5 bytes\n"
-        "OEM Strings\n\tString 1: other=1\n\tString 2: store_rollout.minion_id=store-042-srv1\n"
-        "\tString 3: store_rollout.autosign_token=tok-3f2c1c8e\n\nEOF\n"
-    )
-    (fake / "dmidecode").chmod(0o755)
+def _storevirt() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "storevirt_under_test", SALT_STATES_DIR / "_modules" / "storevirt.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _seed_content(iso: Path, dest: Path) -> Path:
+    """The seed as the guest sees it once mounted (xorriso extracts instead of a loop mount)."""
+    subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso), "-extract", "/", str(dest)],
+                   check=True, capture_output=True)  # fmt: skip
+    return dest
+
+
+def test_store_identity_script_reads_the_seed_disk(tmp_path: Path) -> None:
+    """The hypervisor's seed ISO (storevirt.write_seed) and the image's store-identity agree:
+    label, file name, keys, values; the guest never executes the seed."""
+    storevirt = _storevirt()
+    script = (OVERLAY / IDENTITY_SCRIPT).read_text()
+    assert f"SEED_LABEL={storevirt.SEED_LABEL}\n" in script
+    assert f"SEED_FILE={storevirt.SEED_FILE}\n" in script
+    for key in storevirt.SEED_KEYS:
+        assert f"{key})" in script, key
+    iso = Path(storevirt.write_seed(str(tmp_path / "vm" / "seed.iso"), {
+        "minion_id": "store-042-srv1", "store_id": "0042", "autosign_token": "tok-3f2c1c8e"}))
+    assert iso.stat().st_mode & 0o777 == 0o600 and iso.stat().st_size < 1024 * 1024
+    label = subprocess.run(["blkid", "-p", "-s", "LABEL", "-o", "value", str(iso)],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert label == "STORE_SEED"  # what the guest's blkid -t LABEL=... finds
+    seed = _seed_content(iso, tmp_path / "seed")
+    assert sorted(p.name for p in seed.iterdir()) == ["identity.env"]
     salt = tmp_path / "salt"
-    env = {"PATH": f"{fake}:{os.environ['PATH']}", "STORE_IDENTITY_SALT_DIR": str(salt)}
-    subprocess.run([str(OVERLAY / "usr/local/sbin/store-identity")], check=True, env=env,
-                   capture_output=True)  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "STORE_IDENTITY_SALT_DIR": str(salt),
+           "STORE_IDENTITY_SEED_DIR": str(seed)}
+    subprocess.run([str(OVERLAY / IDENTITY_SCRIPT)], check=True, env=env, capture_output=True)
     assert (salt / "minion_id").read_text() == "store-042-srv1\n"
     ident = salt / "minion.d/15-identity.conf"
-    assert yaml.safe_load(ident.read_text()) == {"grains": {"store_rollout_token": "tok-3f2c1c8e"}}
-    # with the store id seeded too, it becomes a grain (store_vm's config uses it)
-    (fake / "dmidecode").write_text((fake / "dmidecode").read_text().replace(
-        "\tString 3:", "\tString 4: store_rollout.store_id=0042\n\tString 3:"))
-    subprocess.run([str(OVERLAY / "usr/local/sbin/store-identity")], check=True, env=env,
-                   capture_output=True)  # fmt: skip
     assert yaml.safe_load(ident.read_text()) == {
         "grains": {"store_rollout_token": "tok-3f2c1c8e", "store_id": "0042"}}
     assert ident.stat().st_mode & 0o777 == 0o640
+    # a seed is data: a value that would be code is refused by the guest
+    (seed / "identity.env").write_text("minion_id=store-1\nautosign_token=$(reboot)\n")
+    proc = subprocess.run([str(OVERLAY / IDENTITY_SCRIPT)], env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 1 and "refusing invalid value" in proc.stderr
+    # no seed (ejected after firstboot): the identity written before stays
+    (seed / "identity.env").unlink()
+    proc = subprocess.run([str(OVERLAY / IDENTITY_SCRIPT)], env=env, capture_output=True,
+                          text=True, check=True)
+    assert "leaving identity unchanged" in proc.stdout
+    assert (salt / "minion_id").read_text() == "store-042-srv1\n"
+
+
+@pytest.mark.parametrize(("identity", "message"), [
+    ({"store_id": "1"}, "minion_id is required"),
+    ({"minion_id": "a b"}, "minion_id has characters the guest refuses"),
+    ({"minion_id": "m", "autosign_token": "x'/>"}, "autosign_token has characters"),
+    ({"minion_id": "m", "role": "x"}, "unknown keys ['role']"),
+])
+def test_seed_refuses_what_the_guest_would(identity: dict[str, str], message: str,
+                                           tmp_path: Path) -> None:
+    storevirt = _storevirt()
+    with pytest.raises(CommandExecutionError, match=re.escape(message)):
+        storevirt.write_seed(str(tmp_path / "seed.iso"), identity)
+    assert not list(tmp_path.iterdir())  # nothing half-written
 
 
 # --------------------------------------------------------------------------- ImageCache

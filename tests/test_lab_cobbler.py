@@ -252,6 +252,8 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
     }
     # libvirt as Leap 15.6 ships it: the modular Xen daemon, the monolithic libvirtd masked
     assert "<package>python3-libvirt-python</package>" in via_http
+    # what step 5 runs on the host: overlay disks and the identity seed ISO
+    assert "<package>qemu-tools</package>" in via_http and "<package>xorriso</package>" in via_http
     assert "systemctl enable salt-minion.service virtxend.socket" in via_http
     assert "systemctl mask libvirtd.service" in via_http
     assert "<service>libvirtd</service>" not in via_http

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     first = finish(start_rollout(lab_env, "e2e1", inventory))
     assert first["state"] == "Completed"
     check_store(lab, "e2e1", first)
+    check_defined_as_vm_xml_says(lab, inventory, "e2e1")
     check_salt_events_in_prefect(lab, "e2e1")
     # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
     bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
@@ -44,6 +46,39 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
+
+
+def check_defined_as_vm_xml_says(lab: LabInfo, inventory: Path, store_id: str) -> None:
+    """The domain step 5 defined has the devices `store-rollout vm-xml` prints (one code path):
+    same disks (device, target, bus, source; the seed CD-ROM now ejected), NICs, consoles."""
+    import libvirt
+
+    from store_rollout.inventory import load_inventory
+    from tasks.virt import domain_xml
+
+    store = load_inventory(inventory).get(store_id)
+    planned = ET.fromstring(domain_xml(store, "qemu", lab.vm_images_dir))
+    conn = libvirt.open(lab.libvirt_uri)
+    try:
+        defined = ET.fromstring(conn.lookupByName(store.vm_name).XMLDesc(
+            libvirt.VIR_DOMAIN_XML_INACTIVE))
+    finally:
+        conn.close()
+
+    def devices(root: ET.Element) -> dict[str, Any]:
+        return {
+            "disks": [(d.get("device"), d.find("target").attrib,  # type: ignore[union-attr]
+                       (d.find("source").get("file") if d.find("source") is not None  # type: ignore[union-attr]
+                        and d.get("device") == "disk" else None))
+                      for d in root.iterfind("./devices/disk")],
+            "nics": [(n.get("type"), n.find("model").get("type"))  # type: ignore[union-attr]
+                     for n in root.iterfind("./devices/interface")],
+            "serials": [s.get("type") for s in root.iterfind("./devices/serial")],
+            "vnc": root.find("./devices/graphics").get("listen"),  # type: ignore[union-attr]
+        }
+
+    assert devices(defined) == devices(planned)
+    assert [d.get("device") for d in planned.iterfind("./devices/disk")] == ["disk", "cdrom"]
 
 
 def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:

@@ -16,7 +16,6 @@ import pytest
 
 from lab.state import REPO_ROOT
 from store_rollout.inventory import parse_inventory
-from store_rollout.settings import RolloutSettings
 from tasks import virt
 
 SDIST = Path(os.environ.get("STORE_ROLLOUT_SALT3006_SDIST",
@@ -39,26 +38,24 @@ def virt_3006() -> tuple[dict[str, ast.FunctionDef], str]:
     return functions, source
 
 
-def init_kwargs(network: str) -> dict[str, object]:
+def init_kwargs(network: str, hypervisor: str) -> dict[str, object]:
     store = parse_inventory({"stores": [{
         "store_id": "s1", "erp": {"site_code": "S1"}, "vm": {"network": network},
         "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
-    settings = RolloutSettings.model_validate({
-        "cobbler_url": "http://cobbler/", "cobbler_user": "u", "cobbler_password": "p",
-        "salt_master_config": "/etc/salt/master", "salt_master_address": "salt",
-        "erp_url": "http://erp/", "erp_token": "t"})
-    return virt.init_kwargs(store, settings, "/srv/salt-images/s1/system.qcow2")
+    return virt.init_kwargs(store, hypervisor, "/srv/salt-images/s1/system.qcow2",
+                            "/srv/salt-images/s1/seed.iso")
 
 
+@pytest.mark.parametrize("hypervisor", ["xen", "kvm"])
 @pytest.mark.parametrize("network", ["br0", "none"])
 def test_every_virt_call_exists_in_salt_3006(virt_3006: tuple[dict[str, ast.FunctionDef], str],
-                                             network: str) -> None:
+                                             network: str, hypervisor: str) -> None:
     functions, source = virt_3006
     for name, positional in CALLS.items():
         assert name in functions, f"Salt 3006's virt module has no {name}"
         params = [a.arg for a in functions[name].args.args]
         assert params[:len(positional)] == positional, (name, params)
-    kwargs = init_kwargs(network)
+    kwargs = init_kwargs(network, hypervisor)
     init_params = {a.arg for a in functions["init"].args.args}
     # init takes **kwargs: an unknown name would be ignored silently, so each must be a parameter
     assert set(kwargs) <= init_params, set(kwargs) - init_params
@@ -66,3 +63,13 @@ def test_every_virt_call_exists_in_salt_3006(virt_3006: tuple[dict[str, ast.Func
     nic_keys = {k for nic in kwargs["interfaces"] for k in nic}  # type: ignore[attr-defined]
     for key in sorted(disk_keys | nic_keys | set(kwargs["graphics"])):  # type: ignore[arg-type]
         assert f'"{key}"' in source, f"Salt 3006's virt module never reads {key!r}"
+
+
+def test_salt_3006_maps_disk_models_and_cdroms_as_the_pipeline_expects(
+        virt_3006: tuple[dict[str, ast.FunctionDef], str]) -> None:
+    """tasks.virt.DEVICE_MODELS relies on the generator's disk model -> bus/target mapping and
+    on a CD-ROM keeping its model and needing no image: the same in 3006 as in saltext-virt."""
+    _functions, source = virt_3006
+    assert 'disk_bus_map = {"virtio": "vd", "xen": "xvd", "fdc": "fd", "ide": "hd"}' in source
+    assert 'if disk.get("device", "disk") == "cdrom" and "model" not in disk:' in source
+    assert 'if _disk.get("device", "disk") == "cdrom":\n                continue' in source

@@ -106,7 +106,8 @@ def test_production_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
         _states(rendered, "pkg")["hypervisor-libvirt-init-pkg-installed"])["pkgs"]
     # "ready" needs dom0 and the Xen driver; nothing rewrites br0 (AutoYaST built it)
     check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
-    assert _args(check)["storehost.check"] == [{"driver": "Xen"}, {"require_dom0": True}]
+    assert _args(check)["storehost.check"] == [{"driver": "Xen"}, {"require_dom0": True},
+                                               {"tools": ["qemu-img", "xorriso"]}]
     assert not _states(rendered, "network")
     assert not any("virt" in body and "keys" in body["virt"] for body in rendered.values())
 
@@ -116,4 +117,5 @@ def test_lab_hypervisor_changes_nothing_on_the_host(tmp_path: Path) -> None:
     modules = {m for body in rendered.values() for m in body if not m.startswith("__")}
     assert modules == {"module", "grains", "event"}, modules  # checks + ready only
     check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
-    assert _args(check)["storehost.check"] == [{"driver": "QEMU"}, {"require_dom0": False}]
+    assert _args(check)["storehost.check"] == [{"driver": "QEMU"}, {"require_dom0": False},
+                                               {"tools": ["qemu-img", "xorriso"]}]

@@ -61,6 +61,21 @@ def test_dom0_from_xen_capabilities(tmp_path: Path) -> None:
     assert module.is_dom0(str(caps)) is True
 
 
+def test_check_names_every_missing_part() -> None:
+    module = load("_modules")
+    # libvirt's in-process test driver stands in for the hypervisor's connection
+    module.__salt__ = {"config.get": lambda key, default=None: (
+        "test:///default" if key == "virt:connection:uri" else default)}
+    assert module.check(driver="TEST", require_dom0=False, tools=["sh"]) == {
+        "driver": "TEST", "dom0": False, "tools": ["sh"]}
+    with pytest.raises(CommandExecutionError) as err:
+        module.check(driver="Xen", require_dom0=True, tools=["sh", "no-such-xorriso"])
+    message = str(err.value)
+    assert "commands not found: no-such-xorriso (install their packages)" in message
+    assert "not running as Xen dom0" in message
+    assert "libvirt reports the TEST driver, not Xen" in message
+
+
 class FakeGrub:
     """grub2-editenv / grub2-set-default as the state calls them through __salt__."""
 

@@ -2,6 +2,7 @@
 that makes "ready" mean ready (hypervisor.checks)."""
 
 import re
+import shutil
 
 from salt.exceptions import CommandExecutionError
 
@@ -55,9 +56,15 @@ def libvirt_driver(uri=None):
         conn.close()
 
 
-def check(driver="Xen", require_dom0=True):
-    """Fail unless the hypervisor is ready to run store VMs; the message says what is missing."""
+def check(driver="Xen", require_dom0=True, tools=()):
+    """Fail unless the hypervisor is ready to run store VMs; the message says what is missing.
+
+    `tools`: commands step 5 runs here (storevirt: qemu-img for the overlay disk, xorriso for
+    the identity seed)."""
     problems = []
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        problems.append(f"commands not found: {', '.join(missing)} (install their packages)")
     dom0 = is_dom0()
     if require_dom0 and not dom0:
         problems.append("not running as Xen dom0 (/proc/xen/capabilities has no control_d): "
@@ -71,4 +78,4 @@ def check(driver="Xen", require_dom0=True):
             problems.append(f"libvirt reports the {found} driver, not {driver}")
     if problems:
         raise CommandExecutionError("hypervisor not ready: " + "; ".join(problems))
-    return {"driver": driver, "dom0": dom0}
+    return {"driver": driver, "dom0": dom0, "tools": list(tools)}

@@ -2,19 +2,34 @@
 
 - the base image is cached once per hypervisor (image + meta.json, keyed by content hash);
 - each VM disk is a qcow2 overlay on it (backing file), never a copy; the base is read-only;
-- the VM's identity (minion id, one-time autosign token) is seeded as SMBIOS OEM strings,
-  which the image's store-identity service reads at boot: no guestfs seeding (salt#56002).
+- the VM's identity (minion id, one-time autosign token) travels on a small read-only seed
+  disk: an ISO 9660 image labelled STORE_SEED, attached as the domain's CD-ROM, which the
+  image's store-identity service reads at boot. It works on Xen (libxl) and KVM alike; SMBIOS
+  OEM strings do not (libvirt's libxl driver ignores <sysinfo>), and guestfs seeding is out
+  (salt#56002). Once firstboot is done the CD-ROM is ejected and the ISO deleted, so the token
+  does not linger. The domain's <metadata> records whose identity was seeded and whether the
+  seed is attached or retired (never the token).
 """
 
 import json
 import os
+import re
 import subprocess
+import tempfile
 import xml.etree.ElementTree as ET
 
 from salt.exceptions import CommandExecutionError
 
 __virtualname__ = "storevirt"
-OEM_PREFIX = "store_rollout."
+
+# the seed contract, shared with the image's store-identity script (tests check both agree)
+SEED_LABEL = "STORE_SEED"
+SEED_FILE = "identity.env"
+SEED_ISO = "seed.iso"
+SEED_KEYS = ("minion_id", "store_id", "autosign_token")
+SEED_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+METADATA_NS = "https://github.com/store-rollout/seed"
+METADATA_PREFIX = "storerollout"
 
 
 def __virtual__():
@@ -80,27 +95,146 @@ def create_overlay(name, base, size_mib=None):
     return {"path": disk, "created": True}
 
 
+def seed_path(name):
+    """Where VM `name`'s identity seed ISO lives on this hypervisor (next to its disk)."""
+    return os.path.join(_images_dir(), name, SEED_ISO)
+
+
+def _seed_text(identity):
+    unknown = sorted(set(identity) - set(SEED_KEYS))
+    if unknown:
+        raise CommandExecutionError(f"seed identity: unknown keys {unknown}; allowed {SEED_KEYS}")
+    if not identity.get("minion_id"):
+        raise CommandExecutionError("seed identity: minion_id is required")
+    lines = []
+    for key in SEED_KEYS:
+        value = str(identity.get(key) or "")
+        if value and not SEED_VALUE.match(value):
+            raise CommandExecutionError(
+                f"seed identity: {key} has characters the guest refuses "
+                "(letters, digits, '.', '_', '-' only)")
+        if value:
+            lines.append(f"{key}={value}")
+    return "\n".join(lines) + "\n"
+
+
+def write_seed(path, identity):
+    """Write the seed ISO (label STORE_SEED, file identity.env) to `path` atomically, mode 0600."""
+    text = _seed_text(identity)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(path), prefix=".seed-") as tmp:
+        tree = os.path.join(tmp, "tree")
+        os.mkdir(tree, 0o700)
+        fd = os.open(os.path.join(tree, SEED_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        iso = os.path.join(tmp, SEED_ISO)
+        # -R: Rock Ridge keeps the 0600 mode and the file name as is
+        proc = subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-R", "-V", SEED_LABEL,
+                               "-o", iso, tree], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise CommandExecutionError(f"xorriso could not write the seed ISO: {proc.stderr}")
+        os.chmod(iso, 0o600)
+        os.replace(iso, path)
+    return path
+
+
+def _seed_cdrom(root, path):
+    """The domain's seed CD-ROM element (source `path`, or an ejected CD-ROM), or None."""
+    cdroms = root.findall("./devices/disk[@device='cdrom']")
+    for disk in cdroms:
+        source = disk.find("source")
+        if source is not None and source.get("file") == path:
+            return disk
+    for disk in cdroms:
+        if disk.find("source") is None:
+            return disk
+    return None
+
+
+def _set_cdrom_source(dom, disk, path, flags):
+    for old in disk.findall("source"):
+        disk.remove(old)
+    if path:
+        # the source goes before <target> (libvirt accepts any order; keep it readable)
+        disk.insert(1, ET.Element("source", {"file": path}))
+    dom.updateDeviceFlags(ET.tostring(disk, encoding="unicode"), flags)
+
+
+def _set_seed_metadata(dom, identity, state, flags):
+    import libvirt
+
+    xml = (f"<seed minion_id='{identity.get('minion_id', '')}' "
+           f"store_id='{identity.get('store_id', '')}' state='{state}'/>")
+    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, METADATA_PREFIX, METADATA_NS,
+                    flags)
+
+
 def seed_identity(name, identity):
-    """Put `identity` (dict) into the domain's SMBIOS OEM strings (persistent definition)."""
+    """Write VM `name`'s seed ISO and point its seed CD-ROM at it (persistent definition).
+
+    The domain must be defined with that CD-ROM (store-rollout's virt.init arguments do) and
+    must not run: the guest reads the seed at boot.
+
+    CLI Example: salt hv storevirt.seed_identity store-0001-vm '{minion_id: store-0001-vm}'
+    """
+    import libvirt
+
     conn = _connect()
     try:
         dom = conn.lookupByName(name)
-        import libvirt
-
+        if dom.isActive():
+            raise CommandExecutionError(f"domain {name} is running; stop it before seeding")
+        path = write_seed(seed_path(name), identity)
         root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-        for old in root.findall("sysinfo"):
-            root.remove(old)
-        sysinfo = ET.SubElement(root, "sysinfo", {"type": "smbios"})
-        oem = ET.SubElement(sysinfo, "oemStrings")
-        for key in sorted(identity):
-            ET.SubElement(oem, "entry").text = f"{OEM_PREFIX}{key}={identity[key]}"
-        os_el = root.find("os")
-        if os_el is not None and os_el.find("smbios") is None:
-            ET.SubElement(os_el, "smbios", {"mode": "sysinfo"})
-        conn.defineXML(ET.tostring(root, encoding="unicode"))
-        return True
+        disk = _seed_cdrom(root, path)
+        if disk is None:
+            raise CommandExecutionError(
+                f"domain {name} has no CD-ROM for its identity seed {path}; it was not defined "
+                "by store-rollout (remove it: store-rollout rollback)")
+        config = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+        if disk.find("source") is None:
+            _set_cdrom_source(dom, disk, path, config)
+        public = {k: v for k, v in identity.items() if k != "autosign_token"}
+        _set_seed_metadata(dom, public, "attached", config)
+        return {"seed": path, "state": "attached"}
     finally:
         conn.close()
+
+
+def retire_seed(name):
+    """Eject VM `name`'s seed CD-ROM (running and persistent definition) and delete the ISO,
+    so its one-time token does not outlive firstboot. Idempotent.
+
+    CLI Example: salt hv storevirt.retire_seed store-0001-vm
+    """
+    import libvirt
+
+    path = seed_path(name)
+    conn = _connect()
+    try:
+        dom = conn.lookupByName(name)
+        config = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+        live = libvirt.VIR_DOMAIN_AFFECT_LIVE if dom.isActive() else 0
+        for flags, xml_flags in ((live, 0), (config, libvirt.VIR_DOMAIN_XML_INACTIVE)):
+            if not flags:
+                continue
+            disk = _seed_cdrom(ET.fromstring(dom.XMLDesc(xml_flags)), path)
+            if disk is not None and disk.find("source") is not None:
+                _set_cdrom_source(dom, disk, None, flags)
+        seed = _seed_metadata(ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)))
+        _set_seed_metadata(dom, seed, "retired", config | live)
+    finally:
+        conn.close()
+    removed = os.path.exists(path)
+    if removed:
+        os.remove(path)
+    return {"seed": path, "state": "retired", "deleted": removed}
+
+
+def _seed_metadata(root):
+    element = root.find(f"./metadata/{{{METADATA_NS}}}seed")
+    return {} if element is None else dict(element.attrib)
 
 
 def domain_summary(name):
@@ -123,17 +257,15 @@ def domain_summary(name):
                 check=True, capture_output=True, text=True).stdout)
             backing = info.get("full-backing-filename", info.get("backing-filename"))
         graphics = root.find("./devices/graphics")
-        identity = {}
-        for entry in root.iterfind("./sysinfo/oemStrings/entry"):
-            key, _, value = (entry.text or "").partition("=")
-            if key.startswith(OEM_PREFIX):
-                identity[key[len(OEM_PREFIX):]] = "***" if "token" in key else value
+        seed_disk = _seed_cdrom(root, seed_path(name))
         return {
             "name": name, "uuid": dom.UUIDString(), "active": bool(dom.isActive()),
             "disk": disk, "backing": backing,
             "graphics": None if graphics is None else {
                 "type": graphics.get("type"), "listen": graphics.get("listen")},
-            "identity": identity,
+            # whose identity was seeded and whether the seed is still attached (no token)
+            "seed": dict(_seed_metadata(root), attached=bool(
+                seed_disk is not None and seed_disk.find("source") is not None)),
         }
     finally:
         conn.close()

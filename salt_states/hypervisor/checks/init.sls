@@ -1,9 +1,11 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import mapdata as hv with context %}
 # Ready means ready: the libvirt connection answers with the expected driver (Xen in
-# production) and, where required, the host runs as Xen dom0. Fails with what is wrong.
+# production), where required the host runs as Xen dom0, and the commands step 5 runs
+# here exist. Fails with what is wrong.
 hypervisor-checks-init-module-run:
   module.run:
     - storehost.check:
       - driver: {{ hv.checks.driver | json }}
       - require_dom0: {{ hv.checks.require_dom0 | json }}
+      - tools: {{ hv.checks.tools | json }}
