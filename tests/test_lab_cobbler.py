@@ -245,7 +245,12 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
         "publish_port": int(META["salt_publish_port"]),
         "id": META["minion_id"],
         "grains": {"role": "hypervisor", "store_id": META["store_id"],
-                   META["autosign_grain"]: META["autosign_token"]},
+                   META["autosign_grain"]: META["autosign_token"],
+                   # what hypervisor.checks verifies br0 still has
+                   "store_rollout_bridge": {"name": "br0", "bootproto": "static",
+                                            "address": "192.0.2.42",
+                                            "netmask": "255.255.255.0",
+                                            "gateway": "192.0.2.1"}},
         "autosign_grains": [META["autosign_grain"]],
         "startup_states": "highstate",
         "virt": {"connection": {"uri": META["virt_uri"]}, "images": META["vm_images_dir"]},

@@ -27,10 +27,14 @@ LEAP_15_6 = {"os": "Leap", "os_family": "Suse", "osfullname": "Leap", "osrelease
 DEBIAN_12 = {"os": "Debian", "os_family": "Debian", "osfullname": "Debian", "osrelease": "12",
              "osfinger": "Debian-12", "oscodename": "bookworm", "kernel": "Linux",
              "virtual": "physical"}
+# as the AutoYaST profile writes it for a store with static addressing (test_lab_cobbler)
+BRIDGE_GRAIN = {"name": "br0", "bootproto": "static", "address": "10.42.0.10",
+                "netmask": "255.255.255.0", "gateway": "10.42.0.1"}
 PLATFORMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # name: (minion id, grains, pillar)
     "hypervisor-leap-15.6-xen": ("store-0042-hv", {**LEAP_15_6, "role": "hypervisor",
-                                                   "store_id": "0042"}, {}),
+                                                   "store_id": "0042",
+                                                   "store_rollout_bridge": BRIDGE_GRAIN}, {}),
     "store-vm-leap-15.6": ("store-0042-vm", {**LEAP_15_6, "role": "store-server",
                                              "store_id": "0042"}, {}),
     "hypervisor-lab-debian-12": ("store-0042-hv", {**DEBIAN_12, "role": "hypervisor",
@@ -107,7 +111,8 @@ def test_production_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
     # "ready" needs dom0 and the Xen driver; nothing rewrites br0 (AutoYaST built it)
     check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
     assert _args(check)["storehost.check"] == [{"driver": "Xen"}, {"require_dom0": True},
-                                               {"tools": ["qemu-img", "xorriso"]}]
+                                               {"tools": ["qemu-img", "xorriso"]},
+                                               {"bridge": BRIDGE_GRAIN}]
     assert not _states(rendered, "network")
     assert not any("virt" in body and "keys" in body["virt"] for body in rendered.values())
 
@@ -118,4 +123,5 @@ def test_lab_hypervisor_changes_nothing_on_the_host(tmp_path: Path) -> None:
     assert modules == {"module", "grains", "event"}, modules  # checks + ready only
     check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
     assert _args(check)["storehost.check"] == [{"driver": "QEMU"}, {"require_dom0": False},
-                                               {"tools": ["qemu-img", "xorriso"]}]
+                                               {"tools": ["qemu-img", "xorriso"]},
+                                               {"bridge": None}]

@@ -4,6 +4,7 @@ boot entry, dom0 detection and the default-boot state, with fakes for what Salt 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -67,13 +68,55 @@ def test_check_names_every_missing_part() -> None:
     module.__salt__ = {"config.get": lambda key, default=None: (
         "test:///default" if key == "virt:connection:uri" else default)}
     assert module.check(driver="TEST", require_dom0=False, tools=["sh"]) == {
-        "driver": "TEST", "dom0": False, "tools": ["sh"]}
+        "driver": "TEST", "dom0": False, "tools": ["sh"], "bridge": None}
     with pytest.raises(CommandExecutionError) as err:
         module.check(driver="Xen", require_dom0=True, tools=["sh", "no-such-xorriso"])
     message = str(err.value)
     assert "commands not found: no-such-xorriso (install their packages)" in message
     assert "not running as Xen dom0" in message
     assert "libvirt reports the TEST driver, not Xen" in message
+
+
+def fake_ip(addresses: list[str], routes: list[dict[str, str]], bridge: str = "br0",
+            ) -> dict[str, Any]:
+    """`ip -j address|route show` output as the check runs it through cmd.run_all."""
+    def run_all(cmd: list[str], **_kw: Any) -> dict[str, Any]:
+        assert cmd[:2] == ["ip", "-j"]
+        if cmd[2] == "address":
+            if cmd[-1] != bridge:
+                return {"retcode": 1, "stdout": "", "stderr": f'Device "{cmd[-1]}" does not exist.'}
+            infos = [{"family": "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1])}
+                     for a in addresses]
+            return {"retcode": 0, "stdout": json.dumps([{"ifname": bridge, "addr_info": infos}])}
+        return {"retcode": 0, "stdout": json.dumps(routes)}
+
+    return {"cmd.run_all": run_all}
+
+
+STATIC = {"name": "br0", "bootproto": "static", "address": "10.42.0.10",
+          "netmask": "255.255.255.0", "gateway": "10.42.0.1"}
+
+
+@pytest.mark.parametrize(("addresses", "routes", "bridge", "problems"), [
+    (["10.42.0.10/24"], [{"dst": "default", "gateway": "10.42.0.1", "dev": "br0"}], STATIC, []),
+    # the old network state's failure: br0 switched to DHCP and got another address
+    (["10.42.0.77/24"], [{"dst": "default", "gateway": "10.42.0.1", "dev": "br0"}], STATIC,
+     ["bridge br0 has 10.42.0.77/24, not the inventory's static 10.42.0.10/24"]),
+    ([], [], STATIC, ["bridge br0 has no IPv4 address, not the inventory's static 10.42.0.10/24",
+                      "no default route via 10.42.0.1 on br0"]),
+    (["10.42.0.10/24"], [{"dst": "default", "gateway": "10.42.0.1", "dev": "eth0"}], STATIC,
+     ["no default route via 10.42.0.1 on br0"]),
+    (["10.9.9.9/16"], [], {"name": "br0", "bootproto": "dhcp"}, []),
+    ([], [], {"name": "br0", "bootproto": "dhcp"}, ["bridge br0 has no IPv4 address (DHCP)"]),
+    (["10.42.0.10/24"], [], {"name": "br1", "bootproto": "dhcp"},
+     ['bridge br1 missing (Device "br1" does not exist.)']),
+])
+def test_bridge_keeps_the_inventory_addressing(addresses: list[str], routes: list[dict[str, str]],
+                                               bridge: dict[str, str],
+                                               problems: list[str]) -> None:
+    module = load("_modules")
+    module.__salt__ = fake_ip(addresses, routes)
+    assert module.bridge_problems(bridge) == problems
 
 
 class FakeGrub:

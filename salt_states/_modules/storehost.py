@@ -1,6 +1,8 @@
 """Store hypervisor host facts: its Xen boot entry, whether it runs as Xen dom0, and the check
 that makes "ready" mean ready (hypervisor.checks)."""
 
+import ipaddress
+import json
 import re
 import shutil
 
@@ -56,12 +58,47 @@ def libvirt_driver(uri=None):
         conn.close()
 
 
-def check(driver="Xen", require_dom0=True, tools=()):
+def _ip_json(*args):
+    out = __salt__["cmd.run_all"](["ip", "-j", *args], python_shell=False)
+    if out["retcode"] != 0:
+        return None, out.get("stderr", "").strip()
+    return json.loads(out["stdout"] or "[]"), ""
+
+
+def bridge_problems(bridge):
+    """What differs between the host bridge and the addressing AutoYaST gave it (the grain
+    store_rollout_bridge: name, bootproto static|dhcp, address, netmask, gateway)."""
+    name = bridge.get("name", "br0")
+    links, error = _ip_json("address", "show", "dev", name)
+    if links is None:
+        return [f"bridge {name} missing ({error})"]
+    found = sorted(f"{a['local']}/{a['prefixlen']}" for link in links
+                   for a in link.get("addr_info", []) if a.get("family") == "inet")
+    problems = []
+    if bridge.get("bootproto") == "static":
+        want = ipaddress.ip_interface(f"{bridge['address']}/{bridge['netmask']}").with_prefixlen
+        if want not in found:
+            problems.append(f"bridge {name} has {', '.join(found) or 'no IPv4 address'}, "
+                            f"not the inventory's static {want}")
+        gateway = bridge.get("gateway")
+        if gateway:
+            routes, _ = _ip_json("route", "show", "default")
+            if not any(r.get("gateway") == gateway and r.get("dev") == name
+                       for r in routes or []):
+                problems.append(f"no default route via {gateway} on {name}")
+    elif not found:
+        problems.append(f"bridge {name} has no IPv4 address (DHCP)")
+    return problems
+
+
+def check(driver="Xen", require_dom0=True, tools=(), bridge=None):
     """Fail unless the hypervisor is ready to run store VMs; the message says what is missing.
 
     `tools`: commands step 5 runs here (storevirt: qemu-img for the overlay disk, xorriso for
-    the identity seed)."""
+    the identity seed). `bridge`: the addressing br0 must still have (None: not checked)."""
     problems = []
+    if bridge:
+        problems += bridge_problems(bridge)
     missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         problems.append(f"commands not found: {', '.join(missing)} (install their packages)")
@@ -78,4 +115,5 @@ def check(driver="Xen", require_dom0=True, tools=()):
             problems.append(f"libvirt reports the {found} driver, not {driver}")
     if problems:
         raise CommandExecutionError("hypervisor not ready: " + "; ".join(problems))
-    return {"driver": driver, "dom0": dom0, "tools": list(tools)}
+    return {"driver": driver, "dom0": dom0, "tools": list(tools),
+            "bridge": (bridge or {}).get("name")}
