@@ -7,6 +7,9 @@ PY := $(VENV)/bin/python
 STAMP_APT := $(CURDIR)/.setup-apt.stamp
 STAMP_VENV := $(VENV)/.setup.stamp
 STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
+# the Salt of a Leap 15.6 store host (3006, built-in virt): the lab's hypervisor minions run it
+HOST_SALT_VENV ?= $(CURDIR)/.venv-salt3006
+STAMP_HOST_SALT := $(HOST_SALT_VENV)/.setup.stamp
 
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
@@ -19,7 +22,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
 SALT3006_SHA256 := ee2c38b34ea861409013c81cf0aa85297d69cf10773b73ee7a0710b5c942dcca
 
-setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(SALT3006_SDIST)
+setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(STAMP_HOST_SALT) $(SALT3006_SDIST)
 
 $(SALT3006_SDIST): $(STAMP_VENV)
 	mkdir -p $(dir $@)
@@ -47,6 +50,12 @@ $(STAMP_COBBLER): $(STAMP_APT)
 	$(COBBLER_VENV)/bin/pip install -q --no-deps cobbler==3.3.10
 	$(COBBLER_VENV)/bin/pip install -q Cheetah3==3.2.6.post1 distro==1.9.0 dnspython==2.9.2 \
 	  file-magic==0.4.1 netaddr==1.3.0 PyYAML==6.0.3 requests==2.34.2 schema==0.7.8
+	touch $@
+
+$(STAMP_HOST_SALT): requirements-salt3006.lock $(STAMP_APT)
+	test -x $(HOST_SALT_VENV)/bin/python || python3 -m venv $(HOST_SALT_VENV)
+	$(HOST_SALT_VENV)/bin/pip install -q --no-deps -r requirements-salt3006.lock
+	$(HOST_SALT_VENV)/bin/salt-call --version
 	touch $@
 
 demo: setup

@@ -44,7 +44,7 @@ import yaml
 from lab.autoyast import parse_autoyast
 from lab.jsonhttp import JsonHandler
 from lab.procs import ProcessRecord, spawn, stop
-from lab.state import VENV_BIN, LabInfo, LabPaths
+from lab.state import HOST_SALT_BIN, VENV_BIN, LabInfo, LabPaths
 
 log = logging.getLogger("lab.simulator")
 
@@ -109,8 +109,12 @@ class MinionManager:
             raise ValueError(f"refusing odd minion id {minion_id!r}")
         return self.base / minion_id
 
-    def install(self, minion_id: str, files: dict[str, str], extra: dict[str, Any]) -> Path:
-        """Lay down a fresh system disk: config dir with the given minion.d files."""
+    def install(self, minion_id: str, files: dict[str, str], extra: dict[str, Any],
+                salt_bin: Path = VENV_BIN) -> Path:
+        """Lay down a fresh system disk: config dir with the given minion.d files, and the Salt
+        installed on it (`salt_bin`: the bin dir of that Salt's venv)."""
+        if not (salt_bin / "salt-minion").exists():
+            raise FileNotFoundError(f"{salt_bin / 'salt-minion'} missing: run `make setup`")
         with self.lock:
             self.stop(minion_id)
             mdir = self.minion_dir(minion_id)
@@ -121,6 +125,7 @@ class MinionManager:
             for name, text in files.items():
                 (conf / "minion.d" / name).write_text(text)
             self._write_hardware_config(minion_id, mdir, extra)
+            (mdir / "salt-bin").write_text(str(salt_bin))
             return mdir
 
     def _write_hardware_config(self, minion_id: str, mdir: Path, extra: dict[str, Any]) -> None:
@@ -158,8 +163,10 @@ class MinionManager:
             if current and current.alive():
                 return
             mdir = self.minion_dir(minion_id)
+            marker = mdir / "salt-bin"  # absent in a lab state dir from before it existed
+            salt_bin = Path(marker.read_text()) if marker.exists() else VENV_BIN
             record = spawn(
-                [str(VENV_BIN / "salt-minion"), "-c", str(mdir / "etc"), "-l", "warning"],
+                [str(salt_bin / "salt-minion"), "-c", str(mdir / "etc"), "-l", "warning"],
                 self.logs / f"minion-{minion_id}.log",
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONWARNINGS": "ignore",
                      "STORE_ROLLOUT_LAB": "1"},
@@ -292,7 +299,8 @@ class Simulator:
             # the installed host comes up without its first highstate (lost or crashed run)
             log.warning("fault knob: %s starts without its startup highstate", system_name)
             extra["startup_states"] = ""
-        self.minions.install(minion_id, minion_d, extra)
+        # a Leap 15.6 host runs the distribution's Salt 3006 (built-in virt module)
+        self.minions.install(minion_id, minion_d, extra, salt_bin=HOST_SALT_BIN)
         # end of install (AutoYaST post step): tell Cobbler, so netboot turns off
         if rendered.nopxe_url:
             requests.get(self._fix_cobbler_url(rendered.nopxe_url), timeout=30).raise_for_status()

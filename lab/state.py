@@ -16,6 +16,10 @@ DEFAULT_STATE_DIR = REPO_ROOT / ".lab"
 SALT_STATES_DIR = REPO_ROOT / "salt_states"
 IMAGE_BUILDS_DIR = REPO_ROOT / "image_builds"
 VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
+# the Salt a Leap 15.6 store host runs (3006, built-in virt module): the simulated hypervisors'
+# minions run it, the VMs' minions and the master run the project's Salt (VENV_BIN)
+HOST_SALT_BIN = Path(os.environ.get("STORE_ROLLOUT_HOST_SALT_VENV",
+                                    REPO_ROOT / ".venv-salt3006")) / "bin"
 COBBLER_VENV = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV", REPO_ROOT / ".venv-cobbler"))
 
 

@@ -1,8 +1,8 @@
-"""The hypervisor minion of a Leap 15.6 store runs the distribution's Salt 3006 with Salt's
-built-in `virt` module; the lab's minions run Salt 3008 with saltext-virt (docs/production.md says
-why the lab does not run 3006 yet). This test reads the virt module
-of Salt 3006.0's own source (`make setup` downloads the sdist, checksum verified) and checks that
-every virt function and argument the pipeline uses exists there with the same name.
+"""The hypervisor minion of a Leap 15.6 store runs the distribution's Salt 3006 (SUSE's
+3006.0 with backports) with Salt's built-in `virt` module. The lab's hypervisor minions run
+upstream 3006.30; this test reads the virt module of Salt 3006.0's own source (`make setup`
+downloads the sdist, checksum verified) and checks that every virt function and argument the
+pipeline uses exists there with the same name, so the oldest 3006 agrees too.
 """
 
 from __future__ import annotations

@@ -139,15 +139,21 @@ def write_seed(path, identity):
     return path
 
 
+def _source_file(disk):
+    """The file a disk's <source> names, or None (an ejected CD-ROM has no source, or, in a
+    running domain's XML, a <source> without a file)."""
+    source = disk.find("source")
+    return None if source is None else source.get("file")
+
+
 def _seed_cdrom(root, path):
     """The domain's seed CD-ROM element (source `path`, or an ejected CD-ROM), or None."""
     cdroms = root.findall("./devices/disk[@device='cdrom']")
     for disk in cdroms:
-        source = disk.find("source")
-        if source is not None and source.get("file") == path:
+        if _source_file(disk) == path:
             return disk
     for disk in cdroms:
-        if disk.find("source") is None:
+        if _source_file(disk) is None:
             return disk
     return None
 
@@ -193,7 +199,7 @@ def seed_identity(name, identity):
                 f"domain {name} has no CD-ROM for its identity seed {path}; it was not defined "
                 "by store-rollout (remove it: store-rollout rollback)")
         config = libvirt.VIR_DOMAIN_AFFECT_CONFIG
-        if disk.find("source") is None:
+        if _source_file(disk) is None:
             _set_cdrom_source(dom, disk, path, config)
         public = {k: v for k, v in identity.items() if k != "autosign_token"}
         _set_seed_metadata(dom, public, "attached", config)
@@ -220,7 +226,7 @@ def retire_seed(name):
             if not flags:
                 continue
             disk = _seed_cdrom(ET.fromstring(dom.XMLDesc(xml_flags)), path)
-            if disk is not None and disk.find("source") is not None:
+            if disk is not None and _source_file(disk) is not None:
                 _set_cdrom_source(dom, disk, None, flags)
         seed = _seed_metadata(ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)))
         _set_seed_metadata(dom, seed, "retired", config | live)
@@ -265,7 +271,7 @@ def domain_summary(name):
                 "type": graphics.get("type"), "listen": graphics.get("listen")},
             # whose identity was seeded and whether the seed is still attached (no token)
             "seed": dict(_seed_metadata(root), attached=bool(
-                seed_disk is not None and seed_disk.find("source") is not None)),
+                seed_disk is not None and _source_file(seed_disk) is not None)),
         }
     finally:
         conn.close()
