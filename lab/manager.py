@@ -78,6 +78,7 @@ class Lab:
             erp_log=str(self.paths.erp / "requests.jsonl"),
             simulator_url=f"http://127.0.0.1:{p.simulator}",
             image_cache_dir=str(self.paths.image_cache),
+            image_base_url=f"http://127.0.0.1:{p.image_server}",
             vm_images_dir=str(self.paths.libvirt / "images"),
             services=services,
         )
@@ -153,6 +154,12 @@ class Lab:
                    postgres.url(p.postgres, self.secrets.postgres_password),
                    logs / "prefect-server.log"),
                noop)
+        ensure("image-server", info.image_base_url,
+               lambda: spawn([sys.executable, "-m", "lab.image_server", "--root",
+                              str(self.paths.image_cache), "--port", str(p.image_server)],
+                             logs / "image-server.log", cwd=_repo_root()),
+               lambda: wait_until(lambda: _http_ok(f"{info.image_base_url}/_lab/health"), 20,
+                                  "image server"))
         libvirt_service.wait_ready(self.paths.libvirt)
         ensure("simulator", info.simulator_url,
                lambda: spawn([sys.executable, "-m", "lab.simulator", "--state-dir",

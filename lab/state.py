@@ -53,6 +53,7 @@ class LabPorts(BaseModel):
     cobbler_http: int
     erp: int
     simulator: int
+    image_server: int = 0  # 0: allocated on the next `lab up` (a lab state dir from before)
 
 
 class LabSecrets(BaseModel):
@@ -92,6 +93,7 @@ class LabInfo(BaseModel):
     erp_log: str
     simulator_url: str
     image_cache_dir: str
+    image_base_url: str = ""  # the image cache over HTTP (lab.image_server); "" before `lab up`
     vm_images_dir: str
     services: dict[str, ServiceInfo] = Field(default_factory=dict)
 
@@ -132,11 +134,15 @@ class LabPaths:
     def load_or_create_ports(self) -> LabPorts:
         from lab.procs import free_port
 
+        values: dict[str, int] = {}
         if self.ports_json.exists():
-            return LabPorts.model_validate_json(self.ports_json.read_text())
-        chosen: set[int] = set()
-        values = {}
+            values = LabPorts.model_validate_json(self.ports_json.read_text()).model_dump()
+            if all(values.values()):
+                return LabPorts(**values)
+        chosen: set[int] = {port for port in values.values() if port}
         for name in LabPorts.model_fields:
+            if values.get(name):
+                continue
             port = free_port()
             while port in chosen:
                 port = free_port()

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SECRET_FIELDS = ("cobbler_password", "erp_token", "power_password")
@@ -48,7 +48,21 @@ class RolloutSettings(BaseModel):
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"
     image_params: dict[str, str] = Field(default_factory=dict)
+    # where hypervisors download base images: the image cache served over HTTP(S) by any static
+    # server, <image_base_url>/<key>/image.qcow2 (a path of this machine means nothing to them)
+    image_base_url: str = Field(description="e.g. https://images.example/store-images")
+    image_ca_bundle: str = Field("", description="PEM file of the CA that signed the image "
+                                 "server's certificate (default: the hypervisor's trust store)")
+    image_rate_limit: int = Field(0, ge=0, description="bytes/s per store download, 0: none")
     lab: bool = False
+
+    @field_validator("image_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not an http(s) URL (hypervisors download images "
+                             "from it)")
+        return value.rstrip("/")
 
     def public(self) -> dict[str, Any]:
         """For logs and artifacts: secrets masked."""
@@ -73,6 +87,7 @@ def _lab_values(lab_dir: Path) -> dict[str, Any]:
         "power_user": info["power_user"], "power_password": info["power_password"],
         "image_description": "lab-debian", "image_builder": "lab",
         "image_cache_dir": info["image_cache_dir"],
+        "image_base_url": info["image_base_url"],
         "image_params": {"SALT_MASTER": info["salt_master_address"],
                          "SALT_MASTER_PORT": str(info["salt_ret_port"])},
         "lab": True,

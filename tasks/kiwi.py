@@ -67,7 +67,7 @@ from kiwi.xml_description import XMLDescription
 from kiwi.xml_state import XMLState
 from lxml import etree, isoschematron
 from prefect import get_run_logger, task
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from store_rollout import instrument
 
@@ -236,6 +236,14 @@ class DescriptionInfo(BaseModel):
     bootstrap_packages: list[str]
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1024 * 1024), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 class ImageRef(BaseModel):
     """A cached image: where it is and what producing it cost in this call."""
 
@@ -243,6 +251,7 @@ class ImageRef(BaseModel):
 
     key: str
     path: Path
+    meta: dict[str, Any] = Field(default_factory=dict)
     cache_hit: bool
     build_seconds: float
     kiwi_seconds: float
@@ -933,6 +942,21 @@ class ImageCache:
             return None
         return data if (self.entry(key) / self.IMAGE).is_file() else None
 
+    def _with_digest(self, key: str) -> dict[str, Any]:
+        """The entry's meta, given its image's sha256 and size once if an older cache lacks
+        them (hypervisors verify their downloads against it)."""
+        meta = self.meta(key) or {}
+        if "sha256" not in meta:
+            with self._locked(key):
+                meta = self.meta(key) or {}
+                if "sha256" not in meta:
+                    image = self.entry(key) / self.IMAGE
+                    meta.update(sha256=file_sha256(image), size=image.stat().st_size)
+                    tmp = self.entry(key) / f".{self.META}.tmp"
+                    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+                    os.replace(tmp, self.entry(key) / self.META)
+        return meta
+
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         fd = os.open(self.cache_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -973,6 +997,7 @@ class ImageCache:
         return ImageRef(
             key=key,
             path=self.entry(key) / self.IMAGE,
+            meta=self._with_digest(key),
             cache_hit=True,
             build_seconds=0.0,
             kiwi_seconds=0.0,
@@ -1002,6 +1027,9 @@ class ImageCache:
             build_seconds = time.monotonic() - build_started
             meta = {
                 "key": key,
+                # what a hypervisor verifies its download against (storevirt.ensure_base_image)
+                "sha256": file_sha256(staging / self.IMAGE),
+                "size": (staging / self.IMAGE).stat().st_size,
                 "description": desc_dir.name,
                 "image_name": out.image_name,
                 "params": params,
@@ -1022,6 +1050,7 @@ class ImageCache:
         return ImageRef(
             key=key,
             path=target / self.IMAGE,
+            meta=meta,
             cache_hit=False,
             build_seconds=build_seconds,
             kiwi_seconds=out.kiwi_seconds,
@@ -1058,7 +1087,8 @@ def ensure_image(
         builder: ``lab`` (validate + empty qcow2) or ``kiwi`` (real kiwi-ng build, root).
 
     Returns:
-        ``{"key", "path", "cache_hit", "seconds", "build_seconds", "kiwi_seconds"}``.
+        ``{"key", "path", "sha256", "meta", "cache_hit", "seconds", "build_seconds",
+        "kiwi_seconds"}``.
 
     Example:
         >>> @flow
@@ -1082,6 +1112,8 @@ def ensure_image(
     return {
         "key": ref.key,
         "path": str(ref.path),
+        "sha256": ref.meta["sha256"],
+        "meta": ref.meta,
         "cache_hit": ref.cache_hit,
         "seconds": round(ref.seconds, 3),
         "build_seconds": round(ref.build_seconds, 3),

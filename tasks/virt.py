@@ -15,12 +15,26 @@ from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
-from tasks.salt_master import SaltCommandFailed, SaltTransientError, master_client
+from tasks.salt_master import (
+    SaltCommandFailed,
+    SaltMasterClient,
+    SaltTransientError,
+    master_client,
+)
+
+DOWNLOAD_TIMEOUT = 3 * 3600  # seconds one download call may take (~1.5 GB over a slow link)
 
 
 class VmError(Exception):
@@ -114,6 +128,28 @@ def domain_xml(store: Store, hypervisor_type: str, images_dir: str) -> str:
         conn.close()
 
 
+def _download_cut(exc: BaseException) -> bool:
+    return isinstance(exc, SaltCommandFailed) and "download cut" in exc.detail
+
+
+def deliver_image(master: SaltMasterClient, store: Store, settings: RolloutSettings,
+                  image: dict[str, Any]) -> dict[str, Any]:
+    """The base image on the store's hypervisor, downloaded by it from the image server and
+    verified there; a cut download is resumed (a few times), never restarted."""
+    url = f"{settings.image_base_url}/{image['key']}/image.qcow2"
+    ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
+    for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_exponential(max=10),
+                            retry=retry_if_exception(_download_cut), reraise=True):
+        with attempt:
+            result: dict[str, Any] = master.cmd(
+                store.hypervisor_minion_id, "storevirt.ensure_base_image",
+                [url, image["key"], image["sha256"]],
+                kwarg={"meta": image["meta"], "ca_pem": ca_pem,
+                       "rate_limit": settings.image_rate_limit or None},
+                timeout=DOWNLOAD_TIMEOUT)
+    return result
+
+
 @task(name="create_vm", task_run_name="create-vm-{store.store_id}",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
@@ -127,11 +163,13 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
     summary = master.cmd(hv, "storevirt.domain_summary", [name])
     reused = summary is not None
     if summary is None:
-        image_path = Path(image["path"])
-        base = master.cmd(hv, "storevirt.ensure_base_image",
-                          [f"file://{image_path}", image["key"]],
-                          kwarg={"meta_source": f"file://{image_path.parent / 'meta.json'}"})
-        overlay = master.cmd(hv, "storevirt.create_overlay", [name, base],
+        delivered = deliver_image(master, store, settings, image)
+        logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"], hv,
+                    "already there" if delivered["cached"] else
+                    f"{delivered['transferred']} bytes in {delivered['seconds']}s"
+                    + (f" (resumed at {delivered['resumed_from']})"
+                       if delivered["resumed_from"] else ""))
+        overlay = master.cmd(hv, "storevirt.create_overlay", [name, delivered["path"]],
                              kwarg={"size_mib": store.vm.disk_gib * 1024})
         seed = master.cmd(hv, "storevirt.seed_path", [name])
         master.cmd(hv, "virt.init", [name, store.vm.vcpus, store.vm.memory_mib],
