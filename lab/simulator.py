@@ -301,14 +301,11 @@ class Simulator:
             extra["startup_states"] = ""
         # a Leap 15.6 host runs the distribution's Salt 3006 (built-in virt module)
         self.minions.install(minion_id, minion_d, extra, salt_bin=HOST_SALT_BIN)
-        # end of install (AutoYaST post step): tell Cobbler, so netboot turns off
+        # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
+        # the one Cobbler rendered (the profile's http_server carries the port)
         if rendered.nopxe_url:
-            requests.get(self._fix_cobbler_url(rendered.nopxe_url), timeout=30).raise_for_status()
+            requests.get(rendered.nopxe_url, timeout=30).raise_for_status()
         self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
-
-    def _fix_cobbler_url(self, url: str) -> str:
-        # Cobbler renders the SUSE nopxe URL without its http_port (notes/cobbler.md §5)
-        return re.sub(r"^http://[^/]+", self.info.cobbler_http_url.rstrip("/"), url)
 
     # -- reboots -----------------------------------------------------------------------
     def reboot(self, minion_id: str) -> dict[str, Any]:

@@ -34,7 +34,9 @@ def lab_up(state_dir: StateDir = None) -> None:
     except Exception as exc:
         console.print(f"[red]lab up failed:[/] {exc}\nlogs: {lab.paths.logs}")
         raise typer.Exit(1) from exc
-    console.print(f"lab ready: {lab.paths.lab_json}")
+    console.print(f"lab ready: {lab.paths.lab_json}\n"
+                  "to run rollouts against it (the CLI never picks a lab by itself):\n"
+                  f"  export STORE_ROLLOUT_LAB_DIR={lab.paths.root}")
 
 
 @lab_app.command("status")
@@ -204,11 +206,16 @@ def rollout(store_id: str, inventory: Inventory = DEFAULT_INVENTORY,
 
 
 @app.command("demo")
-def demo(inventory: Inventory = DEFAULT_INVENTORY) -> None:
+def demo(inventory: Inventory = DEFAULT_INVENTORY, state_dir: StateDir = None) -> None:
     """Roll out every store of the inventory concurrently in the lab and print a summary."""
+    import os
+
+    from lab.state import state_dir_from_env
     from store_rollout.inventory import load_inventory
     from store_rollout.steps import STEPS
 
+    # the demo is the lab's by definition: it names the lab itself
+    os.environ["STORE_ROLLOUT_LAB_DIR"] = str(state_dir_from_env(state_dir))
     _prepare_env()
     _validate([], inventory)
     store_ids = [s.store_id for s in load_inventory(inventory).stores]
@@ -224,8 +231,6 @@ def demo(inventory: Inventory = DEFAULT_INVENTORY) -> None:
                       str(r["seconds"]),
                       str(r.get("erp_id", "-")))
     Console(width=200).print(table)
-    import os
-
     Console().print(f"Prefect UI: {os.environ.get('PREFECT_API_URL', '').removesuffix('/api')}")
     if any(r["state"] != "Completed" for r in results):
         raise typer.Exit(1)

@@ -1,8 +1,9 @@
 """Where the rollout's outside systems are, and their credentials.
 
-Sources, later ones win: `lab.json` of a running lab (if STORE_ROLLOUT_LAB_DIR is set or
-`.lab/lab.json` exists), environment variables `STORE_ROLLOUT_<FIELD>`, and Prefect Secret
-blocks for credentials (`STORE_ROLLOUT_<FIELD>_BLOCK=<block name>`).
+pydantic-settings sources, earlier ones win: Prefect Secret blocks for credentials
+(`STORE_ROLLOUT_<FIELD>_BLOCK=<block name>`), environment variables `STORE_ROLLOUT_<FIELD>`,
+and `lab.json` of the lab named by STORE_ROLLOUT_LAB_DIR. The lab is only ever used when named:
+a `.lab/` that happens to exist next to a production worker's checkout is ignored.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SECRET_FIELDS = ("cobbler_password", "erp_token", "power_password")
@@ -22,8 +31,8 @@ class SettingsError(ValueError):
     """Settings are missing or invalid; the message names the field and where to set it."""
 
 
-class RolloutSettings(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class RolloutSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STORE_ROLLOUT_", extra="ignore", frozen=True)
 
     cobbler_url: str = Field(description="Cobbler XML-RPC URL, e.g. http://cobbler:25151/")
     cobbler_user: str
@@ -95,15 +104,39 @@ def _lab_values(lab_dir: Path) -> dict[str, Any]:
 
 
 def active_lab_dir(environ: dict[str, str] | None = None) -> Path | None:
-    """The lab the settings come from: STORE_ROLLOUT_LAB_DIR, else a running ./.lab, else None.
-    An explicit `environ` (tests, remote settings) never falls back to ./.lab."""
+    """The lab the settings come from: the one STORE_ROLLOUT_LAB_DIR names, else None."""
     explicit = (os.environ if environ is None else environ).get("STORE_ROLLOUT_LAB_DIR")
-    if explicit:
-        return Path(explicit)
-    if environ is not None:
-        return None
-    default = REPO_ROOT / ".lab"
-    return default if (default / "lab.json").exists() else None
+    return Path(explicit) if explicit else None
+
+
+class _Environ(EnvSettingsSource):
+    """STORE_ROLLOUT_<FIELD> from a given environment (os.environ, or a test's dict)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: dict[str, str]) -> None:
+        self._given = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> dict[str, str | None]:
+        return {k.lower(): v for k, v in self._given.items()}
+
+
+class _LabJson(PydanticBaseSettingsSource):
+    """The settings a running lab hands over in its lab.json."""
+
+    def __init__(self, settings_cls: type[BaseSettings], lab_dir: Path | None) -> None:
+        super().__init__(settings_cls)
+        self.lab_dir = lab_dir
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ does the work
+
+    def __call__(self) -> dict[str, Any]:
+        if self.lab_dir is None:
+            return {}
+        if not (self.lab_dir / "lab.json").exists():
+            raise SettingsError(f"STORE_ROLLOUT_LAB_DIR={self.lab_dir} has no lab.json: "
+                                "run `store-rollout lab up` or unset it")
+        return _lab_values(self.lab_dir)
 
 
 def _secret_from_block(block_name: str) -> str:
@@ -115,28 +148,30 @@ def _secret_from_block(block_name: str) -> str:
 
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     env = dict(os.environ if environ is None else environ)
-    values: dict[str, Any] = {}
-    lab_dir = active_lab_dir(environ)
-    if lab_dir is not None:
-        if not (lab_dir / "lab.json").exists():
-            raise SettingsError(f"STORE_ROLLOUT_LAB_DIR={lab_dir} has no lab.json: "
-                                "run `store-rollout lab up` or unset it")
-        values.update(_lab_values(lab_dir))
-    for name in RolloutSettings.model_fields:
-        key = f"STORE_ROLLOUT_{name.upper()}"
-        if key in env:
-            values[name] = json.loads(env[key]) if name == "image_params" else env[key]
-        block = env.get(f"{key}_BLOCK")
-        if block and name in SECRET_FIELDS:
-            values[name] = _secret_from_block(block)
+    blocks = {name: _secret_from_block(env[f"STORE_ROLLOUT_{name.upper()}_BLOCK"])
+              for name in SECRET_FIELDS if env.get(f"STORE_ROLLOUT_{name.upper()}_BLOCK")}
+    lab_dir = active_lab_dir(env)
+
+    class Sourced(RolloutSettings):
+        @classmethod
+        def settings_customise_sources(
+                cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                env_settings: PydanticBaseSettingsSource,
+                dotenv_settings: PydanticBaseSettingsSource,
+                file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (InitSettingsSource(settings_cls, init_kwargs=blocks),
+                    _Environ(settings_cls, env), _LabJson(settings_cls, lab_dir))
+
     try:
-        return RolloutSettings.model_validate(values)
+        return RolloutSettings.model_validate(Sourced().model_dump())  # type: ignore[call-arg]
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"])
             hint = (f"set STORE_ROLLOUT_{field.upper()}" +
                     (f" or STORE_ROLLOUT_{field.upper()}_BLOCK (a Prefect Secret block)"
-                     if field in SECRET_FIELDS else "") + ", or start the lab")
+                     if field in SECRET_FIELDS else "") +
+                    ", or name a running lab with STORE_ROLLOUT_LAB_DIR")
             problems.append(f"{field}: {err['msg']} ({hint})")
         raise SettingsError("settings invalid: " + "; ".join(problems)) from None

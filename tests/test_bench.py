@@ -19,6 +19,7 @@ BENCHES = {
     "bench_resume.py": ["seconds_until_step6_median", "seconds_until_step6",
                         "seconds_until_step1_median"],
     "bench_batch.py": ["batches", "ratio_to_single"],
+    "bench_image_delivery.py": ["first_over_ideal", "resumed_fraction", "rerun", "goals"],
 }
 
 
@@ -38,6 +39,9 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
         assert result["completed"] == result["stores"]
     if script == "bench_batch.py":
         assert all(b["completed"] == int(k) for k, b in result["batches"].items())
+    if script == "bench_image_delivery.py":
+        assert result["goals"]["resumed_at_most_55_percent"] and result["goals"]["rerun_zero_bytes"]
+        assert result["goals"]["first_verified"] and result["cut"]["error"]
     if script == "bench_resume.py":
         assert result["first_run"] == "Failed" and result["final_rerun"] == "Completed"
         assert result["reruns"] == len(result["seconds_until_step6"]) == 2

@@ -28,6 +28,10 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert first["state"] == "Completed"
     check_store(lab, "e2e1", first)
     check_defined_as_vm_xml_says(lab, inventory, "e2e1")
+    # the image server answers byte ranges (what a resumed download asks for)
+    ranged = requests.get(f"{lab.image_base_url}/{first['image_key']}/image.qcow2",
+                          headers={"Range": "bytes=0-9"}, timeout=10)
+    assert ranged.status_code == 206 and len(ranged.content) == 10
     check_salt_events_in_prefect(lab, "e2e1")
     # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
     bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from lab.state import REPO_ROOT, VENV_BIN
 from store_rollout.settings import SettingsError, load_settings
 
 BASE = {"STORE_ROLLOUT_COBBLER_URL": "http://cobbler/", "STORE_ROLLOUT_COBBLER_USER": "u",
@@ -26,3 +32,31 @@ def test_image_base_url_must_be_http() -> None:
                               "STORE_ROLLOUT_IMAGE_RATE_LIMIT": "2000000"})
     assert settings.image_base_url == "https://images.example/s"
     assert settings.image_rate_limit == 2_000_000 and settings.image_ca_bundle == ""
+
+
+def test_cli_never_picks_a_lab_by_itself(tmp_path: Path) -> None:
+    """A production worker installed from a checkout with a stale `.lab/lab.json` must not roll
+    out against that lab: without STORE_ROLLOUT_LAB_DIR the CLI refuses, naming what is missing."""
+    stale = REPO_ROOT / ".lab" / "lab.json"
+    made, made_dir = not stale.exists(), not stale.parent.exists()
+    if made:
+        stale.parent.mkdir(exist_ok=True)
+        stale.write_text(json.dumps({"cobbler_url": "http://127.0.0.1:1/",
+                                     "image_base_url": "http://127.0.0.1:1"}))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("STORE_ROLLOUT_", "PREFECT_"))}
+    try:
+        proc = subprocess.run([str(VENV_BIN / "store-rollout"), "rollout", "0001", "--inventory",
+                               str(REPO_ROOT / "examples" / "inventory.yaml")],
+                              env={**env, "PREFECT_HOME": str(tmp_path)}, cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        if made:
+            stale.unlink()
+        if made_dir:
+            stale.parent.rmdir()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    message = " ".join(proc.stderr.split())
+    for field in ("cobbler_url", "salt_master_config", "erp_url", "image_base_url"):
+        assert f"{field}: Field required (set STORE_ROLLOUT_{field.upper()}" in message, field
+    assert "or name a running lab with STORE_ROLLOUT_LAB_DIR" in message
