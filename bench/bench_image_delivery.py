@@ -26,9 +26,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import requests
 from common import REPO, emit, machine
-
-import requests  # noqa: E402 - after common (it sets sys.path)
 
 KEY = "bench-image"
 
