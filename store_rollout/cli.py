@@ -244,8 +244,14 @@ def batch(inventory: Inventory = DEFAULT_INVENTORY,
           max_in_flight: Annotated[int, typer.Option(help="stores at once (fleet-wide)")] = 3,
           halt_threshold: Annotated[float, typer.Option(
               help="halt when failed/finished exceeds this")] = 0.2,
+          stage_only: Annotated[bool, typer.Option(
+              "--stage-only", help="only put the image on the batch's hypervisors (ahead of the "
+                                   "rollout window; `stage-images` is the deployment)")] = False,
           as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Roll out a batch in waves (canary first) with a progress bar per store."""
+    if stage_only:
+        stage(list(store or []), inventory, as_json)
+        return
     import contextlib
     import sys
 
@@ -335,6 +341,30 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
         console.print(f"[red]rollback of {store_id} {state.name}:[/] {state.message}")
         raise typer.Exit(1)
     print(json.dumps(state.result(), indent=2, default=str))
+
+
+@app.command("stage")
+def stage(store_ids: Annotated[list[str] | None, typer.Argument(
+              help="stores to stage (default: every store of the inventory)")] = None,
+          inventory: Inventory = DEFAULT_INVENTORY,
+          as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Put the base image on the stores' hypervisors ahead of the rollout window."""
+    _prepare_env()
+    _validate(store_ids or [], inventory)
+    from flows.stage_images import stage_images
+
+    state = stage_images(tuple(store_ids or ()), str(inventory), return_state=True)
+    if not state.is_completed():
+        console.print(f"[red]staging failed:[/] {state.message}")
+        raise typer.Exit(1)
+    result = state.result()
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    for sid, staged in result["stores"].items():
+        console.print(f"store {sid}: image {result['image_key']} on {staged['hypervisor']}: "
+                      + ("already there" if staged["cached"] else
+                         f"{staged['transferred']} bytes in {staged['seconds']}s"))
 
 
 @app.command("vm-xml")

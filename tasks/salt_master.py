@@ -106,6 +106,12 @@ class SaltEvent:
         return inner if isinstance(inner, dict) else self.data
 
 
+def new_autosign_token() -> str:
+    """192 random bits as hex: a value the seed disk and the guest's store-identity accept
+    as is (a urlsafe token may begin with '-' or '_', which they refuse)."""
+    return secrets.token_hex(24)
+
+
 class SaltMasterClient:
     """Thin client over the master's Python API: bus, wheel (keys) and LocalClient."""
 
@@ -237,7 +243,7 @@ class SaltMasterClient:
         check_minion_id(minion_id)
         with self._autosign_locked() as tokens:
             mapping = self._token_map()
-            token = mapping.get(minion_id) or secrets.token_urlsafe(24)
+            token = mapping.get(minion_id) or new_autosign_token()
             mapping[minion_id] = token
             self._write_token_map(mapping)
             if token not in tokens:

@@ -29,6 +29,7 @@ from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
 from tasks.salt_master import (
     SaltCommandFailed,
+    SaltError,
     SaltMasterClient,
     SaltTransientError,
     master_client,
@@ -150,6 +151,31 @@ def deliver_image(master: SaltMasterClient, store: Store, settings: RolloutSetti
     return result
 
 
+class HypervisorNotUp(VmError):
+    """Staging needs the store's hypervisor installed and answering."""
+
+
+@task(name="stage_image", task_run_name="stage-image-{store.store_id}")
+def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
+    """Put the base image on the store's hypervisor ahead of its rollout window (verified, as
+    step 5 would); the rollout's step 5 then finds it there and transfers nothing."""
+    settings = load_settings()
+    master = master_client(settings.salt_master_config)
+    hv = store.hypervisor_minion_id
+    try:
+        master.cmd(hv, "test.ping", timeout=15)
+    except SaltError:
+        raise HypervisorNotUp(
+            f"store {store.store_id}: hypervisor {hv} does not answer; staging needs an "
+            f"installed host: roll the store out (`store-rollout rollout {store.store_id}`) or "
+            "stage once its hypervisor is up") from None
+    delivered = deliver_image(master, store, settings, image)
+    get_run_logger().info("store %s: image %s staged on %s: %s bytes transferred",
+                          store.store_id, image["key"], hv, delivered["transferred"])
+    return {"store_id": store.store_id, "hypervisor": hv, "image_key": image["key"],
+            **delivered}
+
+
 @task(name="create_vm", task_run_name="create-vm-{store.store_id}",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
@@ -162,6 +188,7 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
     hv, name, vm_minion = store.hypervisor_minion_id, store.vm_name, store.vm_minion_id
     summary = master.cmd(hv, "storevirt.domain_summary", [name])
     reused = summary is not None
+    delivered: dict[str, Any] | None = None
     if summary is None:
         delivered = deliver_image(master, store, settings, image)
         logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"], hv,
@@ -190,7 +217,7 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
         summary = master.cmd(hv, "storevirt.domain_summary", [name])
     if summary["active"]:  # a rerun: already running, nothing to start
         logger.info("store %s: domain %s already running", store.store_id, name)
-        return vm_result(summary, hv, reused)
+        return vm_result(summary, hv, reused, delivered)
     started = time.monotonic()
     for attempt in Retrying(stop=stop_after_delay(start_timeout),
                             wait=wait_exponential(multiplier=0.5, max=10),
@@ -211,11 +238,14 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                 raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is {state!r}")
     logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, name,
                 time.monotonic() - started)
-    return vm_result(summary, hv, reused)
+    return vm_result(summary, hv, reused, delivered)
 
 
-def vm_result(summary: dict[str, Any], hypervisor: str, reused: bool) -> dict[str, Any]:
+def vm_result(summary: dict[str, Any], hypervisor: str, reused: bool,
+              delivered: dict[str, Any] | None) -> dict[str, Any]:
     return {"domain": summary["name"], "hypervisor": hypervisor, "reused": reused,
+            # None for a reused domain; transferred 0 when the base was there (staged)
+            "image_delivery": delivered,
             "uuid": summary["uuid"], "disk": summary["disk"], "backing": summary["backing"],
             "graphics": summary["graphics"]}
 

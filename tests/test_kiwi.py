@@ -407,10 +407,25 @@ def test_store_identity_script_reads_the_seed_disk(tmp_path: Path) -> None:
     assert (salt / "minion_id").read_text() == "store-042-srv1\n"
 
 
+def test_every_autosign_token_passes_the_seed_and_the_guest() -> None:
+    """Tokens come from one generator; the hypervisor's seed and the guest's script both take
+    them (the lab found a urlsafe token starting with '-' refused by the guest)."""
+    from tasks.salt_master import new_autosign_token
+
+    storevirt = _storevirt()
+    guest = re.search(r"^VALID='(.+)'$", (OVERLAY / IDENTITY_SCRIPT).read_text(), re.M)
+    assert guest is not None
+    for _ in range(2000):
+        token = new_autosign_token()
+        assert storevirt._seed_text({"minion_id": "m", "autosign_token": token})
+        assert re.fullmatch(guest[1], token), token
+
+
 @pytest.mark.parametrize(("identity", "message"), [
     ({"store_id": "1"}, "minion_id is required"),
-    ({"minion_id": "a b"}, "minion_id has characters the guest refuses"),
-    ({"minion_id": "m", "autosign_token": "x'/>"}, "autosign_token has characters"),
+    ({"minion_id": "a b"}, "minion_id is a value the guest refuses"),
+    ({"minion_id": "m", "autosign_token": "x'/>"}, "autosign_token is a value the guest"),
+    ({"minion_id": "m", "autosign_token": "-starts-with-a-dash"}, "must start with a letter"),
     ({"minion_id": "m", "role": "x"}, "unknown keys ['role']"),
 ])
 def test_seed_refuses_what_the_guest_would(identity: dict[str, str], message: str,

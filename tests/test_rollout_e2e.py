@@ -32,6 +32,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     ranged = requests.get(f"{lab.image_base_url}/{first['image_key']}/image.qcow2",
                           headers={"Range": "bytes=0-9"}, timeout=10)
     assert ranged.status_code == 206 and len(ranged.content) == 10
+    check_staging(lab_env, inventory, first)
     check_salt_events_in_prefect(lab, "e2e1")
     # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
     bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
@@ -50,6 +51,31 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
+
+
+def check_staging(lab_env: dict[str, str], inventory: Path, first: dict[str, Any]) -> None:
+    """`store-rollout stage`: a hypervisor that has the image gets nothing more; one that is not
+    installed yet is refused with what to do."""
+    if not first["vm"]["reused"]:  # a fresh domain: step 5 made sure of the base image
+        delivery = first["vm"]["image_delivery"]
+        assert delivery["path"].endswith(f"/base/{first['image_key']}/image.qcow2")
+
+    def stage(*store_ids: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(VENV_BIN / "store-rollout"), "stage", *store_ids,
+                               "--inventory", str(inventory), "--json"], env=lab_env,
+                              capture_output=True, text=True, timeout=300)
+
+    staged = stage("e2e1")
+    assert staged.returncode == 0, staged.stderr[-2000:]
+    result = json.loads(staged.stdout)
+    assert result["image_key"] == first["image_key"]
+    assert result["stores"]["e2e1"]["cached"] is True
+    assert result["stores"]["e2e1"]["transferred"] == 0
+    refused = stage("e2e3")  # not rolled out yet: no hypervisor to stage on
+    assert refused.returncode == 1
+    message = " ".join(refused.stderr.split())
+    assert "hypervisor store-e2e3-hv does not answer" in message
+    assert "store-rollout rollout e2e3" in message
 
 
 def check_defined_as_vm_xml_says(lab: LabInfo, inventory: Path, store_id: str) -> None:

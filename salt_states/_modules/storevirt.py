@@ -200,8 +200,8 @@ def _seed_text(identity):
         value = str(identity.get(key) or "")
         if value and not SEED_VALUE.match(value):
             raise CommandExecutionError(
-                f"seed identity: {key} has characters the guest refuses "
-                "(letters, digits, '.', '_', '-' only)")
+                f"seed identity: {key} is a value the guest refuses (it must start with a "
+                "letter or digit and hold only letters, digits, '.', '_', '-', up to 128)")
         if value:
             lines.append(f"{key}={value}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+"""Pre-staging: the base image onto the stores' hypervisors ahead of the rollout window, so a
+wave does not wait on (or saturate) the store links. Wiring only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.store_rollout import DEFAULT_INVENTORY
+from store_rollout.inventory import load_inventory
+from store_rollout.settings import load_settings
+from tasks.kiwi import ensure_image
+from tasks.virt import stage_image
+
+STAGE_THREADS: Any = ThreadPoolTaskRunner(max_workers=8)
+
+
+class StagingFailed(Exception):
+    """Some stores could not be staged; the message names each and why."""
+
+
+@flow(name="stage-images", flow_run_name="stage-images", task_runner=STAGE_THREADS)
+def stage_images(store_ids: tuple[str, ...] = (),
+                 inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
+    """Put the base image on the stores' hypervisors before their rollout (verified there, as
+    step 5 would); their step 5 then transfers nothing. Hypervisors must be installed.
+
+    Args:
+        store_ids: Stores to stage (empty: every store of the inventory).
+        inventory: Inventory file (YAML or CSV) on the worker's host.
+    """
+    inv = load_inventory(inventory)
+    stores = inv.select(list(store_ids)) if store_ids else list(inv.stores)
+    settings = load_settings()
+    image = ensure_image(settings.image_description, settings.image_params,
+                         settings.image_cache_dir, settings.image_builder)
+    futures = {store.store_id: stage_image.submit(store, image) for store in stores}
+    staged: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    for store_id, future in futures.items():
+        future.wait()
+        if future.state.is_completed():
+            staged[store_id] = future.result()
+        else:
+            failed[store_id] = str(future.state.message or future.state.name)
+    create_table_artifact(
+        key="stage-images", description=f"image {image['key']} staged",
+        table=[{"store": sid, "transferred": r["transferred"], "already there": r["cached"],
+                "seconds": r["seconds"]} for sid, r in staged.items()]
+        + [{"store": sid, "error": msg} for sid, msg in failed.items()])
+    if failed:
+        get_run_logger().error("staging failed for %s", ", ".join(sorted(failed)))
+        raise StagingFailed("; ".join(f"{sid}: {msg}" for sid, msg in sorted(failed.items())))
+    return {"image_key": image["key"], "stores": staged}
