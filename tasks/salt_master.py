@@ -222,7 +222,29 @@ class SaltMasterClient:
                 tmp = path.with_suffix(".tmp")
                 tmp.write_text("".join(f"{t}\n" for t in tokens))
                 os.chmod(tmp, 0o600)
+                self._give_to_master(tmp)
                 tmp.replace(path)  # the master re-reads the file on each auth
+
+    def _give_to_master(self, path: Path) -> None:
+        """The master reads the autosign file as its own user (`user:` in its config; Leap's
+        salt-master runs as `salt`): a worker running as root hands the file over; a worker
+        running as another user cannot, and says so."""
+        import pwd
+
+        master_user = self.opts.get("user") or "root"
+        try:
+            owner = pwd.getpwnam(master_user)
+        except KeyError:
+            raise SaltError(f"the Salt master's user {master_user!r} (`user:` in "
+                            f"{self.master_config}) does not exist on this host") from None
+        if os.geteuid() == owner.pw_uid:
+            return
+        if os.geteuid() != 0:
+            raise SaltError(
+                f"the Salt master runs as {master_user!r} but this worker as uid {os.geteuid()}: "
+                f"the master could not read {path.with_suffix('')} (mode 600); run the worker "
+                f"as {master_user!r} or root")
+        os.chown(path, owner.pw_uid, owner.pw_gid)
 
     @property
     def _token_map_file(self) -> Path:
