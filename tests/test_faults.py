@@ -3,7 +3,9 @@ exactly one Cobbler system, one domain, accepted keys and one ERP notice for the
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import threading
 import time
@@ -207,3 +209,54 @@ def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[st
     proc.wait()
     result = finish(start_rollout(lab_env, "f-kill", inv))
     check_store(lab, "f-kill", result)
+
+
+def fresh_image(lab: LabInfo, monkeypatch: pytest.MonkeyPatch, size: str) -> None:
+    """An image key no hypervisor has yet (the lab's simulated hypervisors share one images
+    dir until they get their own namespaces): the lab image's disk size is a build parameter."""
+    monkeypatch.setenv("STORE_ROLLOUT_IMAGE_PARAMS", json.dumps({
+        "SALT_MASTER": lab.salt_master_address, "SALT_MASTER_PORT": str(lab.salt_ret_port),
+        "LAB_DISK_SIZE": size}))
+
+
+def image_server(lab: LabInfo, method: str, path: str, **kw: Any) -> Any:
+    response = requests.request(method, f"{lab.image_base_url}{path}", timeout=10, **kw)
+    response.raise_for_status()
+    return response.json()
+
+
+def test_corrupted_image_fails_step5_then_rerun_completes(
+        lab: LabInfo, inprocess: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fresh_image(lab, monkeypatch, "67M")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-imgbad"], "52:54:00:fa:00")
+    image_server(lab, "POST", "/_lab/faults", json={"flip_byte_at": 1000})
+    failed = inprocess("f-imgbad", inv)
+    assert failed.is_failed()
+    message = str(failed.message)
+    assert "create_vm" in message or "storevirt.ensure_base_image" in message, message
+    assert "sha256 mismatch for " in message and "the download was removed" in message
+    # nothing half-verified stays on the hypervisor: no base under that key
+    key = re.search(r"image ([0-9a-f]{16,}): sha256 mismatch", message)
+    assert key is not None, message
+    base_dir = Path(lab.vm_images_dir) / "base" / key[1]
+    assert not (base_dir / "image.qcow2").exists() and not (base_dir / "image.qcow2.part").exists()
+    result = completed(inprocess("f-imgbad", inv))  # the fault is spent: a clean transfer
+    assert result["image_key"] == key[1] and result["vm"]["image_delivery"]["transferred"] > 0
+    check_store(lab, "f-imgbad", result)
+
+
+def test_image_download_cut_midway_is_resumed(
+        lab: LabInfo, inprocess: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fresh_image(lab, monkeypatch, "69M")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-imgcut"], "52:54:00:fb:00")
+    image_server(lab, "DELETE", "/_lab/stats")
+    image_server(lab, "POST", "/_lab/faults", json={"cut_after": 4096})
+    result = completed(inprocess("f-imgcut", inv))
+    delivery = result["vm"]["image_delivery"]
+    assert delivery["resumed_from"] == 4096  # the retry asked for the rest, not the whole
+    stats = image_server(lab, "GET", "/_lab/stats")
+    path = f"/{result['image_key']}/image.qcow2"
+    assert [r["range"] for r in stats["requests"] if r["path"] == path] == [None, "bytes=4096-"]
+    size = Path(delivery["path"]).stat().st_size
+    assert stats["sent"][path] == size  # 4096 before the cut + the rest: no byte twice
+    check_store(lab, "f-imgcut", result)
