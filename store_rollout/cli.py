@@ -362,7 +362,7 @@ def stage(store_ids: Annotated[list[str] | None, typer.Argument(
         print(json.dumps(result, indent=2, default=str))
         return
     for sid, staged in result["stores"].items():
-        console.print(f"store {sid}: image {result['image_key']} on {staged['hypervisor']}: "
+        console.print(f"store {sid}: image {result['image_key'][:12]} on {staged['hypervisor']}: "
                       + ("already there" if staged["cached"] else
                          f"{staged['transferred']} bytes in {staged['seconds']}s"))
 
