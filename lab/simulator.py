@@ -37,6 +37,7 @@ import xml.etree.ElementTree as ET
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import requests
 import yaml
@@ -44,7 +45,7 @@ import yaml
 from lab.autoyast import parse_autoyast
 from lab.jsonhttp import JsonHandler
 from lab.procs import ProcessRecord, spawn, stop
-from lab.state import HOST_SALT_BIN, VENV_BIN, LabInfo, LabPaths
+from lab.state import HOST_SALT_BIN, REPO_ROOT, VENV_BIN, LabInfo, LabPaths
 
 log = logging.getLogger("lab.simulator")
 
@@ -96,6 +97,7 @@ class MinionManager:
     """salt-minion processes for simulated machines, each with a private config and root dir."""
 
     def __init__(self, paths: LabPaths, info: LabInfo) -> None:
+        self.paths = paths
         self.base = paths.simulator / "minions"
         self.base.mkdir(parents=True, exist_ok=True)
         self.logs = paths.logs
@@ -110,7 +112,7 @@ class MinionManager:
         return self.base / minion_id
 
     def install(self, minion_id: str, files: dict[str, str], extra: dict[str, Any],
-                salt_bin: Path = VENV_BIN) -> Path:
+                salt_bin: Path = VENV_BIN, store_host: bool = False) -> Path:
         """Lay down a fresh system disk: config dir with the given minion.d files, and the Salt
         installed on it (`salt_bin`: the bin dir of that Salt's venv)."""
         if not (salt_bin / "salt-minion").exists():
@@ -126,6 +128,8 @@ class MinionManager:
                 (conf / "minion.d" / name).write_text(text)
             self._write_hardware_config(minion_id, mdir, extra)
             (mdir / "salt-bin").write_text(str(salt_bin))
+            if store_host:
+                (mdir / "store-host").write_text("runs in a mount namespace without the lab\n")
             return mdir
 
     def _write_hardware_config(self, minion_id: str, mdir: Path, extra: dict[str, Any]) -> None:
@@ -165,8 +169,11 @@ class MinionManager:
             mdir = self.minion_dir(minion_id)
             marker = mdir / "salt-bin"  # absent in a lab state dir from before it existed
             salt_bin = Path(marker.read_text()) if marker.exists() else VENV_BIN
+            argv = [str(salt_bin / "salt-minion"), "-c", str(mdir / "etc"), "-l", "warning"]
+            if (mdir / "store-host").exists():
+                argv = self._without_the_lab(mdir, salt_bin, argv)
             record = spawn(
-                [str(salt_bin / "salt-minion"), "-c", str(mdir / "etc"), "-l", "warning"],
+                argv,
                 self.logs / f"minion-{minion_id}.log",
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONWARNINGS": "ignore",
                      "STORE_ROLLOUT_LAB": "1"},
@@ -176,6 +183,16 @@ class MinionManager:
             self.history.append({"minion": minion_id, "event": "start", "reason": reason,
                                  "pid": record.pid, "at": time.time()})
             log.info("started minion %s (pid %s): %s", minion_id, record.pid, reason)
+
+    def _without_the_lab(self, mdir: Path, salt_bin: Path, argv: list[str]) -> list[str]:
+        """A store host sees none of the lab's state (the orchestrator's image cache, master
+        config, lab.json): only its own disk, the libvirt socket and the VM images dir."""
+        socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]
+        keep = [mdir, Path(socket).parent, Path(self.info.vm_images_dir)]
+        return ["unshare", "--mount", "--propagation", "private", "--",
+                str(salt_bin / "python"), str(REPO_ROOT / "lab" / "host_namespace.py"),
+                "--hide", str(self.paths.root), *[f"--keep={path}" for path in keep],
+                "--", *argv]
 
     def stop(self, minion_id: str, reason: str = "") -> None:
         with self.lock:
@@ -300,7 +317,7 @@ class Simulator:
             log.warning("fault knob: %s starts without its startup highstate", system_name)
             extra["startup_states"] = ""
         # a Leap 15.6 host runs the distribution's Salt 3006 (built-in virt module)
-        self.minions.install(minion_id, minion_d, extra, salt_bin=HOST_SALT_BIN)
+        self.minions.install(minion_id, minion_d, extra, salt_bin=HOST_SALT_BIN, store_host=True)
         # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
         # the one Cobbler rendered (the profile's http_server carries the port)
         if rendered.nopxe_url:

@@ -16,7 +16,7 @@ import yaml
 
 from lab.state import VENV_BIN, LabInfo
 from tasks.cobbler import CobblerClient
-from tasks.salt_master import SaltMasterClient
+from tasks.salt_master import SaltCommandFailed, SaltMasterClient
 from tests.helpers import check_store, finish, start_rollout, write_inventory
 
 pytestmark = pytest.mark.lab
@@ -33,6 +33,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
                           headers={"Range": "bytes=0-9"}, timeout=10)
     assert ranged.status_code == 206 and len(ranged.content) == 10
     check_staging(lab_env, inventory, first)
+    check_hypervisor_sees_no_orchestrator_state(lab, "e2e1", first["image_key"])
     check_salt_events_in_prefect(lab, "e2e1")
     # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
     bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
@@ -51,6 +52,28 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
+
+
+def check_hypervisor_sees_no_orchestrator_state(lab: LabInfo, store_id: str, key: str) -> None:
+    """A simulated store host runs in a mount namespace of its own: the orchestrator's image
+    cache, master config and lab.json are not there, so a file:// path of this machine fails."""
+    master = SaltMasterClient(lab.salt_master_config)
+    hv = f"store-{store_id}-hv"
+    assert master.cmd(hv, "cmd.run", ["readlink /proc/self/ns/mnt"]) != os.readlink(
+        "/proc/self/ns/mnt")
+    cached = Path(lab.image_cache_dir) / key / "image.qcow2"
+    for path in (cached, Path(lab.state_dir) / "lab.json", Path(lab.salt_master_config)):
+        assert path.exists() and master.cmd(hv, "file.file_exists", [str(path)]) is False, path
+    # what step 5 once did (`cp` of a file:// path of the orchestrator) fails there
+    try:
+        copied = master.cmd(hv, "cmd.run_all", [f"cp --sparse=always {cached} /dev/null"])
+        detail = f"retcode {copied['retcode']}: {copied['stderr']}"
+    except SaltCommandFailed as exc:
+        detail = exc.detail
+    assert "No such file or directory" in detail, detail
+    # what a store host does have: its VM disks (shared with libvirtd) and the base image
+    assert master.cmd(hv, "file.file_exists", [
+        str(Path(lab.vm_images_dir) / "base" / key / "image.qcow2")]) is True
 
 
 def check_staging(lab_env: dict[str, str], inventory: Path, first: dict[str, Any]) -> None:
