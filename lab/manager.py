@@ -154,19 +154,18 @@ class Lab:
                    postgres.url(p.postgres, self.secrets.postgres_password),
                    logs / "prefect-server.log"),
                noop)
-        ensure("image-server", info.image_base_url,
-               lambda: spawn([sys.executable, "-m", "lab.image_server", "--root",
-                              str(self.paths.image_cache), "--port", str(p.image_server)],
-                             logs / "image-server.log", cwd=_repo_root()),
-               lambda: wait_until(lambda: _http_ok(f"{info.image_base_url}/_lab/health"), 20,
-                                  "image server"))
+        def lab_server(name: str, url: str, module: str, health: str, *args: str) -> None:
+            """One of the lab's own small HTTP servers (`python -m lab.<module>`)."""
+            ensure(name, url,
+                   lambda: spawn([sys.executable, "-m", module, *args],
+                                 logs / f"{name}.log", cwd=_repo_root()),
+                   lambda: wait_until(lambda: _http_ok(f"{url}{health}"), 20, name))
+
+        lab_server("image-server", info.image_base_url, "lab.image_server", "/_lab/health",
+                   "--root", str(self.paths.image_cache), "--port", str(p.image_server))
         libvirt_service.wait_ready(self.paths.libvirt)
-        ensure("simulator", info.simulator_url,
-               lambda: spawn([sys.executable, "-m", "lab.simulator", "--state-dir",
-                              str(self.paths.root), "--port", str(p.simulator)],
-                             logs / "simulator.log", cwd=_repo_root()),
-               lambda: wait_until(lambda: _http_ok(f"{info.simulator_url}/health"), 20,
-                                  "simulator"))
+        lab_server("simulator", info.simulator_url, "lab.simulator", "/health",
+                   "--state-dir", str(self.paths.root), "--port", str(p.simulator))
         cobbler_service.wait_ready(cob)
         cobbler_service.seed(cob, (IMAGE_BUILDS_DIR / "autoyast" / "store-hypervisor.xml")
                              .read_text())

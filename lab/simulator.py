@@ -380,7 +380,9 @@ class Simulator:
             self.domain_minions[dom.name()] = minion_id
             if seeded and (not self.minions.installed(minion_id)
                            or self._disk_changed(minion_id, xml)):
-                files = self._image_minion_d(xml)
+                from tasks.kiwi import render_minion_d
+
+                files = render_minion_d(*seeded["image"])
                 files.update(seeded["minion.d"])
                 self.minions.install(minion_id, files, {})
                 (self.minions.minion_dir(minion_id) / "disk").write_text(self._disk_identity(xml))
@@ -390,7 +392,8 @@ class Simulator:
 
     def _identity_from_seed(self, name: str, xml: ET.Element) -> dict[str, Any] | None:
         """What the image's store-identity writes at boot from the domain's seed disk: the
-        minion id and the minion.d files; None when no CD-ROM holds a STORE_SEED ISO."""
+        minion id and the minion.d files, with the image (description, build params) the
+        disk is backed by; None when no CD-ROM holds a STORE_SEED ISO."""
         from tasks.kiwi import IDENTITY_SCRIPT
 
         for source in xml.iterfind("./devices/disk[@device='cdrom']/source"):
@@ -402,7 +405,8 @@ class Simulator:
                 subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso),
                                 "-extract", "/", str(seed)],
                                check=True, capture_output=True)  # fmt: skip
-                script = self._image_description(xml) / "root" / IDENTITY_SCRIPT
+                image = self._image_meta(xml)
+                script = image[0] / "root" / IDENTITY_SCRIPT
                 proc = subprocess.run(
                     [str(script)], capture_output=True, text=True, check=False,
                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
@@ -420,7 +424,8 @@ class Simulator:
                 minion_d = salt_dir / "minion.d"
                 files = {f.name: f.read_text() for f in sorted(minion_d.glob("*.conf"))} \
                     if minion_d.is_dir() else {}
-                return {"minion_id": id_file.read_text().strip(), "minion.d": files}
+                return {"minion_id": id_file.read_text().strip(), "minion.d": files,
+                        "image": image}
         return None
 
     @staticmethod
@@ -450,16 +455,6 @@ class Simulator:
     def _disk_changed(self, minion_id: str, xml: ET.Element) -> bool:
         marker = self.minions.minion_dir(minion_id) / "disk"
         return not marker.exists() or marker.read_text() != self._disk_identity(xml)
-
-    def _image_minion_d(self, xml: ET.Element) -> dict[str, str]:
-        """The minion.d files baked into the image this domain's disk is an overlay of."""
-        from tasks.kiwi import render_minion_d
-
-        description, params = self._image_meta(xml)
-        return render_minion_d(description, params)
-
-    def _image_description(self, xml: ET.Element) -> Path:
-        return self._image_meta(xml)[0]
 
     def _image_meta(self, xml: ET.Element) -> tuple[Path, dict[str, str]]:
         """The KIWI description and build parameters of the image this domain's disk is an

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import requests
 import yaml
 
-from lab.state import VENV_BIN, LabInfo
+from lab.state import SALT_STATES_DIR, VENV_BIN, LabInfo
 from store_rollout.steps import STEPS
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltMasterClient
@@ -148,3 +150,16 @@ def result_from_systems(lab: LabInfo, store_id: str) -> dict[str, Any]:
             "step_seconds": dict.fromkeys(["image", "pxe_install_hypervisor",
                                            "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
                                            "firstboot", "notify_erp"], 0.0)}
+
+
+def load_salt_module(kind: str, name: str, salt: dict[str, Any] | None = None) -> ModuleType:
+    """A fresh copy of one of the project's Salt modules (salt_states/<kind>/<name>.py), with
+    `salt` as the __salt__ the loader would inject."""
+    spec = importlib.util.spec_from_file_location(f"{name}_{kind}_under_test",
+                                                  SALT_STATES_DIR / kind / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if salt is not None:
+        module.__salt__ = salt  # type: ignore[attr-defined]
+    return module

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib.util
 import json
 import os
 import ssl
@@ -21,21 +20,15 @@ import requests
 from salt.exceptions import CommandExecutionError
 
 from lab import image_server
-from lab.state import SALT_STATES_DIR
+from tests.helpers import load_salt_module
 
 KEY = "k" * 16
 SIZE = 2 * 1024 * 1024 + 12345
 
 
 def load_storevirt(images: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "storevirt_delivery", SALT_STATES_DIR / "_modules" / "storevirt.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.__salt__ = {"config.get": lambda key, default=None: (
-        str(images) if key == "virt:images" else default)}
-    return module
+    return load_salt_module("_modules", "storevirt", {"config.get": lambda key, default=None: (
+        str(images) if key == "virt:images" else default)})
 
 
 class Served:

@@ -3,7 +3,6 @@ the image cache, and (opt-in, root) a real kiwi-ng build booted under qemu."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -20,7 +19,6 @@ import pytest
 import yaml
 from salt.exceptions import CommandExecutionError
 
-from lab.state import SALT_STATES_DIR
 from tasks.kiwi import (
     BUILD_PARAMS_FILE,
     IDENTITY_SCRIPT,
@@ -36,6 +34,7 @@ from tasks.kiwi import (
     render_minion_d,
     validate_description,
 )
+from tests.helpers import load_salt_module
 
 PARAMS = {"SALT_MASTER": "10.20.0.1", "SALT_MASTER_PORT": "4506"}
 OVERLAY = IMAGE_BUILDS_DIR / "overlays" / "salt-minion"
@@ -353,12 +352,7 @@ def test_config_sh_helper_renders_like_python(tmp_path: Path) -> None:
 
 
 def _storevirt() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "storevirt_under_test", SALT_STATES_DIR / "_modules" / "storevirt.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_salt_module("_modules", "storevirt")
 
 
 def _seed_content(iso: Path, dest: Path) -> Path:

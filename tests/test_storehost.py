@@ -3,7 +3,6 @@ boot entry, dom0 detection and the default-boot state, with fakes for what Salt 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from salt.exceptions import CommandExecutionError
 
-from lab.state import SALT_STATES_DIR
+from tests.helpers import load_salt_module
 
 GRUB_CFG = """\
 set default="${saved_entry}"
@@ -31,12 +30,7 @@ menuentry 'openSUSE Leap 15.6, with Xen hypervisor' --class opensuse --class xen
 
 
 def load(kind: str) -> ModuleType:
-    path = SALT_STATES_DIR / kind / "storehost.py"
-    spec = importlib.util.spec_from_file_location(f"storehost_{kind}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_salt_module(kind, "storehost")
 
 
 def test_xen_entry_is_the_top_level_xen_title(tmp_path: Path) -> None:
