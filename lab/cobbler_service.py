@@ -48,8 +48,6 @@ SETTINGS = {
     "restart_dns": "false",
     "restart_dhcp": "false",
     "pxe_just_once": "true",
-    "server": "127.0.0.1",
-    "next_server_v4": "127.0.0.1",
 }
 
 COLLECTIONS = ("distros", "profiles", "systems", "images", "repos", "mgmtclasses", "packages",
@@ -69,6 +67,7 @@ class CobblerLabConfig:
     user: str
     password: str
     power_url: str
+    server_address: str = "127.0.0.1"  # Cobbler's `server`: the address installers fetch from
 
     def upper(self, name: str) -> Path:
         """Overlay upper dir for a key of OVERLAYS, e.g. upper("srv") / "tftpboot"."""
@@ -162,7 +161,8 @@ def prepare_state(cfg: CobblerLabConfig) -> None:
     _populate_overlays(cfg)
     _edit_settings(
         cfg.upper("etc") / "cobbler" / "settings.yaml",
-        {**SETTINGS, "xmlrpc_port": str(cfg.xmlrpc_port), "http_port": str(cfg.http_port)},
+        {**SETTINGS, "server": cfg.server_address, "next_server_v4": cfg.server_address,
+         "xmlrpc_port": str(cfg.xmlrpc_port), "http_port": str(cfg.http_port)},
     )
     # Only the lab user: the stock cobbler/cobbler account must not work in the lab.
     digest = hashlib.sha3_512(cfg.password.encode()).hexdigest()

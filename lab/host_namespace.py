@@ -1,11 +1,14 @@
-"""Start a simulated store host's process in a mount namespace in which the lab's state dir
-(the orchestrator's image cache, master config, lab.json, credentials) is not there: a store host
-has none of it. Only what the host would have is bound back (its own disk, the libvirt socket,
-the VM images dir that libvirtd shares with it).
+"""Start a simulated machine's process apart from the orchestrator: on the lab's store network
+(its own network namespace, joined to the store network's bridge by a veth pair, with the
+address the lab gave it) and, for a store host, in a mount namespace in which the lab's state
+dir (the orchestrator's image cache, master config, lab.json, credentials) is not there: a
+store host has none of it. Only what the host would have is bound back (its own disk, the
+libvirt socket, the VM images dir that libvirtd shares with it).
 
-Run under `unshare --mount --propagation private` (the namespace's mounts never reach the host):
-    python host_namespace.py --hide <lab dir> --keep <path>... -- <command>...
-Standard library only: it runs with the store host's Python (the Salt 3006 venv).
+Run under `unshare --net [--mount --propagation private]` (nothing reaches the host):
+    python host_namespace.py [--network-pid P --network-inode I --bridge B --link L
+                              --address A/N] [--hide <lab dir> --keep <path>...] -- <command>...
+Standard library only: it runs with the machine's Python (the Salt 3006 venv for hosts).
 """
 
 from __future__ import annotations
@@ -13,25 +16,43 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import socket
 import subprocess
 
 MS_BIND = 4096
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--hide", required=True, help="directory to replace by an empty tmpfs")
-    parser.add_argument("--keep", action="append", default=[], help="path under it to keep")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command")
+def join_network(args: argparse.Namespace) -> None:
+    # refuse anything but a fresh namespace: a veth added here must never land on the host
+    if [name for _index, name in socket.if_nameindex()] != ["lo"]:
+        raise SystemExit("host_namespace: not in a new network namespace (run under "
+                         "`unshare --net`); refusing to add interfaces")
+    gateway = os.open(f"/proc/{args.network_pid}/ns/net", os.O_RDONLY)
+    if os.fstat(gateway).st_ino != args.network_inode:
+        raise SystemExit(f"host_namespace: the store network gateway (pid {args.network_pid}) "
+                         "is gone: run `store-rollout lab up`")
+    at_gateway = ["nsenter", f"--net=/proc/self/fd/{gateway}"]
+
+    def run(argv: list[str], check: bool = True) -> None:
+        subprocess.run(argv, check=check, pass_fds=(gateway,),
+                       stderr=None if check else subprocess.DEVNULL)
+
+    run([*at_gateway, "ip", "link", "del", args.link], check=False)  # left by a crash
+    run([*at_gateway, "ip", "link", "add", args.link, "type", "veth",
+         "peer", "name", "eth0", "netns", str(os.getpid())])
+    run([*at_gateway, "ip", "link", "set", args.link, "master", args.bridge, "up"])
+    run(["ip", "addr", "add", args.address, "dev", "eth0"])
+    run(["ip", "link", "set", "eth0", "up"])
+    run(["ip", "link", "set", "lo", "up"])
+    os.close(gateway)
+
+
+def hide(lab_dir: str, keep: list[str]) -> None:
     # hold the kept directories open: after the tmpfs covers their path, /proc/self/fd/N still
     # reaches them and the kernel binds them back (a path string would name the empty tmpfs)
-    kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in args.keep}
+    kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "store-host-hidden",
-                    args.hide], check=True)
+                    lab_dir], check=True)
     libc = ctypes.CDLL(None, use_errno=True)
     for path, fd in kept.items():
         os.makedirs(path, exist_ok=True)
@@ -39,6 +60,26 @@ def main() -> None:
             errno = ctypes.get_errno()
             raise OSError(errno, f"bind {path}: {os.strerror(errno)}")
         os.close(fd)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--network-pid", type=int, help="the store network gateway's pid")
+    parser.add_argument("--network-inode", type=int, help="its network namespace's inode")
+    parser.add_argument("--bridge", help="the store network's bridge (in the gateway's namespace)")
+    parser.add_argument("--link", help="name of the gateway-side veth")
+    parser.add_argument("--address", help="this machine's address/prefix")
+    parser.add_argument("--hide", help="directory to replace by an empty tmpfs")
+    parser.add_argument("--keep", action="append", default=[], help="path under it to keep")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command")
+    if args.network_pid is not None:
+        join_network(args)
+    if args.hide:
+        hide(args.hide, args.keep)
     os.execvp(command[0], command)
 
 

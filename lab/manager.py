@@ -31,9 +31,10 @@ from lab.state import (
     ServiceInfo,
     state_dir_from_env,
 )
+from lab.store_network import GATEWAY, StoreNetwork, machine_address
 
-# stop order: dependants first
-SERVICE_ORDER = ["postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
+# start order; `down` stops in reverse (dependants first)
+SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
                  "cobbler-http", "erp-receiver", "simulator", "prefect-worker"]
 
 
@@ -56,7 +57,8 @@ class Lab:
             state_dir=self.paths.cobbler, venv=COBBLER_VENV,
             xmlrpc_port=self.ports.cobbler_xmlrpc, http_port=self.ports.cobbler_http,
             user=self.secrets.cobbler_user, password=self.secrets.cobbler_password,
-            power_url=f"http://127.0.0.1:{self.ports.simulator}/power")
+            power_url=f"http://127.0.0.1:{self.ports.simulator}/power",
+            server_address=GATEWAY)  # what the store hosts fetch their profile from
 
     def base_info(self, services: dict[str, ServiceInfo]) -> LabInfo:
         p = self.ports
@@ -66,6 +68,7 @@ class Lab:
             prefect_ui_url=f"http://127.0.0.1:{p.prefect}",
             postgres_url=postgres.url(p.postgres, "***"),
             salt_master_config=str(self.paths.master_config),
+            salt_master_address=GATEWAY,
             salt_publish_port=p.salt_publish, salt_ret_port=p.salt_ret,
             cobbler_url=f"http://127.0.0.1:{p.cobbler_xmlrpc}/",
             cobbler_http_url=f"http://127.0.0.1:{p.cobbler_http}",
@@ -78,7 +81,9 @@ class Lab:
             erp_log=str(self.paths.erp / "requests.jsonl"),
             simulator_url=f"http://127.0.0.1:{p.simulator}",
             image_cache_dir=str(self.paths.image_cache),
-            image_base_url=f"http://127.0.0.1:{p.image_server}",
+            image_base_url=f"http://{GATEWAY}:{p.image_server}",
+            image_server_url=f"http://127.0.0.1:{p.image_server}",
+            store_network_state=str(self.paths.store_network / "state.json"),
             vm_images_dir=str(self.paths.libvirt / "images"),
             services=services,
         )
@@ -92,6 +97,9 @@ class Lab:
         started = time.monotonic()
         services = {name: svc for name, svc in self.recorded_services().items()
                     if svc.record.alive()}
+        if "store-network" not in services and "simulator" in services:
+            # the machines' links died with the old gateway: the simulator restarts them
+            stop(services.pop("simulator").record)
         self._clear_stale(services)
         info = self.base_info(services)
         self.paths.write_info(info)  # the simulator and fixtures read it while we start
@@ -110,6 +118,17 @@ class Lab:
                 self.paths.write_info(info)
             ready()
 
+        # the store network first: the simulator puts every machine it starts on it
+        network_state = Path(info.store_network_state)
+        network_state.parent.mkdir(exist_ok=True)
+        ensure("store-network", f"{GATEWAY} (forwards {', '.join(map(str, self._forwarded()))})",
+               lambda: spawn([sys.executable, "-m", "lab.store_network",
+                              "--state-file", str(network_state),
+                              *[f"--forward={port}" for port in self._forwarded()]],
+                             logs / "store-network.log", cwd=_repo_root()),
+               lambda: wait_until(
+                   lambda: _network_up(network_state, services["store-network"].pid), 20,
+                   "store network"))
         # independent daemons start together; readiness is awaited after all have spawned
         postgres.prepare(self.paths.postgres, self.secrets.postgres_password)
         salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret,
@@ -161,7 +180,7 @@ class Lab:
                                  logs / f"{name}.log", cwd=_repo_root()),
                    lambda: wait_until(lambda: _http_ok(f"{url}{health}"), 20, name))
 
-        lab_server("image-server", info.image_base_url, "lab.image_server", "/_lab/health",
+        lab_server("image-server", info.image_server_url, "lab.image_server", "/_lab/health",
                    "--root", str(self.paths.image_cache), "--port", str(p.image_server))
         libvirt_service.wait_ready(self.paths.libvirt)
         lab_server("simulator", info.simulator_url, "lab.simulator", "/health",
@@ -187,6 +206,13 @@ class Lab:
         self.paths.write_info(info)
         progress(f"lab up in {time.monotonic() - started:.1f}s")
         return info
+
+    def _forwarded(self) -> list[int]:
+        """The orchestrator's ports a store host reaches (at the gateway): the master, Cobbler's
+        HTTP side (profiles, nopxe), the image server and the simulated hardware's API (the
+        lab's stand-in for a reboot)."""
+        p = self.ports
+        return [p.salt_publish, p.salt_ret, p.cobbler_http, p.image_server, p.simulator]
 
     def _prefect_setup(self, info: LabInfo) -> None:
         """Server-side objects the flows rely on (idempotent): the Cobbler sync limit, the work
@@ -251,13 +277,17 @@ class Lab:
 
     def minion_rows(self) -> list[dict[str, Any]]:
         base = self.paths.simulator / "minions"
+        book = self.paths.machine_addresses
+        indexes: dict[str, int] = json.loads(book.read_text()) if book.exists() else {}
         rows = []
         for pfile in sorted(base.glob("*/process.json")) if base.exists() else []:
             try:
                 rec = ProcessRecord.from_json(json.loads(pfile.read_text()))
             except (FileNotFoundError, ValueError):
                 continue
-            rows.append({"service": f"minion {pfile.parent.name}", "address": "-",
+            index = indexes.get(pfile.parent.name)
+            rows.append({"service": f"minion {pfile.parent.name}",
+                         "address": "-" if index is None else machine_address(index),
                          "pid": rec.pid, "alive": rec.alive(),
                          "rss_bytes": tree_rss(rec) if rec.alive() else 0})
         return rows
@@ -312,6 +342,13 @@ class Lab:
 
 def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+def _network_up(state_file: Path, pid: int) -> bool:
+    try:
+        return StoreNetwork.load(state_file).pid == pid
+    except (RuntimeError, ValueError):
+        return False
 
 
 def _http_ok(url: str) -> bool:

@@ -12,6 +12,10 @@
   before keeps the identity it was given. Stopping the domain stops that minion.
 - Reboot: the `provisioning.reboot` Salt module asks for a reboot here; the simulator restarts
   that minion process (never the host).
+- Network: every machine's minion runs in a network namespace of its own on the lab's store
+  network (lab/store_network.py), with an address the simulator assigns and keeps per
+  machine; the firmware's downloads (profile, nopxe) go over that network too. Store hosts
+  also get a mount namespace without the lab's state (lab/host_namespace.py).
 - Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`): delay, fail
   the next N times, never.
 
@@ -30,6 +34,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -39,18 +44,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import requests
 import yaml
 
 from lab.autoyast import parse_autoyast
 from lab.jsonhttp import JsonHandler
 from lab.procs import ProcessRecord, spawn, stop
 from lab.state import HOST_SALT_BIN, REPO_ROOT, VENV_BIN, LabInfo, LabPaths
+from lab.store_network import StoreNetwork, machine_address
 
 log = logging.getLogger("lab.simulator")
 
 SEED_LABEL = "STORE_SEED"  # the seed contract of salt_states/_modules/storevirt.py
 STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start")
+
+
+# what the installer's curl does; run on the store network (StoreNetwork.run)
+_FETCH = ("import sys, urllib.request\n"
+          "with urllib.request.urlopen(sys.argv[1], timeout=30) as r:\n"
+          "    sys.stdout.write(r.read().decode())")
 
 
 class FaultKnobs:
@@ -151,12 +162,34 @@ class MinionManager:
             "random_reauth_delay": 0,
             "auth_timeout": 5,
             "multiprocessing": False,
-            "store_rollout_lab": {"simulator_url": self.info.simulator_url},
+            # the hardware's API (reboots), as a machine on the store network reaches it
+            "store_rollout_lab": {"simulator_url": self.network().url(self.simulator_port)},
             **extra,
         }
         (mdir / "etc" / "minion.d" / "zz-lab-hardware.conf").write_text(yaml.safe_dump(hardware))
         # main config is loaded before minion.d, so keep it minimal
         (mdir / "etc" / "minion").write_text(f"id: {minion_id}\n")
+
+    @property
+    def simulator_port(self) -> int:
+        return int(urlparse(self.info.simulator_url).port or 80)
+
+    def network(self) -> StoreNetwork:
+        """Read at each use: a restarted gateway has a new pid and namespace."""
+        return StoreNetwork.load(Path(self.info.store_network_state))
+
+    def address(self, machine_id: str) -> str:
+        """The machine's address on the store network: assigned once, kept across reboots,
+        reinstalls and simulator restarts (as a DHCP reservation would)."""
+        book = self.paths.machine_addresses
+        with self.lock:
+            assigned: dict[str, int] = json.loads(book.read_text()) if book.exists() else {}
+            if machine_id not in assigned:
+                assigned[machine_id] = max(assigned.values(), default=-1) + 1
+                tmp = book.with_suffix(".tmp")
+                tmp.write_text(json.dumps(assigned, indent=1, sort_keys=True))
+                tmp.replace(book)
+            return machine_address(assigned[machine_id])
 
     def installed(self, minion_id: str) -> bool:
         return (self.minion_dir(minion_id) / "etc" / "minion").exists()
@@ -170,8 +203,7 @@ class MinionManager:
             marker = mdir / "salt-bin"  # absent in a lab state dir from before it existed
             salt_bin = Path(marker.read_text()) if marker.exists() else VENV_BIN
             argv = [str(salt_bin / "salt-minion"), "-c", str(mdir / "etc"), "-l", "warning"]
-            if (mdir / "store-host").exists():
-                argv = self._without_the_lab(mdir, salt_bin, argv)
+            argv = self._apart(minion_id, mdir, salt_bin, argv)
             record = spawn(
                 argv,
                 self.logs / f"minion-{minion_id}.log",
@@ -184,15 +216,20 @@ class MinionManager:
                                  "pid": record.pid, "at": time.time()})
             log.info("started minion %s (pid %s): %s", minion_id, record.pid, reason)
 
-    def _without_the_lab(self, mdir: Path, salt_bin: Path, argv: list[str]) -> list[str]:
-        """A store host sees none of the lab's state (the orchestrator's image cache, master
-        config, lab.json): only its own disk, the libvirt socket and the VM images dir."""
-        socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]
-        keep = [mdir, Path(socket).parent, Path(self.info.vm_images_dir)]
-        return ["unshare", "--mount", "--propagation", "private", "--",
-                str(salt_bin / "python"), str(REPO_ROOT / "lab" / "host_namespace.py"),
-                "--hide", str(self.paths.root), *[f"--keep={path}" for path in keep],
-                "--", *argv]
+    def _apart(self, minion_id: str, mdir: Path, salt_bin: Path, argv: list[str]) -> list[str]:
+        """Every machine on the store network in a network namespace of its own; a store host
+        also in a mount namespace that has none of the lab's state (the orchestrator's image
+        cache, master config, lab.json): only its own disk, the libvirt socket and the VM
+        images dir."""
+        options = self.network().join_args(minion_id, self.address(minion_id))
+        unshare = ["unshare", "--net"]
+        if (mdir / "store-host").exists():
+            socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]
+            keep = [mdir, Path(socket).parent, Path(self.info.vm_images_dir)]
+            unshare += ["--mount", "--propagation", "private"]
+            options += ["--hide", str(self.paths.root), *[f"--keep={path}" for path in keep]]
+        return [*unshare, "--", str(salt_bin / "python"),
+                str(REPO_ROOT / "lab" / "host_namespace.py"), *options, "--", *argv]
 
     def stop(self, minion_id: str, reason: str = "") -> None:
         with self.lock:
@@ -301,9 +338,7 @@ class Simulator:
         if fail:
             log.warning("fault knob: install of %s fails", system_name)
             return
-        profile = requests.get(autoyast_url, timeout=30)
-        profile.raise_for_status()
-        rendered = parse_autoyast(profile.text)
+        rendered = parse_autoyast(self._fetch(autoyast_url))
         minion_id = rendered.files.get("/etc/salt/minion_id", "").strip() or system_name
         minion_d = {Path(p).name: text for p, text in rendered.files.items()
                     if p.startswith("/etc/salt/minion.d/")}
@@ -321,8 +356,18 @@ class Simulator:
         # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
         # the one Cobbler rendered (the profile's http_server carries the port)
         if rendered.nopxe_url:
-            requests.get(rendered.nopxe_url, timeout=30).raise_for_status()
+            self._fetch(rendered.nopxe_url)
         self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
+
+    def _fetch(self, url: str) -> str:
+        """GET as the installing machine does: from the store network, by the address Cobbler
+        rendered (a URL that only works on the orchestrator fails here, as on a store)."""
+        proc = self.minions.network().run(
+            [sys.executable, "-c", _FETCH, url], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"installer: GET {url} from the store network failed: "
+                               f"{proc.stderr.strip()}")
+        return proc.stdout
 
     # -- reboots -----------------------------------------------------------------------
     def reboot(self, minion_id: str) -> dict[str, Any]:

@@ -75,6 +75,8 @@ class LabInfo(BaseModel):
     prefect_ui_url: str
     postgres_url: str
     salt_master_config: str
+    # what the simulated store hosts and VMs use: the store network's gateway, which forwards
+    # to the services on the orchestrator's loopback (lab/store_network.py)
     salt_master_address: str = "127.0.0.1"
     salt_publish_port: int
     salt_ret_port: int
@@ -93,7 +95,9 @@ class LabInfo(BaseModel):
     erp_log: str
     simulator_url: str
     image_cache_dir: str
-    image_base_url: str = ""  # the image cache over HTTP (lab.image_server); "" before `lab up`
+    image_base_url: str = ""  # the image cache over HTTP, as store hosts reach it; "" before `lab up`
+    image_server_url: str = ""  # the same server on the orchestrator's loopback (its /_lab knobs)
+    store_network_state: str = ""  # the store network gateway's state file (lab.store_network)
     vm_images_dir: str
     services: dict[str, ServiceInfo] = Field(default_factory=dict)
 
@@ -114,7 +118,10 @@ class LabPaths:
         self.libvirt = root / "libvirt"
         self.erp = root / "erp"
         self.simulator = root / "simulator"
+        # machine id -> index of its store network address (lab.store_network.machine_address)
+        self.machine_addresses = self.simulator / "addresses.json"
         self.image_cache = root / "image-cache"
+        self.store_network = root / "store-network"
 
     @property
     def master_config(self) -> Path:

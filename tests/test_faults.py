@@ -212,15 +212,16 @@ def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[st
 
 
 def fresh_image(lab: LabInfo, monkeypatch: pytest.MonkeyPatch, size: str) -> None:
-    """An image key no hypervisor has yet (the lab's simulated hypervisors share one images
-    dir until they get their own namespaces): the lab image's disk size is a build parameter."""
+    """An image key no hypervisor has yet (the lab's simulated hypervisors share the VM images
+    dir with libvirtd, so one host's base is every host's): the lab image's disk size is a
+    build parameter."""
     monkeypatch.setenv("STORE_ROLLOUT_IMAGE_PARAMS", json.dumps({
         "SALT_MASTER": lab.salt_master_address, "SALT_MASTER_PORT": str(lab.salt_ret_port),
         "LAB_DISK_SIZE": size}))
 
 
 def image_server(lab: LabInfo, method: str, path: str, **kw: Any) -> Any:
-    response = requests.request(method, f"{lab.image_base_url}{path}", timeout=10, **kw)
+    response = requests.request(method, f"{lab.image_server_url}{path}", timeout=10, **kw)
     response.raise_for_status()
     return response.json()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import psutil
 import pytest
 
 from lab.manager import Lab
+from lab.procs import wait_until
 from lab.state import REPO_ROOT
+from lab.store_network import StoreNetwork
 
 pytestmark = pytest.mark.lab
 
@@ -38,6 +41,18 @@ def snapshot() -> dict[str, tuple[int, int, int]]:
     return seen
 
 
+def gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie (the lab's daemons are this test's children)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def host_links() -> list[str]:
+    return sorted(name for _index, name in socket.if_nameindex())
+
+
 def processes_mentioning(text: str) -> list[str]:
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -59,14 +74,14 @@ def lifecycle_dir() -> Path:
 
 
 def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path) -> None:
-    before = snapshot()
+    before, links_before = snapshot(), host_links()
     lab = Lab.at(lifecycle_dir)
     try:
         info = lab.up()
         pids = {name: svc.pid for name, svc in info.services.items()}
-        assert set(pids) == {"postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
-                             "cobbler-http", "erp-receiver", "image-server", "simulator",
-                             "prefect-worker"}
+        assert set(pids) == {"store-network", "postgres", "prefect-server", "salt-master",
+                             "libvirtd", "cobblerd", "cobbler-http", "erp-receiver",
+                             "image-server", "simulator", "prefect-worker"}
         rows = lab.status()
         assert all(r["alive"] for r in rows)
         total = sum(r["rss_bytes"] for r in rows)
@@ -77,15 +92,19 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         again = Lab.at(lifecycle_dir).up()
         assert {n: s.pid for n, s in again.services.items()} == pids
 
-        # crash: kill two daemons hard; `up` restarts exactly those
-        for name in ("salt-master", "cobblerd"):
+        # crash: kill three daemons hard; `up` restarts exactly those, and the simulator with
+        # the store network (its machines' links died with the old gateway)
+        for name in ("salt-master", "cobblerd", "store-network"):
             os.killpg(pids[name], signal.SIGKILL)
-        time.sleep(1)
+        wait_until(lambda: all(gone(pids[name]) for name in
+                               ("salt-master", "cobblerd", "store-network")), 10, "the kills")
         repaired = Lab.at(lifecycle_dir).up()
         new_pids = {n: s.pid for n, s in repaired.services.items()}
-        assert new_pids["salt-master"] != pids["salt-master"]
-        assert new_pids["cobblerd"] != pids["cobblerd"]
-        assert new_pids["postgres"] == pids["postgres"]
+        restarted = {name for name in pids if new_pids[name] != pids[name]}
+        assert restarted == {"salt-master", "cobblerd", "cobbler-http", "store-network",
+                             "simulator"}
+        assert StoreNetwork.load(Path(repaired.store_network_state)).pid == new_pids[
+            "store-network"]
         assert all(r["alive"] for r in Lab.at(lifecycle_dir).status())
     finally:
         Lab.at(lifecycle_dir).down()
@@ -93,8 +112,8 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
     time.sleep(0.5)
     leftovers = processes_mentioning(str(lifecycle_dir))
     assert leftovers == [], leftovers
-    assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-               for pid in {**pids, **new_pids}.values())
+    assert all(gone(pid) for pid in {**pids, **new_pids}.values())
+    assert host_links() == links_before  # the store network never touched the host's
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(lifecycle_dir) not in mounts
     after = snapshot()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -15,6 +17,7 @@ import requests
 import yaml
 
 from lab.state import VENV_BIN, LabInfo
+from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltCommandFailed, SaltMasterClient
 from tests.helpers import check_store, finish, start_rollout, write_inventory
@@ -28,12 +31,10 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert first["state"] == "Completed"
     check_store(lab, "e2e1", first)
     check_defined_as_vm_xml_says(lab, inventory, "e2e1")
-    # the image server answers byte ranges (what a resumed download asks for)
-    ranged = requests.get(f"{lab.image_base_url}/{first['image_key']}/image.qcow2",
-                          headers={"Range": "bytes=0-9"}, timeout=10)
-    assert ranged.status_code == 206 and len(ranged.content) == 10
+    check_image_server_answers_ranges_on_the_store_network(lab, first["image_key"])
     check_staging(lab_env, inventory, first)
     check_hypervisor_sees_no_orchestrator_state(lab, "e2e1", first["image_key"])
+    check_machines_on_the_store_network(lab, "e2e1")
     check_salt_events_in_prefect(lab, "e2e1")
     # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
     bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
@@ -52,6 +53,57 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
+
+
+def check_image_server_answers_ranges_on_the_store_network(lab: LabInfo, key: str) -> None:
+    """What a resumed download asks for, asked where store hosts ask it: image_base_url is the
+    gateway's address, which the orchestrator itself has no route to."""
+    network = StoreNetwork.load(Path(lab.store_network_state))
+    url = f"{lab.image_base_url}/{key}/image.qcow2"
+    assert url.startswith(f"http://{GATEWAY}:")
+    ranged = network.run([sys.executable, "-c", RANGE_GET, url], capture_output=True, text=True,
+                         timeout=30)
+    assert ranged.returncode == 0, ranged.stderr
+    assert json.loads(ranged.stdout) == {"status": 206, "length": 10}
+    with pytest.raises(requests.ConnectionError):  # not from the orchestrator's namespace
+        requests.get(url, timeout=3)
+
+
+RANGE_GET = """
+import json, sys, urllib.request
+request = urllib.request.Request(sys.argv[1], headers={"Range": "bytes=0-9"})
+with urllib.request.urlopen(request, timeout=10) as r:
+    print(json.dumps({"status": r.status, "length": len(r.read())}))
+"""
+
+
+def check_machines_on_the_store_network(lab: LabInfo, store_id: str) -> None:
+    """The hypervisor and the VM each run in a network namespace of their own, with a lab
+    address on the store network, and reach the master only at the gateway: the
+    orchestrator's loopback (where the master listens) is not theirs."""
+    master = SaltMasterClient(lab.salt_master_config)
+    seen = set()
+    for minion in (f"store-{store_id}-hv", f"store-{store_id}-vm"):
+        namespace = master.cmd(minion, "cmd.run", ["readlink /proc/self/ns/net"])
+        assert namespace.startswith("net:[") and namespace != os.readlink("/proc/self/ns/net")
+        seen.add(namespace)
+        addresses = [a for a in master.cmd(minion, "network.ip_addrs") if a != "127.0.0.1"]
+        assert addresses and all(ipaddress.ip_address(a) in NETWORK for a in addresses), addresses
+        assert connect(master, minion, GATEWAY, lab.salt_ret_port) == ""
+        refused = connect(master, minion, "127.0.0.1", lab.salt_ret_port)
+        assert "Unable to connect to 127.0.0.1" in refused, refused
+        # no route out of the store network
+        assert "Unable to connect to 192.0.2.1" in connect(master, minion, "192.0.2.1", 80)
+    assert len(seen) == 2  # one namespace per machine
+
+
+def connect(master: SaltMasterClient, minion: str, host: str, port: int) -> str:
+    """A TCP connect from the minion's machine: "" when it connects, else Salt's reason."""
+    try:
+        master.cmd(minion, "network.connect", [host, port], {"timeout": 3})
+    except SaltCommandFailed as exc:
+        return exc.detail  # the summary of {'result': False, 'comment': ...}
+    return ""
 
 
 def check_hypervisor_sees_no_orchestrator_state(lab: LabInfo, store_id: str, key: str) -> None:
