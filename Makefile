@@ -60,7 +60,7 @@ $(STAMP_HOST_SALT): requirements-salt3006.lock $(STAMP_APT)
 
 demo: setup
 	$(VENV)/bin/store-rollout lab up
-	$(VENV)/bin/store-rollout demo --inventory examples/inventory.yaml
+	$(VENV)/bin/store-rollout lab demo --inventory examples/inventory.yaml
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -12,13 +12,13 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.store_rollback import store_rollback
 from store_rollout.inventory import load_inventory
-from store_rollout.preflight import preflight
 from store_rollout.settings import load_settings
 from store_rollout.steps import StepClock, markdown_report
 from tasks.cobbler import pxe_install_hypervisor
 from tasks.erp import notify_erp
 from tasks.firstboot import firstboot
 from tasks.kiwi import ensure_image
+from tasks.preflight import preflight
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.virt import create_vm
 

@@ -109,6 +109,20 @@ def active_lab_dir(environ: dict[str, str] | None = None) -> Path | None:
     return Path(explicit) if explicit else None
 
 
+def prefect_settings_of_lab(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """PREFECT_API_URL and PREFECT_HOME of the lab STORE_ROLLOUT_LAB_DIR names, for the CLI to
+    apply as Prefect settings; {} without a lab or when PREFECT_API_URL is set explicitly."""
+    env = os.environ if environ is None else environ
+    lab_dir = active_lab_dir(dict(env))
+    if lab_dir is None or "PREFECT_API_URL" in env or not (lab_dir / "lab.json").exists():
+        return {}
+    info = json.loads((lab_dir / "lab.json").read_text())
+    return {
+        "PREFECT_API_URL": info["prefect_api_url"],
+        "PREFECT_HOME": env.get("PREFECT_HOME", str(lab_dir / "prefect-client-home")),
+    }
+
+
 class _Environ(EnvSettingsSource):
     """STORE_ROLLOUT_<FIELD> from a given environment (os.environ, or a test's dict)."""
 

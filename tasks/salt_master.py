@@ -6,6 +6,7 @@ Runs on the Salt master host (as the master's user), like `salt-key` and `salt-r
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -13,13 +14,12 @@ import re
 import secrets
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("PYTHONWARNINGS", "ignore")  # salt-call noise on py3.11 ('crypt')
 
 from prefect import get_run_logger, task
 
@@ -31,9 +31,15 @@ from tasks.retry import retry_on
 log = logging.getLogger(__name__)
 
 
-def _salt_log_levels() -> None:
-    """Salt modules call log.trace()/log.garbage(); loggers a host process (pytest, a worker)
-    created before Salt installed its logger class lack them."""
+@functools.cache
+def _prepare_salt_runtime() -> None:
+    """Once per process, before the first use of Salt's API (never at import time).
+
+    Salt modules call log.trace()/log.garbage(); loggers a host process (pytest, a worker)
+    created before Salt installed its logger class lack them. Salt 3008 also logs "unclosed
+    MasterMinion" for objects its own clients create internally, and importing it on Python
+    3.11 warns that 'crypt' is deprecated."""
+    warnings.filterwarnings("ignore", message=".*'crypt' is deprecated", category=DeprecationWarning)
     import salt._logging  # noqa: F401  registers the TRACE and GARBAGE levels
 
     for name, level in (("trace", 5), ("garbage", 1)):
@@ -43,12 +49,8 @@ def _salt_log_levels() -> None:
                 if self.isEnabledFor(_level):
                     self._log(_level, msg, args, **kwargs)
             setattr(logging.Logger, name, emit)
-
-
-_salt_log_levels()
-# Salt 3008 logs "unclosed MasterMinion" for objects its own clients create internally
-logging.getLogger("salt.minion").setLevel(logging.ERROR)
-logging.getLogger("salt.wheel").setLevel(logging.ERROR)
+    logging.getLogger("salt.minion").setLevel(logging.ERROR)
+    logging.getLogger("salt.wheel").setLevel(logging.ERROR)
 
 AUTOSIGN_GRAIN = "store_rollout_token"
 MINION_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
@@ -124,6 +126,7 @@ class SaltMasterClient:
     @property
     def opts(self) -> dict[str, Any]:
         if self._opts is None:
+            _prepare_salt_runtime()
             import salt.config
 
             if not Path(self.master_config).exists():

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from app.cli import app
 from lab.state import LabInfo
-from store_rollout.cli import app
 from tests.test_rollout_e2e import system_snapshot
 
 pytestmark = pytest.mark.lab

@@ -10,6 +10,8 @@ from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings
+from tasks.cobbler import CobblerError, client_from_settings
+from tasks.kiwi import KiwiDescriptionError, resolve_description
 
 
 class PreflightError(ValueError):
@@ -41,9 +43,6 @@ def _reachable(url: str, what: str, field: str) -> str | None:
 
 def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     """Raise PreflightError listing every problem; touches nothing."""
-    from tasks.cobbler import CobblerError, client_from_settings
-    from tasks.kiwi import KiwiDescriptionError, resolve_description
-
     problems: list[str] = []
     try:
         desc_dir = resolve_description(settings.image_description)

@@ -1,0 +1,1 @@
+"""The application on top of the pipeline: the `store-rollout` command line."""

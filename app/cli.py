@@ -1,0 +1,382 @@
+"""`store-rollout` command line: rollouts, batches, staging, status, rollback, vm-xml.
+
+Sub-commands other packages register (entry point group `store_rollout.commands`, e.g. the
+lab's `store-rollout lab ...`) are added without this module importing them.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from store_rollout.settings import prefect_settings_of_lab
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Roll out retail stores: KIWI image, Cobbler PXE, Salt, libvirt, ERP.",
+)
+console = Console(stderr=True)
+COMMAND_GROUP = "store_rollout.commands"
+
+
+@app.callback()
+def _prefect_of_the_lab(ctx: typer.Context) -> None:
+    """With STORE_ROLLOUT_LAB_DIR (and no PREFECT_API_URL), every command talks to that lab's
+    Prefect server: set as Prefect settings for the command's duration, whatever was imported
+    before."""
+    updates = prefect_settings_of_lab()
+    if updates:
+        from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+        names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME}
+        ctx.with_resource(temporary_settings(updates={names[k]: v for k, v in updates.items()}))
+
+
+Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
+DEFAULT_INVENTORY = Path("examples/inventory.yaml")
+
+
+def validate_stores(store_ids: list[str], inventory: Path) -> None:
+    """Inventory, store ids and settings, checked before anything is touched."""
+    from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import SettingsError, load_settings
+    from tasks.preflight import PreflightError, preflight
+
+    try:
+        inv = load_inventory(inventory)
+        stores = inv.select(store_ids) if store_ids else list(inv.stores)
+        preflight(stores, load_settings())
+    except (InventoryError, SettingsError, PreflightError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
+class LiveSteps:
+    """A rich table of stores x steps, fed by the flow's in-process step listener."""
+
+    def __init__(self, store_ids: list[str]) -> None:
+        from store_rollout.steps import STEPS
+
+        self.steps = STEPS
+        self.state: dict[str, dict[str, str]] = {s: {} for s in store_ids}
+
+    def __call__(self, store_id: str, step: str, state: str, seconds: float) -> None:
+        label = {
+            "running": "[yellow]running[/]",
+            "done": f"[green]{seconds:.1f}s[/]",
+            "failed": f"[red]failed {seconds:.1f}s[/]",
+        }[state]
+        self.state.setdefault(store_id, {})[step] = label
+
+    def __rich__(self) -> Table:
+        table = Table(title="store rollout")
+        table.add_column("store")
+        for step in self.steps:
+            table.add_column(step.replace("_", " "))
+        for sid, steps in self.state.items():
+            table.add_row(sid, *[steps.get(step, "[dim]-[/]") for step in self.steps])
+        return table
+
+
+def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: float) -> list[dict[str, object]]:
+    """Run one flow per store, concurrently, in this process; returns one summary each."""
+    import contextlib
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rich.live import Live
+
+    from flows.store_rollout import store_rollout
+    from store_rollout import steps
+
+    view = LiveSteps(store_ids)
+    steps.add_listener(view)
+
+    def one(sid: str) -> dict[str, object]:
+        started = time.monotonic()
+        state = store_rollout(sid, str(inventory.resolve()), return_state=True, **params)
+        summary: dict[str, object] = {
+            "store_id": sid,
+            "state": state.name,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        if state.is_completed():
+            summary.update(state.result())
+            summary["state"] = "Completed"
+        else:
+            summary["error"] = str(state.message or "")[:500]
+        return summary
+
+    live_cm = Live(view, console=console, refresh_per_second=4) if live else contextlib.nullcontext()
+    try:
+        # Salt prints to stdout; keep stdout for the --json result only
+        with (
+            live_cm,
+            contextlib.redirect_stdout(sys.stderr),
+            ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool,
+        ):
+            results = list(pool.map(one, store_ids))
+    finally:
+        steps.remove_listener(view)
+    return results
+
+
+HypervisorStall = Annotated[float, typer.Option(
+    help="seconds a hypervisor may answer without getting ready before its highstate is applied again")]
+
+
+@app.command("rollout")
+def rollout(
+    store_id: str,
+    inventory: Inventory = DEFAULT_INVENTORY,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    hypervisor_timeout: Annotated[float, typer.Option(help="seconds for step 3")] = 1800,
+    firstboot_timeout: Annotated[float, typer.Option(help="seconds for step 6")] = 1800,
+    vm_stall_timeout: Annotated[float, typer.Option(help="silence (s) after which a hung VM is reset")] = 300,
+    hypervisor_stall_timeout: HypervisorStall = 300,
+) -> None:
+    """Roll out one store (one Prefect flow run) with a live view of its steps."""
+    validate_stores([store_id], inventory)
+    result = run_stores(
+        [store_id],
+        inventory,
+        live=not as_json,
+        hypervisor_timeout=hypervisor_timeout,
+        firstboot_timeout=firstboot_timeout,
+        vm_stall_timeout=vm_stall_timeout,
+        hypervisor_stall_timeout=hypervisor_stall_timeout,
+    )[0]
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        console.print(
+            f"store {store_id}: {result['state']} in {result['seconds']}s"
+            + (f", ERP id {result.get('erp_id')}" if result.get("erp_id") else "")
+            + (f"\n{result.get('error')}" if result.get("error") else "")
+        )
+    if result["state"] != "Completed":
+        raise typer.Exit(1)
+
+
+@app.command("batch")
+def batch(
+    inventory: Inventory = DEFAULT_INVENTORY,
+    store: Annotated[list[str] | None, typer.Option("--store", help="only these stores")] = None,
+    canary: Annotated[int, typer.Option(help="stores in the canary wave")] = 1,
+    wave_size: Annotated[int, typer.Option(help="stores per wave")] = 5,
+    max_in_flight: Annotated[int, typer.Option(help="stores at once (fleet-wide)")] = 3,
+    halt_threshold: Annotated[float, typer.Option(help="halt when failed/finished exceeds this")] = 0.2,
+    stage_only: Annotated[
+        bool,
+        typer.Option(
+            "--stage-only",
+            help="only put the image on the batch's hypervisors (ahead of the "
+            "rollout window; `stage-images` is the deployment)",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Roll out a batch in waves (canary first) with a progress bar per store."""
+    if stage_only:
+        stage(list(store or []), inventory, as_json)
+        return
+    import contextlib
+    import sys
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from store_rollout.inventory import load_inventory
+    from store_rollout.steps import STEPS, add_listener, remove_listener
+
+    validate_stores(list(store or []), inventory)
+    from flows.batch_rollout import batch_rollout
+
+    ids = [s.store_id for s in load_inventory(inventory).select(list(store or []) or None)]
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[step]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json,
+    )
+    bars = {sid: progress.add_task(f"store {sid}", total=len(STEPS), step="queued") for sid in ids}
+
+    def listen(sid: str, step: str, state: str, _s: float) -> None:
+        if sid in bars:
+            done = STEPS.index(step) + (1 if state == "done" else 0)
+            progress.update(bars[sid], completed=done, step=f"{step} {state}")
+
+    add_listener(listen)
+    try:
+        with progress, contextlib.redirect_stdout(sys.stderr):
+            state = batch_rollout(
+                str(inventory.resolve()),
+                tuple(ids),
+                canary,
+                wave_size,
+                max_in_flight,
+                halt_threshold,
+                return_state=True,
+            )
+    finally:
+        remove_listener(listen)
+    rows = state.result() if state.is_completed() else []
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        table = Table(title="batch")
+        for col in ("store", "state", "step reached", "seconds", "error"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["store_id"], r["state"], r["step_reached"], str(r["seconds"]), r["error"][:80])
+        Console(width=160).print(table)
+    if not state.is_completed() or any(r["state"] != "Completed" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command("status")
+def status(
+    limit: Annotated[int, typer.Option(help="how many runs")] = 20,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Recent rollout, batch and rollback runs with their states."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=limit)
+        flows = {f.id: f.name for f in client.read_flows()}
+    rows = [
+        {
+            "name": r.name,
+            "flow": flows.get(r.flow_id, "?"),
+            "state": r.state.name if r.state else "?",
+            "start": r.start_time.isoformat(timespec="seconds") if r.start_time else "-",
+            "seconds": round(r.total_run_time.total_seconds(), 1),
+        }
+        for r in runs
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="recent runs")
+    for col in ("run", "flow", "state", "started", "seconds"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["name"]), str(r["flow"]), str(r["state"]), str(r["start"]), str(r["seconds"]))
+    Console(width=160).print(table)
+
+
+@app.command("rollback")
+def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
+    """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
+    from store_rollout.inventory import InventoryError, load_inventory
+
+    try:
+        load_inventory(inventory).get(store_id)
+    except InventoryError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    from flows.store_rollback import store_rollback
+
+    state = store_rollback(store_id, str(inventory.resolve()), return_state=True)
+    if not state.is_completed():
+        console.print(f"[red]rollback of {store_id} {state.name}:[/] {state.message}")
+        raise typer.Exit(1)
+    print(json.dumps(state.result(), indent=2, default=str))
+
+
+@app.command("stage")
+def stage(
+    store_ids: Annotated[
+        list[str] | None, typer.Argument(help="stores to stage (default: every store of the inventory)")
+    ] = None,
+    inventory: Inventory = DEFAULT_INVENTORY,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Put the base image on the stores' hypervisors ahead of the rollout window."""
+    validate_stores(store_ids or [], inventory)
+    from flows.stage_images import stage_images
+
+    state = stage_images(tuple(store_ids or ()), str(inventory), return_state=True)
+    if not state.is_completed():
+        console.print(f"[red]staging failed:[/] {state.message}")
+        raise typer.Exit(1)
+    result = state.result()
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    for sid, staged in result["stores"].items():
+        console.print(
+            f"store {sid}: image {result['image_key'][:12]} on {staged['hypervisor']}: "
+            + (
+                "already there"
+                if staged["cached"]
+                else f"{staged['transferred']} bytes in {staged['seconds']}s"
+            )
+        )
+
+
+@app.command("vm-xml")
+def vm_xml(
+    store_id: str,
+    inventory: Inventory = DEFAULT_INVENTORY,
+    hypervisor: Annotated[
+        str, typer.Option("--hypervisor", help="hypervisor type: xen (production) or kvm")
+    ] = "xen",
+    images_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--images-dir", help="the hypervisor's VM images dir (default: the vm_images_dir setting)"
+        ),
+    ] = None,
+) -> None:
+    """Print the domain XML step 5 would define for a store (virt.init's own generator)."""
+    from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import RolloutSettings, SettingsError, load_settings
+    from tasks.virt import DEVICE_MODELS, domain_xml
+
+    if hypervisor not in DEVICE_MODELS:
+        console.print(
+            f"[red]error:[/] --hypervisor {hypervisor!r}: choose one of {', '.join(sorted(DEVICE_MODELS))}"
+        )
+        raise typer.Exit(2)
+    try:
+        store = load_inventory(inventory).select([store_id])[0]
+    except InventoryError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if images_dir is None:
+        try:
+            images_dir = load_settings().vm_images_dir
+        except SettingsError:
+            images_dir = str(RolloutSettings.model_fields["vm_images_dir"].default)
+            console.print(
+                f"note: settings not loadable here; images dir {images_dir} (pass --images-dir to choose)"
+            )
+    print(domain_xml(store, hypervisor, images_dir))
+
+
+def _registered_commands() -> None:
+    for entry in entry_points(group=COMMAND_GROUP):
+        app.add_typer(entry.load(), name=entry.name)
+
+
+_registered_commands()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

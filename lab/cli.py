@@ -1,0 +1,130 @@
+"""`store-rollout lab ...`: the local lab (real services, simulated hardware) and its demo.
+
+Registered as a sub-command of the application's CLI through the entry point group
+`store_rollout.commands` (pyproject.toml), so the application never imports the lab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lab.manager import Lab
+from lab.state import load_lab_info, state_dir_from_env
+
+lab_app = typer.Typer(no_args_is_help=True, help="The local lab (real services, simulated hardware).")
+console = Console(stderr=True)
+
+StateDir = Annotated[Path | None, typer.Option("--state-dir", help="lab state dir (default .lab/)")]
+Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:.0f} MiB"
+
+
+@lab_app.command("up")
+def lab_up(state_dir: StateDir = None) -> None:
+    """Start (or repair) the lab; prints where lab.json is."""
+    lab = Lab.at(state_dir)
+    try:
+        lab.up(progress=lambda m: console.print(f"[dim]lab:[/] {m}"))
+    except Exception as exc:
+        console.print(f"[red]lab up failed:[/] {exc}\nlogs: {lab.paths.logs}")
+        raise typer.Exit(1) from exc
+    console.print(
+        f"lab ready: {lab.paths.lab_json}\n"
+        "to run rollouts against it (the CLI never picks a lab by itself):\n"
+        f"  export STORE_ROLLOUT_LAB_DIR={lab.paths.root}"
+    )
+
+
+@lab_app.command("status")
+def lab_status(state_dir: StateDir = None, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Each service, its address, PID and RSS (process tree)."""
+    lab = Lab.at(state_dir)
+    rows = lab.status()
+    minions = lab.minion_rows()
+    total = sum(r["rss_bytes"] for r in rows)
+    if as_json:
+        print(json.dumps({"services": rows, "minions": minions, "total_rss_bytes": total}, indent=2))
+        return
+    table = Table(title=f"lab at {lab.paths.root}")
+    for col in ("service", "address", "pid", "state", "rss"):
+        table.add_column(col)
+    for r in [*rows, *minions]:
+        table.add_row(
+            r["service"],
+            r["address"],
+            str(r["pid"]),
+            "running" if r["alive"] else "[red]dead[/]",
+            _mib(r["rss_bytes"]),
+        )
+    table.add_row("total (services)", "", "", "", _mib(total))
+    Console().print(table)
+    info = lab.paths.load_info()
+    if info is not None:
+        Console().print(f"Prefect UI: {info.prefect_ui_url}")
+    if rows and not all(r["alive"] for r in rows):
+        raise typer.Exit(1)
+
+
+@lab_app.command("down")
+def lab_down(
+    state_dir: StateDir = None, purge: Annotated[bool, typer.Option(help="also delete the state dir")] = False
+) -> None:
+    """Stop everything the lab started (by PID / process group)."""
+    Lab.at(state_dir).down(purge=purge)
+    console.print("lab down")
+
+
+@lab_app.command("demo")
+def demo(inventory: Inventory = Path("examples/inventory.yaml"), state_dir: StateDir = None) -> None:
+    """Roll out every store of the inventory concurrently in the lab and print a summary."""
+    # the demo is the lab's by definition: it names the lab itself
+    lab_dir = state_dir_from_env(state_dir)
+    os.environ["STORE_ROLLOUT_LAB_DIR"] = str(lab_dir)
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    with temporary_settings(
+        updates={
+            PREFECT_API_URL: load_lab_info(lab_dir).prefect_api_url,
+            PREFECT_HOME: lab_dir / "prefect-client-home",
+        }
+    ):
+        _demo(inventory)
+
+
+def _demo(inventory: Path) -> None:
+    from app.cli import run_stores, validate_stores
+    from store_rollout.inventory import load_inventory
+    from store_rollout.steps import STEPS
+
+    validate_stores([], inventory)
+    store_ids = [s.store_id for s in load_inventory(inventory).stores]
+    results = run_stores(store_ids, inventory, live=True)
+    table = Table(title="demo summary (seconds per step)")
+    for col in ["store", "state", *[s.replace("_", " ") for s in STEPS], "total", "ERP id"]:
+        table.add_column(col)
+    for r in results:
+        step_seconds = r.get("step_seconds") or {}
+        assert isinstance(step_seconds, dict)
+        table.add_row(
+            str(r["store_id"]),
+            str(r["state"]),
+            *[f"{step_seconds[s]:.1f}" if s in step_seconds else "-" for s in STEPS],
+            str(r["seconds"]),
+            str(r.get("erp_id", "-")),
+        )
+    Console(width=200).print(table)
+    from prefect.settings import PREFECT_API_URL
+
+    Console().print(f"Prefect UI: {str(PREFECT_API_URL.value()).removesuffix('/api')}")
+    if any(r["state"] != "Completed" for r in results):
+        raise typer.Exit(1)

@@ -1,0 +1,73 @@
+"""The import graph has arrows one way: core (store_rollout) <- tasks <- flows <- app (the CLI).
+
+`lab/` sits beside the app: it may use every layer, and no layer imports it (the CLI gets the
+`lab` sub-command through an entry point). Flows only wire: no protocol or SDK module in them.
+Every import counts, also one inside a function (a lazy import is still an arrow).
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+from lab.state import REPO_ROOT
+
+LAYERS = {"store_rollout": 0, "tasks": 1, "flows": 2, "app": 3}
+BESIDE = {"lab"}  # may import any layer; imported by none
+# what a flow may not touch itself: the outside systems' protocols live in tasks/
+FLOW_FORBIDDEN = {"xmlrpc", "libvirt", "requests", "httpx", "salt", "subprocess", "urllib3", "kiwi", "socket"}
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level package) of every import in a module, nested ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module.split(".")[0]))
+    return found
+
+
+def violations(root: Path) -> list[str]:
+    problems = []
+    for package in [*LAYERS, *BESIDE]:
+        for path in sorted((root / package).rglob("*.py")):
+            where = path.relative_to(root)
+            for line, target in imports_of(path):
+                if package in LAYERS and target in BESIDE:
+                    problems.append(f"{where}:{line} imports {target} (nothing imports the lab)")
+                elif package in LAYERS and LAYERS.get(target, -1) > LAYERS[package]:
+                    problems.append(
+                        f"{where}:{line}: {package} imports {target}, a layer above it "
+                        f"(arrows go {' <- '.join(LAYERS)})"
+                    )
+                elif package == "flows" and target in FLOW_FORBIDDEN:
+                    problems.append(
+                        f"{where}:{line}: a flow imports {target} (flows only wire; "
+                        "the protocol belongs in tasks/)"
+                    )
+    return problems
+
+
+def test_the_import_graph_has_arrows_one_way() -> None:
+    assert violations(REPO_ROOT) == []
+
+
+def test_a_planted_violation_is_found(tmp_path: Path) -> None:
+    for package in [*LAYERS, *BESIDE]:
+        shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    assert violations(tmp_path) == []
+    settings = tmp_path / "store_rollout" / "settings.py"
+    settings.write_text(
+        settings.read_text() + "\n\ndef _late() -> None:\n"
+        "    from flows.store_rollout import store_rollout  # noqa\n"
+    )
+    (tmp_path / "tasks" / "sneaky.py").write_text("from lab.state import REPO_ROOT\n")
+    (tmp_path / "flows" / "raw.py").write_text("import xmlrpc.client\n")
+    found = violations(tmp_path)
+    assert len(found) == 3, found
+    assert any(f.startswith("store_rollout/settings.py:") and "imports flows" in f for f in found)
+    assert "tasks/sneaky.py:1 imports lab (nothing imports the lab)" in found
+    assert any(f.startswith("flows/raw.py:1: a flow imports xmlrpc") for f in found)
