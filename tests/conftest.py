@@ -10,7 +10,10 @@ import pytest
 
 from lab.state import REPO_ROOT, LabInfo
 
-TEST_LAB_DIR = Path(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT / ".lab-test"))
+# under pytest-xdist every worker runs a lab of its own (its own ports, namespaces and Prefect)
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+TEST_LAB_DIR = Path(str(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT / ".lab-test"))
+                    + (f"-{_WORKER}" if _WORKER else ""))
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
