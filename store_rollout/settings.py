@@ -1,9 +1,13 @@
 """Where the rollout's outside systems are, and their credentials.
 
-pydantic-settings sources, earlier ones win: Prefect Secret blocks for credentials
+pydantic-settings sources, earlier ones win: Prefect Secret blocks for single secrets
 (`STORE_ROLLOUT_<FIELD>_BLOCK=<block name>`), environment variables `STORE_ROLLOUT_<FIELD>`,
 and `lab.json` of the lab named by STORE_ROLLOUT_LAB_DIR. The lab is only ever used when named:
 a `.lab/` that happens to exist next to a production worker's checkout is ignored.
+
+Credentials Blocks (tasks/cobbler.py, tasks/erp.py) are named here too
+(`STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK`...); loading them is the tasks' business, so with a
+Block named the service's own fields (URL, user, secret) are no longer required.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -25,6 +30,10 @@ from pydantic_settings import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SECRET_FIELDS = ("cobbler_password", "erp_token", "power_password")
+# a named credentials Block replaces these fields; without one they are required
+BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user", "cobbler_password"),
+                  "erp_credentials_block": ("erp_url", "erp_token")}
+_REPLACED_BY = {name: block for block, names in BLOCK_REPLACES.items() for name in names}
 
 
 class SettingsError(ValueError):
@@ -34,9 +43,14 @@ class SettingsError(ValueError):
 class RolloutSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STORE_ROLLOUT_", extra="ignore", frozen=True)
 
-    cobbler_url: str = Field(description="Cobbler XML-RPC URL, e.g. http://cobbler:25151/")
-    cobbler_user: str
-    cobbler_password: SecretStr
+    # declared before the fields they replace: _required_without_block reads them
+    cobbler_credentials_block: str = Field("", description="name of a Cobbler Credentials Block")
+    erp_credentials_block: str = Field("", description="name of an ERP Credentials Block")
+    bmc_credentials_block: str = Field("", description="name of a BMC Credentials Block")
+    cobbler_url: str = Field("", validate_default=True,
+                             description="Cobbler XML-RPC URL, e.g. http://cobbler:25151/")
+    cobbler_user: str = Field("", validate_default=True)
+    cobbler_password: SecretStr = Field(SecretStr(""), validate_default=True)
     cobbler_allow_default_credentials: bool = False
     salt_master_config: str = Field(description="path of the master config file on this host")
     salt_master_address: str = Field(description="address minions use to reach the master")
@@ -45,8 +59,8 @@ class RolloutSettings(BaseSettings):
     hypervisor_libvirt_uri: str = "xen:///system"
     vm_type: Literal["xen", "kvm", "qemu"] = "xen"
     vm_images_dir: str = "/srv/salt-images"
-    erp_url: str
-    erp_token: SecretStr
+    erp_url: str = Field("", validate_default=True)
+    erp_token: SecretStr = Field(SecretStr(""), validate_default=True)
     erp_timeout_seconds: float = Field(15.0, gt=0, le=300, description="ERP read timeout")
     power_type: str = "ipmilanplus"
     power_address: str = ""
@@ -64,6 +78,14 @@ class RolloutSettings(BaseSettings):
                                  "server's certificate (default: the hypervisor's trust store)")
     image_rate_limit: int = Field(0, ge=0, description="bytes/s per store download, 0: none")
     lab: bool = False
+
+    @field_validator(*_REPLACED_BY, mode="after")
+    @classmethod
+    def _required_without_block(cls, value: str | SecretStr, info: ValidationInfo) -> str | SecretStr:
+        empty = not (value.get_secret_value() if isinstance(value, SecretStr) else value)
+        if empty and not info.data.get(_REPLACED_BY[str(info.field_name)]):
+            raise PydanticCustomError("missing", "Field required")
+        return value
 
     @field_validator("image_base_url")
     @classmethod
@@ -186,6 +208,8 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
             hint = (f"set STORE_ROLLOUT_{field.upper()}" +
                     (f" or STORE_ROLLOUT_{field.upper()}_BLOCK (a Prefect Secret block)"
                      if field in SECRET_FIELDS else "") +
+                    (f", or name a Credentials Block with STORE_ROLLOUT_{_REPLACED_BY[field].upper()}"
+                     if field in _REPLACED_BY else "") +
                     ", or name a running lab with STORE_ROLLOUT_LAB_DIR")
             problems.append(f"{field}: {err['msg']} ({hint})")
         raise SettingsError("settings invalid: " + "; ".join(problems)) from None

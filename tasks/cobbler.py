@@ -2,6 +2,8 @@
 
 `CobblerClient` owns the protocol and maps Cobbler's failures (xmlrpc Fault, the '~' "not
 found" string, socket errors) to `CobblerError` subclasses at one boundary.
+`CobblerCredentials` and `BmcCredentials` are Prefect Blocks; `cobbler_client()` and
+`bmc_credentials()` are where tasks get them (a named Block, else the settings).
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from prefect import get_run_logger, task
+from prefect.blocks.abstract import CredentialsBlock
+from prefect.blocks.core import Block
 from prefect.concurrency.sync import concurrency
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
+from tasks.blocks import load_block
 from tasks.retry import retry_on
 
 log = logging.getLogger(__name__)
@@ -81,7 +86,7 @@ class SystemSpec:
     power_type: str = ""
     power_address: str = ""
     power_user: str = ""
-    power_pass: str = field(default="", repr=False)  # the BMC password
+    power_pass: SecretStr | str = field(default="", repr=False)  # the BMC password
     power_id: str = ""
 
     def interface_fields(self) -> dict[str, Any]:
@@ -111,6 +116,9 @@ class CobblerClient:
         self._proxy: Any = xmlrpc.client.ServerProxy(url, allow_none=True,
                                                 transport=_TimeoutTransport(timeout))
         self._token: str | None = None
+
+    def __repr__(self) -> str:
+        return f"CobblerClient(url={self.url!r}, user={self.user!r})"
 
     # -- boundary ----------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:
@@ -175,6 +183,8 @@ class CobblerClient:
         self._modify(handle, "autoinstall_meta", spec.autoinstall_meta)
         for key in ("power_type", "power_address", "power_user", "power_pass", "power_id"):
             value = getattr(spec, key)
+            if isinstance(value, SecretStr):  # unwrapped only on its way to Cobbler
+                value = value.get_secret_value()
             if value:
                 self._modify(handle, key, value)
         self._modify(handle, "netboot_enabled", True)
@@ -239,10 +249,62 @@ class CobblerClient:
 COBBLER_SYNC_LIMIT = "cobbler-sync"  # global concurrency limit: Cobbler syncs never overlap
 
 
-def client_from_settings(settings: RolloutSettings) -> CobblerClient:
-    return CobblerClient(url=settings.cobbler_url, user=settings.cobbler_user,
-                         password=settings.cobbler_password,
-                         allow_default_credentials=settings.cobbler_allow_default_credentials)
+class CobblerCredentials(CredentialsBlock):
+    """Login to Cobbler's XML-RPC API (`STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK=<name>`)."""
+
+    _block_type_name = "Cobbler Credentials"
+
+    url: str = Field(title="URL", description="Cobbler XML-RPC URL, e.g. http://cobbler/cobbler_api")
+    username: str = Field(title="Username", description="Cobbler API user.")
+    password: SecretStr = Field(title="Password", description="Cobbler API password; never logged.")
+    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, title="Timeout",
+                           description="Seconds one XML-RPC call may take.")
+    allow_default_credentials: bool = Field(
+        default=False, title="Allow default credentials",
+        description="Accept cobbler/cobbler (a throwaway Cobbler only).")
+
+    def get_client(self) -> CobblerClient:
+        return CobblerClient(url=self.url, user=self.username, password=self.password,
+                             timeout=self.timeout,
+                             allow_default_credentials=self.allow_default_credentials)
+
+
+class BmcCredentials(Block):
+    """BMC login Cobbler's fence agent uses to power-cycle a hypervisor
+    (`STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK=<name>`). Not a CredentialsBlock: the project talks to
+    no BMC itself, Cobbler does; the password is unwrapped only by `CobblerClient.upsert_system`."""
+
+    _block_type_name = "BMC Credentials"
+
+    username: str = Field(title="Username", description="BMC login (Cobbler's power_user).")
+    password: SecretStr = Field(title="Password",
+                                description="BMC password (Cobbler's power_pass); never logged.")
+
+    def missing(self) -> list[str]:
+        """Which of user and password are empty (preflight refuses a store without both)."""
+        return [n for n, v in (("user", self.username), ("password", self.password.get_secret_value()))
+                if not v]
+
+
+def cobbler_client(settings: RolloutSettings | None = None) -> CobblerClient:
+    """The Cobbler client every task uses: from the Block STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK
+    names, else from the cobbler_* settings (env or lab)."""
+    settings = settings or load_settings()
+    if settings.cobbler_credentials_block:
+        return load_block(CobblerCredentials, settings.cobbler_credentials_block).get_client()
+    return CobblerCredentials(
+        url=settings.cobbler_url, username=settings.cobbler_user, password=settings.cobbler_password,
+        allow_default_credentials=settings.cobbler_allow_default_credentials).get_client()
+
+
+def bmc_credentials(store: Store, settings: RolloutSettings) -> BmcCredentials:
+    """The BMC login of a store's hypervisor: its inventory entry's, else the Block
+    STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK names, else the power_user/power_password settings."""
+    hv = store.hypervisor
+    base = (load_block(BmcCredentials, settings.bmc_credentials_block) if settings.bmc_credentials_block
+            else BmcCredentials(username=settings.power_user, password=settings.power_password))
+    return BmcCredentials(username=hv.power_user or base.username,
+                          password=hv.power_password or base.password)
 
 
 @task(name="pxe_install_hypervisor", task_run_name="pxe-install-{store.store_id}",
@@ -259,7 +321,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     logger = get_run_logger()
     settings = load_settings()
     master = master_client(settings.salt_master_config)
-    client = client_from_settings(settings)
+    client = cobbler_client(settings)
     minion = store.hypervisor_minion_id
     system = store.cobbler_system
     # resume: a hypervisor that is up and reported ready is not reinstalled
@@ -274,6 +336,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     master.delete_key(minion)  # a stale key of a previous install would be 'denied'
     token = master.issue_token(minion)
     hv = store.hypervisor
+    bmc = bmc_credentials(store, settings)
     spec = SystemSpec(
         name=system, hostname=hv.hostname, mac=hv.mac, profile=profile,
         ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
@@ -287,9 +350,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
             "vm_images_dir": settings.vm_images_dir,
         },
         power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
-        power_user=hv.power_user or settings.power_user,
-        power_pass=(hv.power_password or settings.power_password).get_secret_value(),
-        power_id=system)
+        power_user=bmc.username, power_pass=bmc.password, power_id=system)
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")
@@ -300,13 +361,12 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     return {"system": system, "created": created, "skipped": False}
 
 
-
 @task(name="disable_hypervisor_netboot", task_run_name="disable-netboot-{store.store_id}",
       retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
 def disable_hypervisor_netboot(store: Store) -> dict[str, Any]:
     """Rollback: keep the Cobbler record (the hardware is still there) but turn netboot off, so a
     power cycle boots the installed system instead of reinstalling it."""
-    client = client_from_settings(load_settings())
+    client = cobbler_client()
     system = store.cobbler_system
     exists = client.get_system(system) is not None
     if exists:

@@ -1,7 +1,9 @@
 """ERP notification over HTTP (requests), idempotent per store rollout.
 
-A `requests.Session` with urllib3 `Retry` (backoff, 429/5xx, POST allowed because every notice
-carries an Idempotency-Key the ERP deduplicates on) and explicit connect/read timeouts.
+One POST per call, explicit connect/read timeouts, no transport retries: the `notify_erp` task's
+Prefect retries are the one retry layer (429/5xx and transport errors are `ErpUnavailable`; a
+retried POST is safe because every notice carries an Idempotency-Key the ERP deduplicates on).
+`ErpCredentials` is a Prefect Block; `erp_client()` is where tasks get the client.
 """
 
 from __future__ import annotations
@@ -12,17 +14,22 @@ from typing import Any
 
 import requests
 from prefect import get_run_logger, task
-from pydantic import SecretStr
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
+from prefect.blocks.abstract import CredentialsBlock
+from pydantic import Field, SecretStr
 
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings import RolloutSettings, load_settings
+from tasks.blocks import load_block
 from tasks.retry import retry_on
 
-ERP_TIMEOUT = (3.05, 15.0)  # (connect, read) seconds: never wait forever
+ERP_CONNECT_TIMEOUT = 3.05
+ERP_TIMEOUT = (ERP_CONNECT_TIMEOUT, 15.0)  # (connect, read) seconds: never wait forever
 NOTICE_PATH = "/api/v1/store-rollouts"
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+# the one retry layer of the ERP call (docs/reliability.md): 5 attempts, 52 s of waits
+ERP_RETRIES = 4
+ERP_RETRY_DELAYS: list[float] = [2, 5, 15, 30]
 
 
 class ErpError(Exception):
@@ -30,11 +37,11 @@ class ErpError(Exception):
 
 
 class ErpUnavailable(ErpError):
-    """The ERP did not answer or answered 5xx after the session's own retries."""
+    """The ERP did not answer, or answered 429 or 5xx: worth retrying."""
 
 
 class ErpRejected(ErpError):
-    """The ERP answered 4xx: the notice or the credentials are wrong (not retried)."""
+    """The ERP answered another 4xx: the notice or the credentials are wrong (not retried)."""
 
 
 @dataclass(frozen=True)
@@ -60,19 +67,17 @@ class ErpNotice:
 
 
 class ErpClient:
-    def __init__(self, *, base_url: str, token: SecretStr, timeout: tuple[float, float] = ERP_TIMEOUT,
-                 total_retries: int = 5, backoff_factor: float = 0.5) -> None:
+    """Keyword-only, explicit timeouts; one POST per `notify` (retrying is the task's job)."""
+
+    def __init__(self, *, base_url: str, token: SecretStr,
+                 timeout: tuple[float, float] = ERP_TIMEOUT) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._token = token
-        retry = Retry(total=total_retries, connect=total_retries, read=total_retries,
-                      status=total_retries, backoff_factor=backoff_factor,
-                      status_forcelist=(429, 500, 502, 503, 504),
-                      allowed_methods=frozenset({"GET", "POST"}), raise_on_status=False,
-                      respect_retry_after_header=True)
-        self.session = requests.Session()
-        self.session.mount("http://", HTTPAdapter(max_retries=retry))
-        self.session.mount("https://", HTTPAdapter(max_retries=retry))
+        self.session = requests.Session()  # requests' default adapter: no retries
+
+    def __repr__(self) -> str:
+        return f"ErpClient(base_url={self.base_url!r})"
 
     def notify(self, notice: ErpNotice) -> dict[str, Any]:
         url = self.base_url + NOTICE_PATH
@@ -85,9 +90,9 @@ class ErpClient:
         except requests.RequestException as exc:
             raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id} failed: "
                                  f"{type(exc).__name__}") from None
-        if resp.status_code >= 500:
+        if resp.status_code in TRANSIENT_STATUS:
             raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id}: HTTP "
-                                 f"{resp.status_code} after retries")
+                                 f"{resp.status_code}")
         if resp.status_code >= 400:
             raise ErpRejected(f"ERP POST {url} for store {notice.store_id}: HTTP "
                               f"{resp.status_code} {resp.text[:200]}")
@@ -96,14 +101,37 @@ class ErpClient:
                 "status": resp.status_code, "idempotency_key": notice.idempotency_key()}
 
 
-@task(name="notify_erp", task_run_name="notify-erp-{store.store_id}",
-      retries=3, retry_delay_seconds=[5, 15, 30], retry_condition_fn=retry_on(ErpUnavailable))
+class ErpCredentials(CredentialsBlock):
+    """The ERP API and its bearer token (`STORE_ROLLOUT_ERP_CREDENTIALS_BLOCK=<name>`)."""
+
+    _block_type_name = "ERP Credentials"
+
+    base_url: str = Field(title="Base URL", description="Root URL of the ERP API.")
+    token: SecretStr = Field(title="Token", description="API bearer token; never logged.")
+    timeout_seconds: float = Field(default=ERP_TIMEOUT[1], gt=0, le=300, title="Read timeout",
+                                   description="Seconds the ERP may take to answer.")
+
+    def get_client(self) -> ErpClient:
+        return ErpClient(base_url=self.base_url, token=self.token,
+                         timeout=(ERP_CONNECT_TIMEOUT, self.timeout_seconds))
+
+
+def erp_client(settings: RolloutSettings | None = None) -> ErpClient:
+    """The ERP client every task uses: from the Block STORE_ROLLOUT_ERP_CREDENTIALS_BLOCK names,
+    else from the erp_* settings (env or lab)."""
+    settings = settings or load_settings()
+    if settings.erp_credentials_block:
+        return load_block(ErpCredentials, settings.erp_credentials_block).get_client()
+    return ErpCredentials(base_url=settings.erp_url, token=settings.erp_token,
+                          timeout_seconds=settings.erp_timeout_seconds).get_client()
+
+
+@task(name="notify_erp", task_run_name="notify-erp-{store.store_id}", retries=ERP_RETRIES,
+      retry_delay_seconds=ERP_RETRY_DELAYS, retry_condition_fn=retry_on(ErpUnavailable))
 def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
     """Step 7: tell the ERP the store server runs; returns the ERP's id for the run artifact."""
     logger = get_run_logger()
-    settings = load_settings()
-    client = ErpClient(base_url=settings.erp_url, token=settings.erp_token,
-                       timeout=(3.05, settings.erp_timeout_seconds))
+    client = erp_client()
     notice = ErpNotice(store_id=store.store_id, site_code=store.erp.site_code,
                        cost_center=store.erp.cost_center, hypervisor=store.hypervisor_minion_id,
                        vm_domain=vm["domain"], vm_minion=store.vm_minion_id, vm_uuid=vm["uuid"])

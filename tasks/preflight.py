@@ -10,7 +10,8 @@ from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings
-from tasks.cobbler import CobblerError, client_from_settings
+from tasks.cobbler import CobblerClient, CobblerError, bmc_credentials, cobbler_client
+from tasks.erp import erp_client
 from tasks.kiwi import KiwiDescriptionError, resolve_description
 
 
@@ -56,27 +57,29 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
         problems.append(f"image_description: no image description {settings.image_description!r}"
                         " under image_builds/ (set STORE_ROLLOUT_IMAGE_DESCRIPTION)")
     for store in stores:
-        hv = store.hypervisor
-        user = hv.power_user or settings.power_user
-        password = (hv.power_password or settings.power_password).get_secret_value()
-        if not (user and password):
-            missing = " and ".join(n for n, v in (("user", user), ("password", password)) if not v)
+        missing = bmc_credentials(store, settings).missing()
+        if missing:
             problems.append(
-                f"store {store.store_id!r}: no BMC {missing} for power type "
+                f"store {store.store_id!r}: no BMC {' and '.join(missing)} for power type "
                 f"{settings.power_type!r} (Cobbler's first power cycle would fail): set "
                 "hypervisor.power_user/power_password in the inventory, or STORE_ROLLOUT_POWER_USER "
-                "and STORE_ROLLOUT_POWER_PASSWORD (or STORE_ROLLOUT_POWER_PASSWORD_BLOCK)")
+                "and STORE_ROLLOUT_POWER_PASSWORD (or STORE_ROLLOUT_POWER_PASSWORD_BLOCK, or a BMC "
+                "Credentials Block named by STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK)")
     if not os.path.isfile(settings.salt_master_config):
         problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "
                         "(set STORE_ROLLOUT_SALT_MASTER_CONFIG)")
-    for url, what, field in ((settings.cobbler_url, "Cobbler", "cobbler_url"),
-                             (settings.erp_url, "the ERP", "erp_url")):
-        problem = _reachable(url, what, field)
+    client: CobblerClient | None = None
+    try:
+        client = cobbler_client(settings)  # the URL and login the tasks will use (Block or env)
+    except CobblerError as exc:
+        problems.append(f"cobbler: {exc}")
+    for url, what, field in ((client.url if client else None, "Cobbler", "cobbler_url"),
+                             (erp_client(settings).base_url, "the ERP", "erp_url")):
+        problem = _reachable(url, what, field) if url is not None else None
         if problem:
             problems.append(problem)
-    if not any("cobbler_url" in p for p in problems):
+    if client is not None and not any("cobbler_url" in p for p in problems):
         try:
-            client = client_from_settings(settings)
             client.token()  # credentials work
             for profile in sorted({s.hypervisor.cobbler_profile for s in stores}):
                 if not client.profile_exists(profile):

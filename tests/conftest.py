@@ -49,3 +49,16 @@ def lab_env(lab: LabInfo, lab_dir: Path) -> dict[str, str]:
     return {**os.environ, "STORE_ROLLOUT_LAB_DIR": str(lab_dir),
             "PREFECT_API_URL": lab.prefect_api_url,
             "PREFECT_HOME": str(lab_dir / "prefect-client-home")}
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A throwaway Prefect server (SQLite in a temp dir) for fast tests that run flows or save
+    Blocks; no lab. PREFECT_HOME is a temp dir too, so nothing of the user's profile is touched."""
+    from prefect.settings import PREFECT_HOME, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with temporary_settings(updates={PREFECT_HOME: tmp_path_factory.mktemp("prefect-home")}), \
+            prefect_test_harness(server_startup_timeout=120):
+        yield
+

@@ -163,3 +163,11 @@ def load_salt_module(kind: str, name: str, salt: dict[str, Any] | None = None) -
     if salt is not None:
         module.__salt__ = salt  # type: ignore[attr-defined]
     return module
+
+
+# minimal settings of a non-lab run: what tests of the settings and client factories start from
+BASE_ENV = {"STORE_ROLLOUT_COBBLER_URL": "http://cobbler.invalid/cobbler_api",
+            "STORE_ROLLOUT_COBBLER_USER": "u", "STORE_ROLLOUT_COBBLER_PASSWORD": "p",
+            "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
+            "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "http://erp.invalid/",
+            "STORE_ROLLOUT_ERP_TOKEN": "t", "STORE_ROLLOUT_IMAGE_BASE_URL": "http://images.invalid"}
