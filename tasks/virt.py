@@ -8,6 +8,7 @@ seed disk (an ISO the guest reads at boot, ejected once firstboot is done).
 from __future__ import annotations
 
 import copy
+import logging
 import posixpath
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
+from prefect.logging.loggers import LoggingAdapter
 from tenacity import (
     Retrying,
     retry_if_exception,
@@ -35,6 +37,7 @@ from tasks.salt_master import (
     master_client,
 )
 
+log = logging.getLogger(__name__)
 DOWNLOAD_TIMEOUT = 3 * 3600  # seconds one download call may take (~1.5 GB over a slow link)
 
 
@@ -181,7 +184,9 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
     identity seed CD-ROM, write the seed, then virt.start with backoff until virt.vm_state says
-    running. An existing domain on the same base image is reused, not recreated."""
+    running (`start_domain`). An existing domain on the same base image is reused, not recreated.
+
+    Prefect retries (3 attempts) only on SaltTransientError: a minion that did not answer."""
     logger = get_run_logger()
     settings = load_settings()
     master = master_client(settings.salt_master_config)
@@ -219,10 +224,25 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
         logger.info("store %s: domain %s already running", store.store_id, name)
         return vm_result(summary, hv, reused, delivered)
     started = time.monotonic()
-    for attempt in Retrying(stop=stop_after_delay(start_timeout),
-                            wait=wait_exponential(multiplier=0.5, max=10),
-                            retry=retry_if_exception_type((VmNotRunning, SaltTransientError)),
-                            reraise=True):
+    start_domain(master, store, start_timeout, logger=logger)
+    logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, name,
+                time.monotonic() - started)
+    return vm_result(summary, hv, reused, delivered)
+
+
+def start_domain(master: SaltMasterClient, store: Store, timeout: float,
+                 backoff: float = 0.5, logger: logging.Logger | LoggingAdapter = log) -> None:
+    """virt.start until virt.vm_state says running, for up to `timeout` seconds (exponential
+    backoff from `backoff` s, at most 10 s apart).
+
+    The one retry layer for a start libvirt refuses or a domain not running yet (VmNotRunning),
+    which the task's Prefect retries do not retry. A minion that does not answer
+    (SaltTransientError) is not retried here: it ends the attempt, and create_vm's Prefect retries
+    (which reuse the defined domain) are that error's one layer."""
+    hv, name = store.hypervisor_minion_id, store.vm_name
+    for attempt in Retrying(stop=stop_after_delay(timeout),
+                            wait=wait_exponential(multiplier=backoff, max=10),
+                            retry=retry_if_exception_type(VmNotRunning), reraise=True):
         with attempt:
             state = master.cmd(hv, "virt.vm_state", [name]).get(name)
             if state != "running":
@@ -236,9 +256,6 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                 state = master.cmd(hv, "virt.vm_state", [name]).get(name)
             if state != "running":
                 raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is {state!r}")
-    logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, name,
-                time.monotonic() - started)
-    return vm_result(summary, hv, reused, delivered)
 
 
 def vm_result(summary: dict[str, Any], hypervisor: str, reused: bool,
