@@ -366,6 +366,36 @@ def vm_xml(
     print(domain_xml(store, hypervisor, images_dir))
 
 
+@app.command("serve")
+def serve(
+    deployment: Annotated[list[str] | None, typer.Option(
+        "--deployment", "-d", help="only these deployments of prefect.yaml")] = None,
+    limit: Annotated[int, typer.Option(help="flow runs at once in this process")] = 10,
+    list_only: Annotated[bool, typer.Option(
+        "--list", help="print what would be served as JSON and exit")] = False,
+) -> None:
+    """Serve prefect.yaml's deployments from this process: the single-host alternative to a work
+    pool and `prefect worker start` (same names, parameters, schedules and tags)."""
+    from app.deployments import DeploymentConfigError, runner_deployments
+
+    try:
+        served = runner_deployments(deployment or None)
+    except DeploymentConfigError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if list_only:
+        print(json.dumps([{
+            "name": d.name, "entrypoint": d.entrypoint, "description": d.description,
+            "parameters": d.parameters, "tags": d.tags,
+            "schedules": [{"cron": getattr(s.schedule, "cron", None),
+                           "timezone": getattr(s.schedule, "timezone", None), "active": s.active}
+                          for s in d.schedules or []]} for d in served], indent=2))
+        return
+    from prefect import serve as prefect_serve
+
+    prefect_serve(*served, limit=limit)
+
+
 def _registered_commands() -> None:
     for entry in entry_points(group=COMMAND_GROUP):
         app.add_typer(entry.load(), name=entry.name)

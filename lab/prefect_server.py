@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import requests
-import yaml
 
 from lab.procs import ProcessRecord, spawn, wait_until
 from lab.state import REPO_ROOT, VENV_BIN
@@ -62,7 +61,9 @@ def wait_ready(port: int, timeout: float = 60) -> None:
 @functools.cache
 def work_pool() -> str:
     """The one work pool the deployments of prefect.yaml name (the lab's worker polls it)."""
-    pools = {d["work_pool"]["name"] for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    from app.deployments import work_pools
+
+    pools = work_pools(PREFECT_YAML)
     if len(pools) != 1:
         raise RuntimeError(f"{PREFECT_YAML}: the lab runs one work pool, the deployments name {pools}")
     return pools.pop()

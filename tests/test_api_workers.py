@@ -74,11 +74,11 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
     # a pool of their own: the lab's worker polls prefect.yaml's pool
     subprocess.run([prefect, "work-pool", "create", POOL, "--type", "process"],
                    env=env, capture_output=True, timeout=60)
+    # prefect.yaml's store-rollout deployment (app/deployments.py reads it), in a pool of its own
     deploy = subprocess.run([str(VENV_BIN / "python"), "-c", (
-        "from flows.store_rollout import store_rollout\n"
-        f"store_rollout.from_source(source={str(REPO_ROOT)!r}, "
-        "entrypoint='flows/store_rollout.py:store_rollout').deploy("
-        f"name='store-rollout-pool', work_pool_name={POOL!r})")],
+        "from app.deployments import deploy_from_source, deployment\n"
+        f"deploy_from_source(deployment('store-rollout'), source={str(REPO_ROOT)!r}, "
+        f"name='store-rollout-pool', work_pool={POOL!r})")],
         env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert deploy.returncode == 0, deploy.stderr[-2000:]
     ids = ["w1", "w2", "w3", "w4"]
