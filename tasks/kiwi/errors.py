@@ -66,4 +66,3 @@ class KiwiBuildError(KiwiTaskError, RuntimeError):
 
 class KiwiBuildTimeout(KiwiBuildError):
     """The build ran past its time limit and was stopped."""
-

@@ -68,4 +68,3 @@ class Builder(Protocol):
     ) -> BuildOutput:
         """Build the image; raise a :class:`KiwiTaskError` subclass on failure."""
         ...
-
