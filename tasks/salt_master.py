@@ -23,6 +23,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from store_rollout.contracts import AUTOSIGN_GRAIN, HYPERVISOR_READY_GRAIN, HYPERVISOR_READY_TAG
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
@@ -52,7 +53,6 @@ def _prepare_salt_runtime() -> None:
     logging.getLogger("salt.minion").setLevel(logging.ERROR)
     logging.getLogger("salt.wheel").setLevel(logging.ERROR)
 
-AUTOSIGN_GRAIN = "store_rollout_token"
 MINION_ID_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
 
 
@@ -376,10 +376,6 @@ def summarize_failure(ret: Any) -> str:
 
 
 # --------------------------------------------------------------------------- Prefect tasks
-
-HYPERVISOR_READY_TAG = "store/hypervisor/ready"
-HYPERVISOR_READY_GRAIN = "store_rollout_hypervisor_ready"
-
 
 def hypervisor_state(master: SaltMasterClient, minion_id: str) -> str:
     """Current state, not events: 'ready' (its highstate set the ready grain), 'answering'
