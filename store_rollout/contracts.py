@@ -13,7 +13,7 @@ from typing import Final
 
 # -- autosign --------------------------------------------------------------------------------
 # The one grain the master's autosign_grains_dir matches at key authentication: the master
-# holds the one-time tokens in `autosign_grains_dir/<AUTOSIGN_GRAIN>` (tasks/salt_master.py,
+# holds the one-time tokens in `autosign_grains_dir/<AUTOSIGN_GRAIN>` (tasks/salt_client.py,
 # lab/salt_master.py); a minion sends it because its minion config lists it in
 # `autosign_grains` (image: minion.d/20-autosign.conf; hypervisor: the AutoYaST profile, which
 # gets it as Cobbler meta `autosign_grain`) and sets it from its token (image: store-identity

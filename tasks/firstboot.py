@@ -23,7 +23,7 @@ from store_rollout.contracts import (
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.retry import retry_on
-from tasks.salt_master import (
+from tasks.salt_client import (
     SaltError,
     SaltEvent,
     SaltEventTimeout,
