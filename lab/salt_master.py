@@ -10,8 +10,7 @@ import yaml
 
 from lab.procs import ProcessRecord, spawn
 from lab.state import SALT_STATES_DIR, VENV_BIN
-
-AUTOSIGN_GRAIN = "store_rollout_token"
+from store_rollout.contracts import AUTOSIGN_GRAIN
 
 
 def salt_env() -> dict[str, str]:

@@ -18,6 +18,7 @@ from prefect.concurrency.sync import concurrency
 from pydantic import SecretStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from store_rollout.contracts import AUTOSIGN_GRAIN
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
@@ -254,7 +255,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already installed
     and ready, which step 3 takes as its answer.
     """
-    from tasks.salt_master import AUTOSIGN_GRAIN, hypervisor_ready, master_client
+    from tasks.salt_master import hypervisor_ready, master_client
 
     logger = get_run_logger()
     settings = load_settings()

@@ -15,7 +15,7 @@ import requests
 import yaml
 
 from lab.state import SALT_STATES_DIR, VENV_BIN, LabInfo
-from store_rollout.steps import STEPS
+from store_rollout.contracts import BOOTSTRAP_FILES, FIRSTBOOT_STAGE_DONE, FIRSTBOOT_STAGE_GRAIN, STEPS
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltMasterClient
 
@@ -117,11 +117,10 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     assert json.loads((Path(backing).parent / "meta.json").read_text()) == cache_meta
     assert len(cache_meta["sha256"]) == 64 and cache_meta["size"] == Path(backing).stat().st_size
     # the VM: firstboot finished, bootstrap config gone (on its disk and as Salt sees it)
-    assert master.cmd(vm, "grains.get", ["firstboot_stage"]) == "done"
+    assert master.cmd(vm, "grains.get", [FIRSTBOOT_STAGE_GRAIN]) == FIRSTBOOT_STAGE_DONE
     minion_d = Path(lab.state_dir) / "simulator" / "minions" / vm / "etc" / "minion.d"
     assert (minion_d / "00-master.conf").exists()
-    assert not (minion_d / "90-bootstrap.conf").exists()
-    assert not (minion_d / "15-identity.conf").exists()
+    assert not any((minion_d / name).exists() for name in BOOTSTRAP_FILES)
     # ERP: exactly one notice created for the store
     created = created_erp_notices(lab, store_id)
     assert len(created) == 1 and created[0]["erp_id"] == result["erp_id"]
@@ -130,9 +129,7 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     assert run["state_type"] == "COMPLETED"
     names = sorted(t["name"] for t in tasks if t["state_type"] == "COMPLETED")
     assert names == sorted(f"{step}-{store_id}" for step in STEPS), names  # what the UI lists
-    assert set(result["step_seconds"]) == {"image", "pxe_install_hypervisor",
-                                           "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
-                                           "firstboot", "notify_erp"}
+    assert set(result["step_seconds"]) == set(STEPS)
 
 
 def result_from_systems(lab: LabInfo, store_id: str) -> dict[str, Any]:
@@ -147,9 +144,7 @@ def result_from_systems(lab: LabInfo, store_id: str) -> dict[str, Any]:
     master = SaltMasterClient(lab.salt_master_config)
     vm = master.cmd(f"store-{store_id}-hv", "storevirt.domain_summary", [f"store-{store_id}-vm"])
     return {"vm": vm, "image_key": Path(vm["backing"]).parent.name,
-            "step_seconds": dict.fromkeys(["image", "pxe_install_hypervisor",
-                                           "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
-                                           "firstboot", "notify_erp"], 0.0)}
+            "step_seconds": dict.fromkeys(STEPS, 0.0)}
 
 
 def load_salt_module(kind: str, name: str, salt: dict[str, Any] | None = None) -> ModuleType:
