@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 @functools.cache
-def _prepare_salt_runtime() -> None:
+def prepare_salt_runtime() -> None:
     """Once per process, before the first use of Salt's API (never at import time).
 
     Salt modules call log.trace()/log.garbage(); loggers a host process (pytest, a worker)
@@ -122,7 +122,7 @@ class SaltMasterClient:
     @property
     def opts(self) -> dict[str, Any]:
         if self._opts is None:
-            _prepare_salt_runtime()
+            prepare_salt_runtime()
             import salt.config
 
             if not Path(self.master_config).exists():

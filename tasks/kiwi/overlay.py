@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from store_rollout import contracts
+
 __all__ = [
     "APPLY_PARAMS_SCRIPT",
     "AUTOSIGN_GRAIN",
@@ -35,15 +37,15 @@ __all__ = [
     "substitute",
 ]
 
-MINION_D = Path("etc/salt/minion.d")
+MINION_D = Path("etc/salt") / contracts.MINION_CONF_DIR
 BUILD_PARAMS_FILE = Path("etc/store-rollout/build-params")
 """Inside the ``root/`` overlay: KEY=value lines that ``config.sh`` applies, then removes."""
 IDENTITY_SCRIPT = Path("usr/local/sbin/store-identity")
 IDENTITY_UNIT = Path("etc/systemd/system/store-identity.service")
 APPLY_PARAMS_SCRIPT = Path("usr/local/libexec/store-rollout/apply-build-params")
-BOOTSTRAP_CONF = "90-bootstrap.conf"
-FIRSTBOOT_SLS = "provisioning_helper.firstboot"
-AUTOSIGN_GRAIN = "store_rollout_token"
+BOOTSTRAP_CONF = contracts.BOOTSTRAP_CONF
+FIRSTBOOT_SLS = contracts.FIRSTBOOT_SLS
+AUTOSIGN_GRAIN = contracts.AUTOSIGN_GRAIN
 REQUIRED_PACKAGES = ("util-linux",)
 """Packages the overlay's identity mechanism needs in every image."""
 

@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from store_rollout import contracts
 from tasks.kiwi.errors import KiwiDescriptionError
 from tasks.kiwi.inprocess import kiwi_problems
 from tasks.kiwi.models import DescriptionInfo
@@ -124,7 +125,8 @@ def validate_description(
         if missing:
             problems.append(
                 f'{config_xml}: <packages type="image"> lacks {", ".join(missing)} '
-                "(store-identity.service finds and mounts the STORE_SEED seed disk with blkid and mount)"
+                f"(store-identity.service finds and mounts the {contracts.SEED_LABEL} seed disk "
+                "with blkid and mount)"
             )
     problems += _script_problems(desc_dir)
     problems += overlay_problems(desc_dir, values)
