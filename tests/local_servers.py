@@ -9,17 +9,18 @@ import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 @contextmanager
-def serving(server: socketserver.BaseServer) -> Iterator[str]:
-    """Serve `server` (bound to 127.0.0.1:0) in a thread; yields its http://host:port."""
-    host, port = server.server_address[:2]
+def serving(server: socketserver.TCPServer) -> Iterator[str]:
+    """Serve `server` (bound to 127.0.0.1:0) in a thread; yields its http://127.0.0.1:port."""
+    port = server.socket.getsockname()[1]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
     try:
-        yield f"http://{host!s}:{port}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.shutdown()
         server.server_close()
@@ -57,7 +58,7 @@ class _ResetHandler(socketserver.BaseRequestHandler):
 class _ResetServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
-    def shutdown_request(self, request: socket.socket) -> None:  # no shutdown(SHUT_WR): no FIN
+    def shutdown_request(self, request: Any) -> None:  # no shutdown(SHUT_WR): no FIN
         self.close_request(request)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pydantic import SecretStr
+from requests.adapters import HTTPAdapter
 
 from tasks.erp import NOTICE_PATH, ErpClient, ErpError, ErpNotice, ErpRejected, ErpUnavailable
 from tests.local_servers import refused_url, resetting_url, serving, silent_url
@@ -68,7 +69,9 @@ def requests_per_failed_notice(erp: tuple[ScriptedErp, ErpClient]) -> int:
     Today the HTTP layer retries: urllib3's Retry on the session's adapter, so the first request
     plus its status retries. THE one place to update when the retry layering changes."""
     _, client = erp
-    retry = client.session.get_adapter(client.base_url).max_retries
+    adapter = client.session.get_adapter(client.base_url)
+    assert isinstance(adapter, HTTPAdapter)
+    retry = adapter.max_retries
     return 1 + min(n for n in (retry.total, retry.status) if n is not None)
 
 
