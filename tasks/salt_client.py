@@ -72,6 +72,10 @@ class SaltEventTimeout(SaltTransientError):
     """An awaited event did not arrive in time."""
 
 
+class SaltMasterUnavailable(SaltTransientError):
+    """The master did not take the request (not running, restarting, its socket gone)."""
+
+
 class SaltCommandFailed(SaltError):
     """The minion answered with a non-zero retcode."""
 
@@ -111,11 +115,17 @@ def new_autosign_token() -> str:
 
 
 class SaltMasterClient:
-    """Thin client over the master's Python API: bus, wheel (keys) and LocalClient."""
+    """Thin client over the master's Python API: bus, wheel (keys) and LocalClient.
 
-    def __init__(self, master_config: str | Path) -> None:
+    `local_client` and `wheel_client` build Salt's LocalClient and WheelClient (default: from
+    the master config); a test passes factories of fakes instead."""
+
+    def __init__(self, master_config: str | Path, *, local_client: Callable[[], Any] | None = None,
+                 wheel_client: Callable[[], Any] | None = None) -> None:
         self.master_config = str(master_config)
         self._opts: dict[str, Any] | None = None
+        self._new_local = local_client or self._salt_local_client
+        self._new_wheel = wheel_client or self._salt_wheel_client
         self._wheel_client: Any = None
         self._local_client: Any = None
 
@@ -165,13 +175,33 @@ class SaltMasterClient:
                                                listen=False) as bus:
             bus.fire_event(data, tag)
 
+    @contextmanager
+    def _master_call(self, what: str) -> Iterator[None]:
+        """Salt's client exceptions as SaltError: the master not answering is transient."""
+        import salt.exceptions as exc_
+
+        try:
+            yield
+        except (exc_.SaltClientError, exc_.SaltReqTimeoutError, exc_.SaltClientTimeout,
+                OSError) as exc:
+            self.close()  # a stale connection (master restart): the next call builds anew
+            raise SaltMasterUnavailable(f"Salt master ({self.master_config}) did not take {what}: "
+                                        f"{type(exc).__name__}: {exc}") from exc
+        except exc_.SaltException as exc:  # authentication, authorization, bad arguments
+            self.close()
+            raise SaltError(f"Salt master ({self.master_config}) refused {what}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
     # -- keys --------------------------------------------------------------------------
-    def _wheel(self, fun: str, **kwarg: Any) -> Any:
+    def _salt_wheel_client(self) -> Any:
         import salt.wheel
 
-        with external("salt"):
+        return salt.wheel.WheelClient(self.opts)
+
+    def _wheel(self, fun: str, **kwarg: Any) -> Any:
+        with external("salt"), self._master_call(fun):
             if self._wheel_client is None:  # loading the wheel modules costs ~0.2 s: once
-                self._wheel_client = salt.wheel.WheelClient(self.opts)
+                self._wheel_client = self._new_wheel()
             try:
                 return self._wheel_client.cmd(fun, kwarg=kwarg or None, print_event=False)
             except Exception:
@@ -295,7 +325,7 @@ class SaltMasterClient:
             kwarg: dict[str, Any] | None = None, timeout: float = 60) -> Any:
         """Run `fun` on one minion; returns its `ret`. Raises on no answer or retcode != 0."""
         system = "libvirt" if fun.startswith(("virt.", "storevirt.")) else "salt"
-        with external(system):
+        with external(system), self._master_call(f"{fun} for {minion_id}"):
             result = self._local().cmd(minion_id, fun, list(arg), timeout=timeout,
                                        kwarg=kwarg, full_return=True)
         if minion_id not in result:
@@ -309,7 +339,7 @@ class SaltMasterClient:
 
     def cmd_async(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = ()) -> str:
         """Publish `fun` to one minion without waiting for it; returns the job id."""
-        with external("salt"):
+        with external("salt"), self._master_call(f"{fun} for {minion_id}"):
             jid = self._local().cmd_async(minion_id, fun, list(arg))
         if not jid:
             raise SaltMinionNoResponse(minion_id, fun, 0)
@@ -317,11 +347,14 @@ class SaltMasterClient:
 
     def _local(self) -> Any:
         """Salt's LocalClient, built on first use and kept (it holds the master connection)."""
+        if self._local_client is None:
+            self._local_client = self._new_local()
+        return self._local_client
+
+    def _salt_local_client(self) -> Any:
         import salt.client
 
-        if self._local_client is None:
-            self._local_client = salt.client.LocalClient(mopts=self.opts)
-        return self._local_client
+        return salt.client.LocalClient(mopts=self.opts)
 
     def close(self) -> None:
         for client in (self._wheel_client, self._local_client):

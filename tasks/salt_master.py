@@ -23,6 +23,7 @@ from tasks.salt_client import (
     SaltEvent,
     SaltEventTimeout,
     SaltMasterClient,
+    SaltMasterUnavailable,
     SaltMinionNoResponse,
     SaltTransientError,
     check_minion_id,
@@ -36,8 +37,8 @@ __all__ = [
     # re-exported: the client and the contracts, as importers of this module know them
     "AUTOSIGN_GRAIN", "HYPERVISOR_READY_GRAIN", "HYPERVISOR_READY_TAG", "MINION_ID_RE",
     "SaltCommandFailed", "SaltError", "SaltEvent", "SaltEventTimeout", "SaltMasterClient",
-    "SaltMinionNoResponse", "SaltTransientError", "check_minion_id", "failed_states",
-    "master_client", "new_autosign_token", "summarize_failure",
+    "SaltMasterUnavailable", "SaltMinionNoResponse", "SaltTransientError", "check_minion_id",
+    "failed_states", "master_client", "new_autosign_token", "summarize_failure",
     # the tasks
     "hypervisor_ready", "hypervisor_state", "prepare_vm_keys", "reapply_highstate",
     "remove_vm_key", "wait_for_hypervisor",
