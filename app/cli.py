@@ -62,7 +62,7 @@ class LiveSteps:
     """A rich table of stores x steps, fed by the flow's in-process step listener."""
 
     def __init__(self, store_ids: list[str]) -> None:
-        from store_rollout.steps import STEPS
+        from store_rollout.contracts import STEPS
 
         self.steps = STEPS
         self.state: dict[str, dict[str, str]] = {s: {} for s in store_ids}
@@ -193,8 +193,9 @@ def batch(
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from store_rollout.contracts import STEPS
     from store_rollout.inventory import load_inventory
-    from store_rollout.steps import STEPS, add_listener, remove_listener
+    from store_rollout.steps import add_listener, remove_listener
 
     validate_stores(list(store or []), inventory)
     from flows.batch_rollout import batch_rollout

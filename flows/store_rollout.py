@@ -11,6 +11,15 @@ from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact
 
 from flows.store_rollback import store_rollback
+from store_rollout.contracts import (
+    STEP_CREATE_VM,
+    STEP_FIRSTBOOT,
+    STEP_IMAGE,
+    STEP_NOTIFY_ERP,
+    STEP_PREPARE_VM_KEYS,
+    STEP_PXE_INSTALL_HYPERVISOR,
+    STEP_WAIT_FOR_HYPERVISOR,
+)
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from store_rollout.steps import StepClock, markdown_report
@@ -57,17 +66,17 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
     preflight([store], settings)
     clock = StepClock(store_id)
     with tags(f"store-{store_id}", "store-rollout"):
-        image = clock.run("image", ensure_image, settings.image_description,
+        image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
-        install = clock.run("pxe_install_hypervisor", pxe_install_hypervisor, store)
-        hv_wait = clock.run("wait_for_hypervisor", wait_for_hypervisor, store,
+        install = clock.run(STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store)
+        hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
                             timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)
-        clock.run("prepare_vm_keys", prepare_vm_keys, store)
-        vm = clock.run("create_vm", create_vm, store, image)
-        clock.run("firstboot", firstboot, store, timeout=firstboot_timeout,
+        clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
+        vm = clock.run(STEP_CREATE_VM, create_vm, store, image)
+        clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
                   stall_timeout=vm_stall_timeout)
-        erp = clock.run("notify_erp", notify_erp, store, vm)
+        erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
     result = {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],

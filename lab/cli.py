@@ -103,8 +103,8 @@ def demo(inventory: Inventory = Path("examples/inventory.yaml"), state_dir: Stat
 
 def _demo(inventory: Path) -> None:
     from app.cli import run_stores, validate_stores
+    from store_rollout.contracts import STEPS
     from store_rollout.inventory import load_inventory
-    from store_rollout.steps import STEPS
 
     validate_stores([], inventory)
     store_ids = [s.store_id for s in load_inventory(inventory).stores]

@@ -10,8 +10,7 @@ import yaml
 
 from lab.procs import ProcessRecord, spawn
 from lab.state import SALT_STATES_DIR, VENV_BIN
-
-AUTOSIGN_GRAIN = "store_rollout_token"
+from store_rollout.contracts import AUTOSIGN_GRAIN
 
 
 def salt_env() -> dict[str, str]:
@@ -91,6 +90,9 @@ def wait_ready(master_config: Path, timeout: float = 30) -> None:
     import salt.config
     import salt.utils.event
 
+    from tasks.salt_client import prepare_salt_runtime
+
+    prepare_salt_runtime()  # Salt's logger levels, in the process that polls (pytest, the CLI)
     opts = salt.config.master_config(str(master_config))
     deadline = time.monotonic() + timeout
     last: BaseException | None = None

@@ -51,10 +51,10 @@ from lab.jsonhttp import JsonHandler
 from lab.procs import ProcessRecord, spawn, stop
 from lab.state import HOST_SALT_BIN, REPO_ROOT, VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork, machine_address
+from store_rollout.contracts import IDENTITY_SALT_DIR_ENV, IDENTITY_SEED_DIR_ENV, SEED_LABEL
 
 log = logging.getLogger("lab.simulator")
 
-SEED_LABEL = "STORE_SEED"  # the seed contract of salt_states/_modules/storevirt.py
 STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start")
 
 
@@ -455,8 +455,8 @@ class Simulator:
                 proc = subprocess.run(
                     [str(script)], capture_output=True, text=True, check=False,
                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                         "STORE_IDENTITY_SEED_DIR": str(seed),
-                         "STORE_IDENTITY_SALT_DIR": str(salt_dir)})
+                         IDENTITY_SEED_DIR_ENV: str(seed),
+                         IDENTITY_SALT_DIR_ENV: str(salt_dir)})
                 if proc.returncode != 0:
                     log.warning("domain %s: store-identity refused its seed: %s", name,
                                 proc.stderr.strip())

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from store_rollout.contracts import STEPS
+
 T = TypeVar("T")
-STEPS = ["image", "pxe_install_hypervisor", "wait_for_hypervisor", "prepare_vm_keys",
-         "create_vm", "firstboot", "notify_erp"]
 
 # in-process listeners (the CLI's live view); runs on workers simply have none
 _listeners: list[Callable[[str, str, str, float], None]] = []

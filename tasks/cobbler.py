@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import http.client
 import logging
+import re
 import xmlrpc.client
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from xml.parsers.expat import ExpatError
 
 from prefect import get_run_logger, task
 from prefect.blocks.abstract import CredentialsBlock
@@ -22,6 +24,7 @@ from prefect.concurrency.sync import concurrency
 from pydantic import Field, SecretStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from store_rollout.contracts import AUTOSIGN_GRAIN
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CREDENTIALS = ("cobbler", "cobbler")
 T = TypeVar("T")
+_UNKNOWN_NAME = re.compile(r"unknown \w+ name")
 
 
 class CobblerError(Exception):
@@ -44,7 +48,7 @@ class CobblerUnavailable(CobblerError):
 
 
 class CobblerAuthError(CobblerError):
-    """Cobbler refused the credentials."""
+    """Cobbler refused the credentials (or an HTTP proxy in front of it answered 401/403)."""
 
 
 class CobblerNotFound(CobblerError):
@@ -52,7 +56,7 @@ class CobblerNotFound(CobblerError):
 
 
 class CobblerRejected(CobblerError):
-    """Cobbler rejected a value (bad MAC, unknown profile, duplicate MAC/IP...)."""
+    """Cobbler rejected a value (bad MAC, duplicate MAC/IP...), or its URL answered another 4xx."""
 
 
 class _SyncRunning(CobblerError):
@@ -132,8 +136,21 @@ class CobblerClient:
             if "invalid token" in text or "token" in text and "format" in text:
                 self._token = None
                 raise CobblerUnavailable(f"Cobbler {what}: token expired") from fault
-            raise CobblerRejected(f"Cobbler {what}: {text.split(':', 1)[-1].strip()}") from fault
-        except (TimeoutError, OSError, http.client.HTTPException, xmlrpc.client.ProtocolError) as exc:
+            detail = text.split(':', 1)[-1].strip()
+            if _UNKNOWN_NAME.search(text):  # Cobbler's CX "internal error, unknown system name x"
+                raise CobblerNotFound(f"Cobbler {what}: {detail}") from fault
+            raise CobblerRejected(f"Cobbler {what}: {detail}") from fault
+        except xmlrpc.client.ProtocolError as exc:  # an HTTP status other than 200
+            status = f"Cobbler at {self.url} answered HTTP {exc.errcode} {exc.errmsg} during {what}"
+            if exc.errcode in (401, 403):  # a proxy in front of Cobbler refused us
+                raise CobblerAuthError(status) from None
+            if 400 <= exc.errcode < 500 and exc.errcode not in (408, 429):  # wrong URL, not transient
+                raise CobblerRejected(status) from None
+            raise CobblerUnavailable(status) from None
+        except (ExpatError, xmlrpc.client.ResponseError) as exc:  # 200 but not an XML-RPC answer
+            raise CobblerError(f"Cobbler at {self.url} answered {what} with a body that is not "
+                               f"XML-RPC (is cobbler_url its /cobbler_api?): {exc}") from None
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
             raise CobblerUnavailable(f"Cobbler at {self.url} unreachable during {what}: {exc}") from exc
 
     def token(self) -> str:
@@ -316,7 +333,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already installed
     and ready, which step 3 takes as its answer.
     """
-    from tasks.salt_master import AUTOSIGN_GRAIN, hypervisor_ready, master_client
+    from tasks.salt_master import hypervisor_ready, master_client
 
     logger = get_run_logger()
     settings = load_settings()

@@ -26,7 +26,6 @@ from tasks.retry import retry_on
 ERP_CONNECT_TIMEOUT = 3.05
 ERP_TIMEOUT = (ERP_CONNECT_TIMEOUT, 15.0)  # (connect, read) seconds: never wait forever
 NOTICE_PATH = "/api/v1/store-rollouts"
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 # the one retry layer of the ERP call (docs/reliability.md): 5 attempts, 52 s of waits
 ERP_RETRIES = 4
 ERP_RETRY_DELAYS: list[float] = [2, 5, 15, 30]
@@ -90,15 +89,25 @@ class ErpClient:
         except requests.RequestException as exc:
             raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id} failed: "
                                  f"{type(exc).__name__}") from None
-        if resp.status_code in TRANSIENT_STATUS:
+        if resp.status_code >= 500 or resp.status_code == 429:  # 429: busy, worth retrying
             raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id}: HTTP "
                                  f"{resp.status_code}")
         if resp.status_code >= 400:
             raise ErpRejected(f"ERP POST {url} for store {notice.store_id}: HTTP "
-                              f"{resp.status_code} {resp.text[:200]}")
-        body = resp.json()
-        return {"erp_id": body["id"], "replay": bool(body.get("replay")),
+                              f"{resp.status_code} {self._redact(resp.text)[:200]}")
+        try:
+            body = resp.json()
+            erp_id = body["id"]
+        except (ValueError, TypeError, KeyError):  # JSONDecodeError is a ValueError
+            raise ErpError(f"ERP POST {url} for store {notice.store_id}: HTTP {resp.status_code} "
+                           f"without a JSON object with an id: {self._redact(resp.text)[:100]!r}") from None
+        return {"erp_id": erp_id, "replay": bool(body.get("replay")),
                 "status": resp.status_code, "idempotency_key": notice.idempotency_key()}
+
+    def _redact(self, text: str) -> str:
+        """An ERP body quoted in an error, without our token should the ERP echo it."""
+        token = self._token.get_secret_value()
+        return text.replace(token, "**********") if token else text
 
 
 class ErpCredentials(CredentialsBlock):

@@ -13,10 +13,17 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from store_rollout.contracts import (
+    FIRSTBOOT_EVENT_DONE,
+    FIRSTBOOT_EVENT_PREFIX,
+    FIRSTBOOT_STAGE_DONE,
+    FIRSTBOOT_STAGE_GRAIN,
+    FIRSTBOOT_STAGE_NEW,
+)
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.retry import retry_on
-from tasks.salt_master import (
+from tasks.salt_client import (
     SaltError,
     SaltEvent,
     SaltEventTimeout,
@@ -26,7 +33,6 @@ from tasks.salt_master import (
     master_client,
 )
 
-STAGE_PREFIX = "store/vm/firstboot/"
 STATE_FUNS = {"state.sls", "state.apply", "state.highstate"}
 
 
@@ -42,7 +48,8 @@ class FirstbootFailed(Exception):
 def current_stage(master: SaltMasterClient, minion: str) -> str | None:
     """The VM's firstboot_stage grain, or None when it does not answer."""
     try:
-        return str(master.cmd(minion, "grains.get", ["firstboot_stage"], timeout=5) or "new")
+        stage = master.cmd(minion, "grains.get", [FIRSTBOOT_STAGE_GRAIN], timeout=5)
+        return str(stage or FIRSTBOOT_STAGE_NEW)
     except SaltError:
         return None
 
@@ -89,12 +96,12 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
         if event.tag == f"salt/minion/{minion}/start":
             boots += 1
             revoke_once()
-            return current_stage(master, minion) == "done"
-        if event.tag.startswith(STAGE_PREFIX):
-            stage = event.tag[len(STAGE_PREFIX):]
+            return current_stage(master, minion) == FIRSTBOOT_STAGE_DONE
+        if event.tag.startswith(FIRSTBOOT_EVENT_PREFIX):
+            stage = event.tag[len(FIRSTBOOT_EVENT_PREFIX):]
             stages[stage] = round(time.monotonic() - started, 3)
             logger.info("store %s: firstboot stage %s", store.store_id, stage)
-            return stage == "done"
+            return stage == FIRSTBOOT_EVENT_DONE
         if (event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS
                 and int(event.data.get("retcode", 0) or 0) != 0):
             ret = event.data.get("return")
@@ -105,7 +112,7 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
     deadline = started + timeout
     with master.subscribe("") as bus:
         revoke_once()
-        done = current_stage(master, minion) == "done"
+        done = current_stage(master, minion) == FIRSTBOOT_STAGE_DONE
         while not done:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

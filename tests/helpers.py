@@ -4,20 +4,41 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import operator
+import re
 import subprocess
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 import yaml
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from lab.state import SALT_STATES_DIR, VENV_BIN, LabInfo
-from store_rollout.steps import STEPS
+from store_rollout.contracts import BOOTSTRAP_FILES, FIRSTBOOT_STAGE_DONE, FIRSTBOOT_STAGE_GRAIN, STEPS
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltMasterClient
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], *, timeout: float, interval: float = 0.2, what: str) -> T:
+    """Call `condition` every `interval` seconds until it returns something truthy, and return
+    that; after `timeout` seconds an AssertionError names `what` and the last value. An
+    exception from `condition` is not waited out: it propagates at once."""
+
+    def timed_out(state: RetryCallState) -> T:
+        last = state.outcome.result() if state.outcome is not None else None
+        raise AssertionError(f"{what}: not within {timeout:g}s ({state.attempt_number} tries); "
+                             f"last value: {last!r}")
+
+    retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
+                        retry=retry_if_result(operator.not_), retry_error_callback=timed_out)
+    return retrying(condition)
 
 
 def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:00") -> Path:
@@ -117,11 +138,10 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     assert json.loads((Path(backing).parent / "meta.json").read_text()) == cache_meta
     assert len(cache_meta["sha256"]) == 64 and cache_meta["size"] == Path(backing).stat().st_size
     # the VM: firstboot finished, bootstrap config gone (on its disk and as Salt sees it)
-    assert master.cmd(vm, "grains.get", ["firstboot_stage"]) == "done"
+    assert master.cmd(vm, "grains.get", [FIRSTBOOT_STAGE_GRAIN]) == FIRSTBOOT_STAGE_DONE
     minion_d = Path(lab.state_dir) / "simulator" / "minions" / vm / "etc" / "minion.d"
     assert (minion_d / "00-master.conf").exists()
-    assert not (minion_d / "90-bootstrap.conf").exists()
-    assert not (minion_d / "15-identity.conf").exists()
+    assert not any((minion_d / name).exists() for name in BOOTSTRAP_FILES)
     # ERP: exactly one notice created for the store
     created = created_erp_notices(lab, store_id)
     assert len(created) == 1 and created[0]["erp_id"] == result["erp_id"]
@@ -130,26 +150,46 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any]) -> None:
     assert run["state_type"] == "COMPLETED"
     names = sorted(t["name"] for t in tasks if t["state_type"] == "COMPLETED")
     assert names == sorted(f"{step}-{store_id}" for step in STEPS), names  # what the UI lists
-    assert set(result["step_seconds"]) == {"image", "pxe_install_hypervisor",
-                                           "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
-                                           "firstboot", "notify_erp"}
+    assert set(result["step_seconds"]) == set(STEPS)
 
 
 def result_from_systems(lab: LabInfo, store_id: str) -> dict[str, Any]:
-    """What check_store needs from a rollout result, read back from the store's run."""
+    """What check_store needs from a rollout result, read back from what the store's run and
+    the lab recorded, for runs whose flow result this process never saw (worker, batch).
+
+    The flow's result is not persisted; its `rollout-<store>` artifact (markdown_report) is what
+    Prefect keeps of it: the step durations, the VM's uuid and the image key's first 16
+    characters. The full key is the one image cache entry with that prefix (check_store then
+    finds it in the VM's backing file); the VM is the hypervisor's own domain summary, which
+    must be the VM the run reported."""
     api = lab.prefect_api_url
     run = requests.post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{store_id}"]}}, "sort": "START_TIME_DESC",
         "limit": 1}, timeout=10).json()[0]
-    art = requests.post(f"{api}/artifacts/filter", json={
-        "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}, timeout=10).json()[0]
-    assert art["key"] == f"rollout-{store_id}"
+    arts = requests.post(f"{api}/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [run["id"]]}, "key": {"any_": [f"rollout-{store_id}"]}}},
+        timeout=10).json()
+    assert len(arts) == 1, f"run {run['name']}: artifacts {[a['key'] for a in arts]}"
+    report = parse_rollout_report(arts[0]["data"])
+    keys = [p.name for p in Path(lab.image_cache_dir).iterdir()
+            if p.is_dir() and re.fullmatch(r"[0-9a-f]+", p.name)
+            and p.name.startswith(report["image_key_prefix"])]
+    assert len(keys) == 1, f"image cache entries for {report['image_key_prefix']}: {keys}"
     master = SaltMasterClient(lab.salt_master_config)
     vm = master.cmd(f"store-{store_id}-hv", "storevirt.domain_summary", [f"store-{store_id}-vm"])
-    return {"vm": vm, "image_key": Path(vm["backing"]).parent.name,
-            "step_seconds": dict.fromkeys(["image", "pxe_install_hypervisor",
-                                           "wait_for_hypervisor", "prepare_vm_keys", "create_vm",
-                                           "firstboot", "notify_erp"], 0.0)}
+    assert vm["uuid"] == report["vm_uuid"], (vm, report)
+    return {"vm": vm, "image_key": keys[0], "step_seconds": report["step_seconds"]}
+
+
+def parse_rollout_report(markdown: str) -> dict[str, Any]:
+    """The values store_rollout.steps.markdown_report wrote: step_seconds (steps without a
+    duration are absent), image_key_prefix, vm_uuid."""
+    rows = dict(re.findall(r"^\| (\w+) \| ([0-9.]+) \|$", markdown, re.MULTILINE))
+    image = re.search(r"^- image: `([0-9a-f]+)`", markdown, re.MULTILINE)
+    uuid = re.search(r"^- VM: `[^`]*` \(uuid `([^`]+)`\)", markdown, re.MULTILINE)
+    assert image and uuid, markdown
+    return {"step_seconds": {step: float(rows[step]) for step in STEPS if step in rows},
+            "image_key_prefix": image.group(1), "vm_uuid": uuid.group(1)}
 
 
 def load_salt_module(kind: str, name: str, salt: dict[str, Any] | None = None) -> ModuleType:

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from lab.state import LabInfo
-from store_rollout.steps import STEPS
+from store_rollout.contracts import STEPS
 from tests.helpers import created_erp_notices, write_inventory
 from tests.test_cancel import assert_rolled_back, domain_running
 

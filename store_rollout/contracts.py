@@ -1,0 +1,87 @@
+"""String contracts between the orchestrator and what runs elsewhere: Salt states and modules
+on the master and minions, the image's minion.d files and shell scripts, the AutoYaST profile.
+
+This module is the one Python spelling of each value; Python code imports it. The other sides
+cannot import Python (a minion has no store_rollout package, a shell script none at all), so
+they keep their own spelling, and tests/test_contracts.py fails when one differs from this.
+Change a value here, then in the files the test names.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- autosign --------------------------------------------------------------------------------
+# The one grain the master's autosign_grains_dir matches at key authentication: the master
+# holds the one-time tokens in `autosign_grains_dir/<AUTOSIGN_GRAIN>` (tasks/salt_client.py,
+# lab/salt_master.py); a minion sends it because its minion config lists it in
+# `autosign_grains` (image: minion.d/20-autosign.conf; hypervisor: the AutoYaST profile, which
+# gets it as Cobbler meta `autosign_grain`) and sets it from its token (image: store-identity
+# writes it to 15-identity.conf; hypervisor: the AutoYaST profile's grains file).
+AUTOSIGN_GRAIN: Final = "store_rollout_token"
+
+# -- hypervisor ready ------------------------------------------------------------------------
+# The last state of a hypervisor's highstate sets this grain and fires this event
+# (salt_states/hypervisor/ready via parameters/defaults.yaml `ready:`); step 3
+# (tasks/salt_master.wait_for_hypervisor) waits for the event and probes the grain.
+HYPERVISOR_READY_TAG: Final = "store/hypervisor/ready"
+HYPERVISOR_READY_GRAIN: Final = "store_rollout_hypervisor_ready"
+# The bridge addressing AutoYaST gave the hypervisor (its profile writes the grain; the
+# hypervisor formula's map.jinja reads it for its checks).
+BRIDGE_GRAIN: Final = "store_rollout_bridge"
+
+# -- store VM firstboot ----------------------------------------------------------------------
+# The image's bootstrap minion.d file runs this sls at minion start (startup_states).
+FIRSTBOOT_SLS: Final = "provisioning_helper.firstboot"
+# The VM's progress through firstboot across reboots, kept in a grain: init.sls includes
+# `provisioning_helper.firstboot.<stage>` (one sls per stage, in this order, each setting the
+# next); step 6 (tasks/firstboot.py) and the lab checks read the grain. A VM without the grain
+# is at the first stage.
+FIRSTBOOT_STAGE_GRAIN: Final = "firstboot_stage"
+FIRSTBOOT_STAGES: Final = ("new", "highstate", "verify", "done")
+FIRSTBOOT_STAGE_NEW: Final = FIRSTBOOT_STAGES[0]
+FIRSTBOOT_STAGE_DONE: Final = FIRSTBOOT_STAGES[-1]
+# Events the firstboot states fire, `<prefix><event>`; the master's reactor matches the prefix
+# (reactor.yaml) and step 6 follows them, finished at FIRSTBOOT_EVENT_DONE.
+FIRSTBOOT_EVENT_PREFIX: Final = "store/vm/firstboot/"
+FIRSTBOOT_EVENTS: Final = ("started", "highstate", "report", "done")
+FIRSTBOOT_EVENT_DONE: Final = "done"
+# What the reactor re-announces firstboot events as (reactor/firstboot_progress.sls), one
+# master-side tag for watchers; no Python reader yet.
+ROLLOUT_PROGRESS_TAG: Final = "store/rollout/progress"
+
+# -- bootstrap files (minion.d) --------------------------------------------------------------
+# One-shot minion config: the image ships BOOTSTRAP_CONF (startup_states: FIRSTBOOT_SLS), its
+# store-identity service writes IDENTITY_CONF (the autosign token grain); firstboot's last stage
+# removes both (salt_states/_modules/provisioning.py BOOTSTRAP_FILES), the image's config.sh
+# removes a stray IDENTITY_CONF at build time, the lab's checks assert both are gone.
+MINION_CONF_DIR: Final = "minion.d"
+BOOTSTRAP_CONF: Final = "90-bootstrap.conf"
+IDENTITY_CONF: Final = "15-identity.conf"
+BOOTSTRAP_FILES: Final = (BOOTSTRAP_CONF, IDENTITY_CONF)
+
+# -- VM identity seed ------------------------------------------------------------------------
+# The read-only ISO 9660 disk the hypervisor attaches to a VM (salt_states/_modules/storevirt.py
+# writes it), found by the guest's store-identity script with `blkid -t LABEL=<SEED_LABEL>`,
+# holding SEED_FILE with KEY=value lines for SEED_KEYS; the lab's simulator reads the same ISO.
+SEED_LABEL: Final = "STORE_SEED"
+SEED_FILE: Final = "identity.env"
+SEED_KEYS: Final = ("minion_id", "store_id", "autosign_token")
+# store-identity reads a seed already at hand and writes elsewhere than /etc/salt when these are
+# set (the lab's simulator and the tests run the image's own script this way).
+IDENTITY_SEED_DIR_ENV: Final = "STORE_IDENTITY_SEED_DIR"
+IDENTITY_SALT_DIR_ENV: Final = "STORE_IDENTITY_SALT_DIR"
+
+# -- rollout steps ---------------------------------------------------------------------------
+# One store's steps in order: the flow runs them under these names (its task runs are named
+# `<step>-<store>`, what the UI and the lab checks list), the CLI's live view and reports show
+# them, result["step_seconds"] is keyed by them.
+STEP_IMAGE: Final = "image"
+STEP_PXE_INSTALL_HYPERVISOR: Final = "pxe_install_hypervisor"
+STEP_WAIT_FOR_HYPERVISOR: Final = "wait_for_hypervisor"
+STEP_PREPARE_VM_KEYS: Final = "prepare_vm_keys"
+STEP_CREATE_VM: Final = "create_vm"
+STEP_FIRSTBOOT: Final = "firstboot"
+STEP_NOTIFY_ERP: Final = "notify_erp"
+STEPS: Final = (STEP_IMAGE, STEP_PXE_INSTALL_HYPERVISOR, STEP_WAIT_FOR_HYPERVISOR,
+                STEP_PREPARE_VM_KEYS, STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_NOTIFY_ERP)

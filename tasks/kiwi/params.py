@@ -1,0 +1,89 @@
+"""Build parameters: per-site values (``SALT_MASTER``, ``SALT_MASTER_PORT``) for the overlay's
+``"@KEY@"`` placeholders, plus the few the builders read themselves (``KIWI_PROFILE``,
+``LAB_DISK_SIZE``). Every parameter is part of the image key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from tasks.kiwi.errors import BuildParamsError
+from tasks.kiwi.overlay import minion_d_dir, placeholders, substitute
+
+__all__ = [
+    "BUILDER_PARAMS",
+    "DEFAULT_PARAMS",
+    "PARAM_KEY_RE",
+    "PARAM_VALUE_RE",
+    "kiwi_profile",
+    "render_minion_d",
+    "resolve_params",
+]
+
+DEFAULT_PARAMS: Mapping[str, str] = {"SALT_MASTER_PORT": "4506"}
+"""Build parameters with a default; every other placeholder must be passed explicitly."""
+
+BUILDER_PARAMS = frozenset({"KIWI_PROFILE", "LAB_DISK_SIZE"})
+"""Parameters read by the builders themselves (part of the key, never placeholders)."""
+
+PARAM_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+PARAM_VALUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
+
+
+def kiwi_profile(params: Mapping[str, str]) -> str | None:
+    """The KIWI profile ``KIWI_PROFILE`` selects (``None``: the ``import="true"`` profiles)."""
+    return params.get("KIWI_PROFILE") or None
+
+
+def resolve_params(desc_dir: Path, params: Mapping[str, str]) -> dict[str, str]:
+    """Defaults + ``params``, checked against the placeholders the overlay uses.
+
+    Args:
+        desc_dir: The description directory.
+        params: Build parameters, e.g. ``{"SALT_MASTER": "10.20.0.1"}``.
+
+    Returns:
+        The effective parameters (sorted by key).
+
+    Raises:
+        BuildParamsError: A placeholder has no value, or a key/value is malformed.
+    """
+    effective = {**DEFAULT_PARAMS, **params}
+    problems: list[str] = []
+    for key, value in sorted(effective.items()):
+        if not isinstance(key, str) or not PARAM_KEY_RE.match(key):
+            problems.append(f"parameter name {key!r} must match {PARAM_KEY_RE.pattern}")
+        elif not isinstance(value, str) or not PARAM_VALUE_RE.match(value):
+            problems.append(f"parameter {key}={value!r} must match {PARAM_VALUE_RE.pattern}")
+    for name, files in sorted(placeholders(desc_dir).items()):
+        if name in BUILDER_PARAMS:
+            problems.append(f"placeholder @{name}@ in {', '.join(files)} is a builder parameter")
+        elif name not in effective:
+            problems.append(f"no value for @{name}@ (used in minion.d/{', minion.d/'.join(files)})")
+    if problems:
+        raise BuildParamsError(desc_dir, problems)
+    return dict(sorted(effective.items()))
+
+
+def render_minion_d(desc_dir: Path, params: Mapping[str, str]) -> dict[str, str]:
+    """The ``minion.d`` files as they end up in the image, placeholders substituted.
+
+    Args:
+        desc_dir: The description directory.
+        params: Build parameters (defaults applied).
+
+    Returns:
+        File name -> text, e.g. ``{"00-master.conf": 'master: "10.0.0.1"\\n...'}``.
+
+    Raises:
+        BuildParamsError: A placeholder has no value or a value is malformed.
+    """
+    effective = resolve_params(desc_dir, params)
+    minion_d = minion_d_dir(desc_dir)
+    out: dict[str, str] = {}
+    for path in sorted(p for p in minion_d.iterdir() if p.is_file()):
+        text = path.read_text(encoding="utf-8")
+        out[path.name] = substitute(text, effective) if path.suffix == ".conf" else text
+    return out

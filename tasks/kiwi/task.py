@@ -1,0 +1,64 @@
+"""The Prefect task of the image step (the only place in :mod:`tasks.kiwi` that uses Prefect)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from store_rollout import instrument
+from tasks.kiwi.builders import BUILDERS, make_builder
+from tasks.kiwi.cache import ImageCache
+from tasks.kiwi.errors import KiwiTaskError
+from tasks.kiwi.validate import resolve_description
+
+__all__ = ["ensure_image"]
+
+
+@task(task_run_name="image-{description}")
+def ensure_image(
+    description: str, params: dict[str, str], cache_dir: str, builder: str = "lab"
+) -> dict[str, Any]:
+    """Make sure the image for ``description`` + ``params`` is in the cache.
+
+    Args:
+        description: Name under ``image_builds/`` (``leap-jeos``, ``lab-debian``) or a path.
+        params: Build parameters, e.g. ``{"SALT_MASTER": "10.20.0.1"}``; ``KIWI_PROFILE``
+            selects a KIWI profile, ``LAB_DISK_SIZE`` the lab image size.
+        cache_dir: Image cache directory.
+        builder: ``lab`` (validate + empty qcow2) or ``kiwi`` (real kiwi-ng build, root).
+
+    Returns:
+        ``{"key", "path", "sha256", "meta", "cache_hit", "seconds", "build_seconds",
+        "kiwi_seconds"}``.
+
+    Example:
+        >>> @flow
+        ... def images():
+        ...     return ensure_image("lab-debian", {"SALT_MASTER": "127.0.0.1"}, "/srv/cache")
+    """
+    logger = get_run_logger()
+    if builder not in BUILDERS:
+        raise ValueError(f"unknown builder {builder!r}; expected one of {', '.join(BUILDERS)}")
+    desc_dir = resolve_description(description)
+    cache = Path(cache_dir)
+    logger.info("Ensuring image %s with builder %s in %s", description, builder, cache)
+    try:
+        ref = ImageCache(cache).ensure(
+            desc_dir, params, make_builder(builder, cache), log=logger.info
+        )
+        instrument.add("kiwi", ref.build_seconds)
+    except KiwiTaskError:
+        logger.exception("Image %s (builder %s) failed", description, builder)
+        raise
+    return {
+        "key": ref.key,
+        "path": str(ref.path),
+        "sha256": ref.meta["sha256"],
+        "meta": ref.meta,
+        "cache_hit": ref.cache_hit,
+        "seconds": round(ref.seconds, 3),
+        "build_seconds": round(ref.build_seconds, 3),
+        "kiwi_seconds": round(ref.kiwi_seconds, 3),
+    }

@@ -1,0 +1,212 @@
+"""CobblerClient maps Cobbler's faults and transport failures to the CobblerError tree.
+
+A fake Cobbler (xmlrpc.server, faults in Cobbler 3.3's format) and a plain HTTP server that
+answers with a chosen status or body run on 127.0.0.1 in a thread of the test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
+
+import pytest
+
+from tasks.cobbler import (
+    CobblerAuthError,
+    CobblerClient,
+    CobblerError,
+    CobblerNotFound,
+    CobblerRejected,
+    CobblerUnavailable,
+)
+from tests.local_servers import refused_url, resetting_url, serving, silent_url
+
+USER, PASSWORD = "rollout", "s3cret-Pa55"
+TIMEOUT = 0.5
+
+
+class CX(Exception):
+    """Cobbler's exception: xmlrpc.server sends it as Fault(1, "<class '...CX'>:'text'")."""
+
+    def __str__(self) -> str:
+        return repr(self.args[0])
+
+
+class FakeCobbler:
+    def __init__(self) -> None:
+        self.token = "tok-1"
+        self.logins = 0
+        self.systems = {"hv-1": {"name": "hv-1", "netboot_enabled": True}}
+
+    def _dispatch(self, method: str, params: tuple[Any, ...]) -> Any:
+        return getattr(self, f"do_{method}")(*params)
+
+    def do_version(self) -> float:
+        return 3.3
+
+    def do_login(self, user: str, password: str) -> str:
+        self.logins += 1
+        if (user, password) != (USER, PASSWORD):  # echoes the password: the client must not
+            raise CX(f"login failed ({user}, {password})")
+        return self.token
+
+    def do_get_system(self, name: str) -> Any:
+        return self.systems.get(name, "~")
+
+    def do_get_system_handle(self, name: str, token: str) -> str:
+        self.check(token)
+        if name not in self.systems:
+            raise CX(f"internal error, unknown system name {name}")
+        return f"system::{name}"
+
+    def do_disable_netboot(self, name: str, token: str) -> bool:
+        self.check(token)
+        self.systems[name]["netboot_enabled"] = False
+        return True
+
+    def do_modify_system(self, handle: str, key: str, value: Any, token: str) -> bool:
+        raise CX(f"invalid MAC address format ({value})")
+
+    def check(self, token: str) -> None:
+        if token != self.token:
+            raise CX(f"invalid token: {token}")
+
+
+class _Handler(SimpleXMLRPCRequestHandler):
+    rpc_paths = ("/cobbler_api",)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def cobbler() -> Iterator[tuple[FakeCobbler, CobblerClient]]:
+    fake = FakeCobbler()
+    server = SimpleXMLRPCServer(("127.0.0.1", 0), _Handler, logRequests=False, allow_none=True)
+    server.register_instance(fake)
+    with serving(server) as base:
+        yield fake, CobblerClient(url=f"{base}/cobbler_api", user=USER, password=PASSWORD,
+                                  timeout=TIMEOUT)
+
+
+class Answer(BaseHTTPRequestHandler):
+    """Answers every POST with the server's `status` and `body`."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        status, body = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Type", "text/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def answering(status: int, body: bytes = b"") -> CobblerError:
+    """What a login against a server answering `status`/`body` raises."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    server.answer = (status, body)  # type: ignore[attr-defined]
+    with serving(server) as base:
+        return login_error(f"{base}/cobbler_api")
+
+
+def login_error(url: str) -> CobblerError:
+    client = CobblerClient(url=url, user=USER, password=PASSWORD, timeout=TIMEOUT)
+    with pytest.raises(CobblerError) as info:
+        client.token()
+    assert PASSWORD not in str(info.value)
+    return info.value
+
+
+def test_calls_that_work(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    fake, client = cobbler
+    assert client.version() == 3.3
+    assert client.get_system("hv-1") == {"name": "hv-1", "netboot_enabled": True}
+    assert client.get_system("hv-9") is None  # Cobbler's '~'
+    client.disable_netboot("hv-1")
+    assert fake.systems["hv-1"]["netboot_enabled"] is False and fake.logins == 1
+
+
+def test_unknown_object_is_not_found(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    _, client = cobbler
+    with pytest.raises(CobblerNotFound, match="^Cobbler power on hv-9: 'internal error, unknown "
+                                              "system name hv-9'$"):
+        client.power("hv-9", "on")
+
+
+def test_refused_value_is_rejected(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    _, client = cobbler
+    with pytest.raises(CobblerRejected, match="modify_system mac_address: 'invalid MAC"):
+        client._modify("system::hv-1", "mac_address", "zz")
+
+
+def test_login_refused_names_the_user_never_the_password(
+        cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    url = cobbler[1].url
+    client = CobblerClient(url=url, user=USER, password="wrong-" + PASSWORD, timeout=TIMEOUT)
+    with pytest.raises(CobblerAuthError) as info:
+        client.token()
+    assert str(info.value) == f"Cobbler at {url}: login failed for {USER!r}"
+    assert PASSWORD not in str(info.value)
+
+
+def test_expired_token_is_retryable_and_renewed(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    fake, client = cobbler
+    client.token()
+    fake.token = "tok-2"  # Cobbler restarted: the client's token is gone
+    with pytest.raises(CobblerUnavailable, match="disable_netboot hv-1: token expired"):
+        client.disable_netboot("hv-1")
+    client.disable_netboot("hv-1")  # the next attempt logs in again
+    assert fake.logins == 2
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    (401, CobblerAuthError), (403, CobblerAuthError),
+    (404, CobblerRejected), (400, CobblerRejected),
+    (408, CobblerUnavailable), (429, CobblerUnavailable),
+    (500, CobblerUnavailable), (502, CobblerUnavailable), (503, CobblerUnavailable),
+])
+def test_http_status(status: int, expected: type[CobblerError]) -> None:
+    error = answering(status)
+    assert type(error) is expected
+    assert f"answered HTTP {status} " in str(error) and "during login" in str(error)
+    assert "127.0.0.1:" in str(error)
+
+
+@pytest.mark.parametrize("body", [b"<html><body>Bad gateway</body></html",  # not well-formed
+                                  b"Service restarting",
+                                  b"<?xml version='1.0'?><html></html>"])  # XML, not XML-RPC
+def test_body_that_is_not_xmlrpc(body: bytes) -> None:
+    error = answering(200, body)
+    assert type(error) is CobblerError  # not retried: the URL points at something else
+    assert "answered login with a body that is not XML-RPC" in str(error)
+
+
+def test_connection_refused() -> None:
+    url = refused_url()
+    error = login_error(url)
+    assert type(error) is CobblerUnavailable
+    assert str(error).startswith(f"Cobbler at {url} unreachable during login: ")
+    assert "Connection refused" in str(error)
+
+
+def test_connection_reset() -> None:
+    with resetting_url() as url:
+        error = login_error(url)
+    assert type(error) is CobblerUnavailable
+    assert f"Cobbler at {url} unreachable during login" in str(error)
+
+
+def test_read_timeout_uses_the_client_timeout() -> None:
+    with silent_url() as url:
+        started = time.monotonic()
+        error = login_error(url)
+        waited = time.monotonic() - started
+    assert type(error) is CobblerUnavailable and "timed out" in str(error)
+    assert TIMEOUT <= waited < TIMEOUT + 1.5

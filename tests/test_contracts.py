@@ -1,0 +1,368 @@
+"""Every spelling of a string contract agrees with store_rollout/contracts.py.
+
+Salt states, reactor, formula defaults, minion.d files, the image's shell scripts and the AutoYaST
+profile cannot import Python, so they spell the contracts themselves; this test reads them and
+names each file and line that spells one differently (found vs expected). Python code must import
+the contract instead of spelling it again.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lab.state import REPO_ROOT
+from store_rollout import contracts as c
+
+SALT = Path("salt_states")
+IMAGES = Path("image_builds")
+FIRSTBOOT_DIR = SALT / "provisioning_helper" / "firstboot"
+HYPERVISOR_DEFAULTS = SALT / "hypervisor" / "parameters" / "defaults.yaml"
+MINION_D = IMAGES / "overlays" / "salt-minion" / "etc" / "salt" / c.MINION_CONF_DIR
+IDENTITY_SCRIPT = IMAGES / "overlays" / "salt-minion" / "usr" / "local" / "sbin" / "store-identity"
+AUTOYAST = IMAGES / "autoyast" / "store-hypervisor.xml"
+
+# grains the project's states set
+SET_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN}
+# grains the states may read: the contracts', those the install/image set (role, store_id) and
+# Salt's own
+READ_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, c.AUTOSIGN_GRAIN,
+               "role", "store_id", "os", "os_family", "osfinger", "ipv4"}
+FIRSTBOOT_TAGS = {c.FIRSTBOOT_EVENT_PREFIX + event for event in c.FIRSTBOOT_EVENTS}
+# `store_rollout_*` / `STORE_*` words outside Python: each must be a contract
+# (store_rollout_lab: the lab minion's config key, not a contract with the image)
+PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, "store_rollout_lab",
+                 c.SEED_LABEL, c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}
+PROJECT_WORD_RE = re.compile(r"\b(store_rollout_[a-z_]+|STORE_[A-Z_]+)\b")
+# the hypervisor's own minion config, which its AutoYaST profile writes
+HYPERVISOR_MINION_CONF = {"50-store-rollout.conf"}
+MINION_CONF_RE = re.compile(r"\b\d\d-[a-z][a-z0-9-]*\.conf\b")
+# values distinctive enough that a Python string equal to one is a second spelling
+DISTINCT = {name: getattr(c, name) for name in (
+    "AUTOSIGN_GRAIN", "HYPERVISOR_READY_TAG", "HYPERVISOR_READY_GRAIN", "BRIDGE_GRAIN",
+    "FIRSTBOOT_SLS", "FIRSTBOOT_STAGE_GRAIN", "FIRSTBOOT_EVENT_PREFIX", "ROLLOUT_PROGRESS_TAG",
+    "BOOTSTRAP_CONF", "IDENTITY_CONF", "SEED_LABEL", "SEED_FILE", "IDENTITY_SEED_DIR_ENV",
+    "IDENTITY_SALT_DIR_ENV")}
+PYTHON_PACKAGES = ("store_rollout", "tasks", "flows", "app", "lab")
+
+
+class Report:
+    """Problems as `file:line: what: found X, expected Y (contracts.NAME)`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.problems: list[str] = []
+
+    def at(self, path: Path, line: int | None, message: str) -> None:
+        self.problems.append(f"{path}:{line if line is not None else '-'}: {message}")
+
+    def expect(self, path: Path, line: int | None, what: str, found: Any, expected: Any,
+               contract: str) -> None:
+        if found != expected:
+            self.at(path, line, f"{what}: found {found!r}, expected {expected!r} "
+                                f"(store_rollout.contracts.{contract})")
+
+    def expect_in(self, path: Path, line: int | None, what: str, found: Any, allowed: Any,
+                  contract: str) -> None:
+        if found not in allowed:
+            self.at(path, line, f"{what}: found {found!r}, expected one of {sorted(allowed)} "
+                                f"(store_rollout.contracts.{contract})")
+
+    def text(self, path: Path) -> str:
+        return (self.root / path).read_text()
+
+    def lines(self, path: Path) -> Iterator[tuple[int, str]]:
+        return enumerate(self.text(path).splitlines(), start=1)
+
+
+# -- reading the files ---------------------------------------------------------------------------
+
+def without_jinja(text: str) -> str:
+    """YAML of a .sls with its Jinja blanked, line for line ({{ }} becomes a placeholder)."""
+    text = re.sub(r"\{%.*?%\}|\{#.*?#\}", "", text)
+    return re.sub(r"\{\{.*?\}\}", "JINJA", text)
+
+
+def sls_arguments(text: str) -> Iterator[tuple[str, str, str, str | None, int]]:
+    """(state id, function, argument, scalar value or None, line) of every state argument."""
+    root = yaml.compose(without_jinja(text))
+    if not isinstance(root, yaml.MappingNode):
+        return
+    for id_node, body in root.value:
+        if not isinstance(body, yaml.MappingNode):
+            continue  # include:, extend:
+        for fun_node, args in body.value:
+            if not isinstance(args, yaml.SequenceNode):
+                continue
+            for item in args.value:
+                if isinstance(item, yaml.MappingNode):
+                    for key, value in item.value:
+                        scalar = value.value if isinstance(value, yaml.ScalarNode) else None
+                        yield id_node.value, fun_node.value, key.value, scalar, key.start_mark.line + 1
+
+
+def yaml_value(text: str, *keys: str) -> tuple[Any, int | None]:
+    """The value under `keys` and its line (None when missing)."""
+    node: yaml.Node | None = yaml.compose(text)
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            return None, None
+        node = next((v for k, v in node.value if k.value == key), None)
+    if node is None:
+        return None, None
+    return yaml.safe_load(yaml.serialize(node)), node.start_mark.line + 1
+
+
+def python_constants(path: Path) -> dict[str, tuple[Any, int]]:
+    """Module-level NAME = literal assignments of a Python file: value and line."""
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = (ast.literal_eval(node.value), node.lineno)
+            except ValueError:
+                continue
+    return found
+
+
+# -- the checks ----------------------------------------------------------------------------------
+
+def check_states(r: Report) -> None:
+    """Grains set and read, events sent by every .sls and .jinja of the master's file_roots."""
+    for path in sorted((r.root / SALT).rglob("*")):
+        if path.suffix not in (".sls", ".jinja"):
+            continue
+        rel = path.relative_to(r.root)
+        text = path.read_text()
+        for number, line in enumerate(text.splitlines(), start=1):
+            for grain in re.findall(r"grains\.get'?\]?\(\s*['\"]([^'\"]+)['\"]", line):
+                r.expect_in(rel, number, "grain read", grain, READ_GRAINS, "*_GRAIN")
+        if path.suffix != ".sls":
+            continue
+        for _state, fun, arg, value, number in sls_arguments(text):
+            if value is None or value == "JINJA" or arg != "name":
+                continue
+            if fun == "grains.present":
+                r.expect_in(rel, number, "grain set", value, SET_GRAINS, "*_GRAIN")
+            elif fun == "event.send":
+                r.expect_in(rel, number, "event tag", value, FIRSTBOOT_TAGS | {c.HYPERVISOR_READY_TAG},
+                            "FIRSTBOOT_EVENT_PREFIX + FIRSTBOOT_EVENTS")
+
+
+def check_firstboot(r: Report) -> None:
+    """One sls per stage; init.sls picks it by the stage grain; each stage sets the next."""
+    stage_files = sorted(p.stem for p in (r.root / FIRSTBOOT_DIR).glob("*.sls") if p.stem != "init")
+    r.expect(FIRSTBOOT_DIR, None, "stage sls files", stage_files, sorted(c.FIRSTBOOT_STAGES),
+             "FIRSTBOOT_STAGES")
+    init = FIRSTBOOT_DIR / "init.sls"
+    picks = [(n, m) for n, line in r.lines(init)
+             if (m := re.search(r"firstboot\.\{\{.*grains\.get'\]\(\s*'([^']*)',\s*'([^']*)'", line))]
+    if not picks:
+        r.at(init, None, "no include of provisioning_helper.firstboot.<stage grain>")
+    for number, match in picks:
+        r.expect(init, number, "stage grain", match.group(1), c.FIRSTBOOT_STAGE_GRAIN,
+                 "FIRSTBOOT_STAGE_GRAIN")
+        r.expect(init, number, "stage without the grain", match.group(2), c.FIRSTBOOT_STAGE_NEW,
+                 "FIRSTBOOT_STAGE_NEW")
+    following = dict(zip(c.FIRSTBOOT_STAGES, c.FIRSTBOOT_STAGES[1:], strict=False))
+    sent: set[str] = set()
+    for stage in c.FIRSTBOOT_STAGES:
+        path = FIRSTBOOT_DIR / f"{stage}.sls"
+        if not (r.root / path).exists():
+            continue
+        states: dict[str, dict[str, tuple[str | None, int]]] = {}
+        for state, fun, arg, value, number in sls_arguments(r.text(path)):
+            states.setdefault(f"{state} {fun}", {})[arg] = (value, number)
+            if fun == "event.send" and arg == "name" and value:
+                sent.add(value)
+        sets = [(args["value"], args["name"][1]) for key, args in states.items()
+                if key.endswith(" grains.present") and args.get("name", (None,))[0]
+                == c.FIRSTBOOT_STAGE_GRAIN and "value" in args]
+        found = [value for (value, _), _ in sets]
+        line = sets[0][0][1] if sets else None
+        r.expect(path, line, f"stage {stage!r} sets {c.FIRSTBOOT_STAGE_GRAIN} to",
+                 found, [following[stage]] if stage in following else [], "FIRSTBOOT_STAGES")
+    r.expect(FIRSTBOOT_DIR, None, "firstboot events sent", sorted(sent), sorted(FIRSTBOOT_TAGS),
+             "FIRSTBOOT_EVENT_PREFIX + FIRSTBOOT_EVENTS")
+
+
+def check_hypervisor_ready(r: Report) -> None:
+    text = r.text(HYPERVISOR_DEFAULTS)
+    for key, contract in (("tag", "HYPERVISOR_READY_TAG"), ("grain", "HYPERVISOR_READY_GRAIN")):
+        value, line = yaml_value(text, "values", "ready", key)
+        r.expect(HYPERVISOR_DEFAULTS, line, f"values.ready.{key}", value, getattr(c, contract), contract)
+    ready = SALT / "hypervisor" / "ready" / "init.sls"
+    for needed in ("{{ hv.ready.grain }}", "{{ hv.ready.tag }}"):
+        if needed not in r.text(ready):
+            r.at(ready, None, f"spells the ready contract itself: use {needed} (defaults.yaml)")
+
+
+def check_reactor(r: Report) -> None:
+    reactor = SALT / "reactor" / "reactor.yaml"
+    tags = yaml.safe_load(r.text(reactor)) or {}
+    store_tags = [tag for tag in tags if tag.startswith("store/")]
+    r.expect(reactor, None, "store/ reactor tags", store_tags, [c.FIRSTBOOT_EVENT_PREFIX + "*"],
+             "FIRSTBOOT_EVENT_PREFIX")
+    progress = SALT / "reactor" / "firstboot_progress.sls"
+    for number, line in r.lines(progress):
+        if m := re.match(r"\s*- tag: (\S+)", line):
+            r.expect(progress, number, "re-announced tag", m.group(1), c.ROLLOUT_PROGRESS_TAG,
+                     "ROLLOUT_PROGRESS_TAG")
+
+
+def check_salt_modules(r: Report) -> None:
+    for module, names in (("provisioning", ("BOOTSTRAP_FILES",)),
+                          ("storevirt", ("SEED_LABEL", "SEED_FILE", "SEED_KEYS"))):
+        path = SALT / "_modules" / f"{module}.py"
+        constants = python_constants(r.root / path)
+        for name in names:
+            value, line = constants.get(name, (None, None))
+            r.expect(path, line, name, value, getattr(c, name), name)
+
+
+def check_minion_d(r: Report) -> None:
+    files = sorted(p.name for p in (r.root / MINION_D).iterdir())
+    if c.BOOTSTRAP_CONF not in files:
+        r.at(MINION_D, None, f"no {c.BOOTSTRAP_CONF} (store_rollout.contracts.BOOTSTRAP_CONF) "
+                             f"among {files}")
+    else:
+        text = r.text(MINION_D / c.BOOTSTRAP_CONF)
+        value, line = yaml_value(text, "sls_list")
+        r.expect(MINION_D / c.BOOTSTRAP_CONF, line, "sls_list", value, [c.FIRSTBOOT_SLS],
+                 "FIRSTBOOT_SLS")
+    if c.IDENTITY_CONF in files:
+        r.at(MINION_D / c.IDENTITY_CONF, None, "written at boot by store-identity, not shipped")
+    for path in sorted((r.root / MINION_D).glob("*.conf")):
+        value, line = yaml_value(path.read_text(), "autosign_grains")
+        if value is not None:
+            r.expect(path.relative_to(r.root), line, "autosign_grains", value, [c.AUTOSIGN_GRAIN],
+                     "AUTOSIGN_GRAIN")
+
+
+def check_identity_script(r: Report) -> None:
+    path = IDENTITY_SCRIPT
+    keys: list[str] = []
+    written: list[tuple[int, str]] = []
+    for number, line in r.lines(path):
+        for var, contract in (("SEED_LABEL", "SEED_LABEL"), ("SEED_FILE", "SEED_FILE")):
+            if m := re.match(rf"{var}=(\S+)", line):
+                r.expect(path, number, var, m.group(1), getattr(c, contract), contract)
+        if m := re.match(r"\s+([a-z_]+)\) [a-z_]+=\$value ;;", line):
+            keys.append(m.group(1))
+        if m := re.match(r'\s*grains="\s+([^:]+):', line):
+            r.expect(path, number, "token grain", m.group(1), c.AUTOSIGN_GRAIN, "AUTOSIGN_GRAIN")
+        if m := re.search(r'write_file "\$SALT_DIR/minion\.d/([^"]+)"', line):
+            written.append((number, m.group(1)))
+        for env in re.findall(r"\$\{(STORE_IDENTITY_[A-Z_]+):-", line):
+            r.expect_in(path, number, "environment variable", env,
+                        {c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}, "IDENTITY_*_ENV")
+    r.expect(path, None, "seed keys read", sorted(keys), sorted(c.SEED_KEYS), "SEED_KEYS")
+    r.expect(path, written[0][0] if written else None, "minion.d file written",
+             [name for _, name in written], [c.IDENTITY_CONF], "IDENTITY_CONF")
+    for config_sh in sorted((r.root / IMAGES).glob("*/config.sh")):
+        if f"minion.d/{c.IDENTITY_CONF}" not in config_sh.read_text():
+            r.at(config_sh.relative_to(r.root), None,
+                 f"does not remove a stray minion.d/{c.IDENTITY_CONF} (contracts.IDENTITY_CONF)")
+
+
+def check_autoyast(r: Report) -> None:
+    for number, line in r.lines(AUTOYAST):
+        if m := re.search(r"getVar\('autosign_grain', '([^']*)'\)", line):
+            r.expect(AUTOYAST, number, "default autosign grain", m.group(1), c.AUTOSIGN_GRAIN,
+                     "AUTOSIGN_GRAIN")
+
+
+def check_words(r: Report) -> None:
+    """Outside Python, every project word and minion.d file name is a known one (typos)."""
+    known = {p.name for p in (r.root / MINION_D).iterdir()} | {c.IDENTITY_CONF} | HYPERVISOR_MINION_CONF
+    for top in (SALT, IMAGES):
+        for path in sorted((r.root / top).rglob("*")):
+            if not path.is_file() or path.suffix in (".py", ".pyc"):
+                continue
+            rel = path.relative_to(r.root)
+            for number, line in r.lines(rel):
+                for word in PROJECT_WORD_RE.findall(line):
+                    r.expect_in(rel, number, "project word", word, PROJECT_WORDS, "*")
+                for name in MINION_CONF_RE.findall(line):
+                    r.expect_in(rel, number, "minion.d file", name, known, "BOOTSTRAP_FILES")
+
+
+def check_python(r: Report) -> None:
+    """Python imports the contracts: no second spelling, the flow runs the steps in order."""
+    by_value = {value: name for name, value in DISTINCT.items()}
+    for package in PYTHON_PACKAGES:
+        for path in sorted((r.root / package).rglob("*.py")):
+            rel = path.relative_to(r.root)
+            if rel == Path("store_rollout/contracts.py"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and node.value in by_value:
+                    r.at(rel, node.lineno, f"spells {node.value!r} again: import "
+                                           f"store_rollout.contracts.{by_value[node.value]}")
+    flow = Path("flows/store_rollout.py")
+    steps = []
+    for node in ast.walk(ast.parse(r.text(flow))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "run" and node.args:
+            first = node.args[0]
+            steps.append((node.lineno, getattr(c, first.id, first.id) if isinstance(first, ast.Name)
+                          else ast.unparse(first)))
+    r.expect(flow, steps[0][0] if steps else None, "steps the flow runs",
+             tuple(step for _, step in steps), c.STEPS, "STEPS")
+
+
+CHECKS = (check_states, check_firstboot, check_hypervisor_ready, check_reactor, check_salt_modules,
+          check_minion_d, check_identity_script, check_autoyast, check_words)
+
+
+def problems(root: Path, checks: tuple[Any, ...] = CHECKS) -> list[str]:
+    report = Report(root)
+    for check in checks:
+        check(report)
+    return report.problems
+
+
+@pytest.mark.parametrize("check", [*CHECKS, check_python], ids=lambda f: f.__name__)
+def test_every_spelling_agrees_with_the_contracts(check: Any) -> None:
+    found = problems(REPO_ROOT, (check,))
+    assert not found, "spelled differently from store_rollout/contracts.py:\n" + "\n".join(found)
+
+
+def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
+    for top in (SALT, IMAGES):
+        shutil.copytree(REPO_ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def plant(path: Path, old: str, new: str) -> None:
+        text = (tmp_path / path).read_text()
+        assert old in text, (path, old)
+        (tmp_path / path).write_text(text.replace(old, new, 1))
+
+    plant(FIRSTBOOT_DIR / "verify.sls", "- name: firstboot_stage", "- name: firstboot_stag")
+    plant(FIRSTBOOT_DIR / "highstate.sls", "- value: verify", "- value: verified")
+    plant(FIRSTBOOT_DIR / "new.sls", "store/vm/firstboot/started", "store/vm/firstbot/started")
+    plant(HYPERVISOR_DEFAULTS, "grain: store_rollout_hypervisor_ready", "grain: hv_ready")
+    plant(MINION_D / "20-autosign.conf", "- store_rollout_token", "- store_rollout_tokens")
+    plant(IDENTITY_SCRIPT, "SEED_LABEL=STORE_SEED", "SEED_LABEL=STORE-SEED")
+    plant(SALT / "_modules" / "provisioning.py", '"15-identity.conf"', '"16-identity.conf"')
+    plant(IMAGES / "leap-jeos" / "config.sh", "15-identity.conf", "15-identty.conf")
+    found = "\n".join(problems(tmp_path))
+    for expected in (
+        "provisioning_helper/firstboot/verify.sls:14: grain set: found 'firstboot_stag'",
+        "provisioning_helper/firstboot/highstate.sls:16: stage 'highstate' sets firstboot_stage "
+        "to: found ['verified'], expected ['verify']",
+        "provisioning_helper/firstboot/new.sls:7: event tag: found 'store/vm/firstbot/started'",
+        "defaults.yaml:38: values.ready.grain: found 'hv_ready'",
+        "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
+        "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
+        "provisioning.py:17: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
+        "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
+    ):
+        assert expected in found, f"{expected!r} not reported; reported:\n{found}"

@@ -1,0 +1,134 @@
+"""tasks/kiwi/builders.py: the kiwi-ng command line, and (opt-in, root) a real kiwi-ng build of
+lab-debian through the cache, its minion.d checked and the image booted under qemu."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.kiwi import (
+    BUILD_PARAMS_FILE,
+    IMAGE_BUILDS_DIR,
+    ImageCache,
+    KiwiBuilder,
+    render_minion_d,
+)
+from tests.kiwi_helpers import DEBIAN, PARAMS
+
+
+def test_kiwi_builder_command_line(tmp_path: Path) -> None:
+    b = KiwiBuilder(shared_cache_dir=tmp_path / "shared", kiwi_ng="kiwi-ng")
+    cmd = b.command(tmp_path / "desc", "Disk", tmp_path / "work")
+    assert cmd[:3] == ["kiwi-ng", "--profile", "Disk"]
+    assert cmd.index("system") > cmd.index("--shared-cache-dir") > cmd.index("--logfile")
+    assert cmd[cmd.index("--temp-dir") + 1] == str(tmp_path / "work/kiwi-tmp")
+    assert cmd[-4:] == ["--description", str(tmp_path / "desc"),
+                        "--target-dir", str(tmp_path / "work/target")]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- real build (opt-in)
+
+
+def _run(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def mounted_root(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    """Mount a raw disk image read-only; umount/partx -d/losetup -d even on failure."""
+    cleanup: list[list[str]] = []
+
+    def mount(raw: Path) -> Path:
+        loop = _run("losetup", "-r", "-f", "--show", str(raw))
+        cleanup.append(["losetup", "-d", loop])
+        subprocess.run(["partx", "-a", loop], check=False, capture_output=True)
+        cleanup.append(["partx", "-d", loop])
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        for part in sorted(Path("/dev").glob(f"{Path(loop).name}p*")):
+            if subprocess.run(["mount", "-o", "ro", str(part), str(mnt)],
+                              capture_output=True).returncode != 0:  # fmt: skip
+                continue
+            if (mnt / "etc/salt/minion.d").is_dir():
+                cleanup.append(["umount", str(mnt)])
+                return mnt
+            subprocess.run(["umount", str(mnt)], check=True)
+        raise AssertionError(f"no partition of {raw} holds etc/salt/minion.d")
+
+    try:
+        yield mount
+    finally:
+        for cmd in reversed(cleanup):
+            subprocess.run(cmd, check=False, capture_output=True)
+
+
+def _wait_for(proc: subprocess.Popen[bytes], needle: bytes, timeout: float) -> bytes:
+    assert proc.stdout is not None
+    out = b""
+    deadline = time.monotonic() + timeout
+    while needle not in out:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or proc.poll() is not None:
+            raise AssertionError(f"no {needle!r} within {timeout} s; console tail:\n"
+                                 f"{out[-3000:].decode(errors='replace')}")  # fmt: skip
+        ready, _, _ = select.select([proc.stdout], [], [], min(remaining, 1.0))
+        if ready:
+            out += os.read(proc.stdout.fileno(), 65536)
+    return out
+
+
+@pytest.mark.kiwi_build
+@pytest.mark.timeout(1800)
+def test_real_kiwi_build_of_lab_debian_boots(
+    tmp_path: Path, mounted_root: Callable[[Path], Path]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("kiwi-ng system build needs root (loop devices, chroot, mounts)")
+    for tool in ("qemu-system-x86_64", "losetup", "partx", "rsync"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed")
+    cache_dir = Path(os.environ.get("STORE_ROLLOUT_KIWI_TEST_CACHE", tmp_path / "cache"))
+    params = {**PARAMS, "KIWI_PROFILE": "Disk"}
+    builder = KiwiBuilder(shared_cache_dir=cache_dir / "_kiwi-shared-cache")
+    lines: list[str] = []
+    ref = ImageCache(cache_dir).ensure(IMAGE_BUILDS_DIR / DEBIAN, params, builder,
+                                       log=lines.append)  # fmt: skip
+    assert ref.path.is_file()
+    assert json.loads(_run("qemu-img", "info", "--output=json", str(ref.path)))["format"] == "qcow2"
+
+    # minion.d inside the image == render_minion_d, mode 0640, build-only files gone
+    raw = tmp_path / "disk.raw"
+    _run("qemu-img", "convert", "-O", "raw", str(ref.path), str(raw))
+    root = mounted_root(raw)
+    minion_d = root / "etc/salt/minion.d"
+    expected = render_minion_d(IMAGE_BUILDS_DIR / DEBIAN, params)
+    assert {p.name: p.read_text() for p in minion_d.iterdir()} == expected
+    assert all(p.stat().st_mode & 0o777 == 0o640 for p in minion_d.iterdir())
+    assert (root / "usr/local/sbin/store-identity").is_file()
+    assert not (root / BUILD_PARAMS_FILE).exists()
+    assert not (root / "etc/salt/minion_id").exists()
+
+    # boot a throwaway overlay under TCG to the login prompt
+    disk = tmp_path / "boot.qcow2"
+    _run("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(ref.path),
+         str(disk))  # fmt: skip
+    qemu = subprocess.Popen(
+        ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2",
+         "-nographic", "-no-reboot", "-nic", "none",
+         "-drive", f"file={disk},if=virtio,format=qcow2",
+         "-smbios", "type=11,value=store_rollout.minion_id=kiwi-test-vm"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        _wait_for(qemu, b"login:", 300)
+    finally:
+        qemu.kill()
+        qemu.wait(30)

@@ -1,0 +1,97 @@
+"""The overlay's store-identity script (image_builds/overlays/salt-minion, checked by
+tasks/kiwi/overlay.py) against the hypervisor's seed disk (storevirt.write_seed)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+from salt.exceptions import CommandExecutionError
+
+from tasks.kiwi import IDENTITY_SCRIPT
+from tests.helpers import load_salt_module
+from tests.kiwi_helpers import OVERLAY
+
+
+def _storevirt() -> ModuleType:
+    return load_salt_module("_modules", "storevirt")
+
+
+def _seed_content(iso: Path, dest: Path) -> Path:
+    """The seed as the guest sees it once mounted (xorriso extracts instead of a loop mount)."""
+    subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso), "-extract", "/", str(dest)],
+                   check=True, capture_output=True)  # fmt: skip
+    return dest
+
+
+def test_store_identity_script_reads_the_seed_disk(tmp_path: Path) -> None:
+    """The hypervisor's seed ISO (storevirt.write_seed) and the image's store-identity agree:
+    label, file name, keys, values; the guest never executes the seed."""
+    storevirt = _storevirt()
+    script = (OVERLAY / IDENTITY_SCRIPT).read_text()
+    assert f"SEED_LABEL={storevirt.SEED_LABEL}\n" in script
+    assert f"SEED_FILE={storevirt.SEED_FILE}\n" in script
+    for key in storevirt.SEED_KEYS:
+        assert f"{key})" in script, key
+    iso = Path(storevirt.write_seed(str(tmp_path / "vm" / "seed.iso"), {
+        "minion_id": "store-042-srv1", "store_id": "0042", "autosign_token": "tok-3f2c1c8e"}))
+    assert iso.stat().st_mode & 0o777 == 0o600 and iso.stat().st_size < 1024 * 1024
+    label = subprocess.run(["blkid", "-p", "-s", "LABEL", "-o", "value", str(iso)],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert label == "STORE_SEED"  # what the guest's blkid -t LABEL=... finds
+    seed = _seed_content(iso, tmp_path / "seed")
+    assert sorted(p.name for p in seed.iterdir()) == ["identity.env"]
+    salt = tmp_path / "salt"
+    env = {"PATH": os.environ["PATH"], "STORE_IDENTITY_SALT_DIR": str(salt),
+           "STORE_IDENTITY_SEED_DIR": str(seed)}
+    subprocess.run([str(OVERLAY / IDENTITY_SCRIPT)], check=True, env=env, capture_output=True)
+    assert (salt / "minion_id").read_text() == "store-042-srv1\n"
+    ident = salt / "minion.d/15-identity.conf"
+    assert yaml.safe_load(ident.read_text()) == {
+        "grains": {"store_rollout_token": "tok-3f2c1c8e", "store_id": "0042"}}
+    assert ident.stat().st_mode & 0o777 == 0o640
+    # a seed is data: a value that would be code is refused by the guest
+    (seed / "identity.env").write_text("minion_id=store-1\nautosign_token=$(reboot)\n")
+    proc = subprocess.run([str(OVERLAY / IDENTITY_SCRIPT)], env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 1 and "refusing invalid value" in proc.stderr
+    # no seed (ejected after firstboot): the identity written before stays
+    (seed / "identity.env").unlink()
+    proc = subprocess.run([str(OVERLAY / IDENTITY_SCRIPT)], env=env, capture_output=True,
+                          text=True, check=True)
+    assert "leaving identity unchanged" in proc.stdout
+    assert (salt / "minion_id").read_text() == "store-042-srv1\n"
+
+
+def test_every_autosign_token_passes_the_seed_and_the_guest() -> None:
+    """Tokens come from one generator; the hypervisor's seed and the guest's script both take
+    them (the lab found a urlsafe token starting with '-' refused by the guest)."""
+    from tasks.salt_master import new_autosign_token
+
+    storevirt = _storevirt()
+    guest = re.search(r"^VALID='(.+)'$", (OVERLAY / IDENTITY_SCRIPT).read_text(), re.M)
+    assert guest is not None
+    for _ in range(2000):
+        token = new_autosign_token()
+        assert storevirt._seed_text({"minion_id": "m", "autosign_token": token})
+        assert re.fullmatch(guest[1], token), token
+
+
+@pytest.mark.parametrize(("identity", "message"), [
+    ({"store_id": "1"}, "minion_id is required"),
+    ({"minion_id": "a b"}, "minion_id is a value the guest refuses"),
+    ({"minion_id": "m", "autosign_token": "x'/>"}, "autosign_token is a value the guest"),
+    ({"minion_id": "m", "autosign_token": "-starts-with-a-dash"}, "must start with a letter"),
+    ({"minion_id": "m", "role": "x"}, "unknown keys ['role']"),
+])
+def test_seed_refuses_what_the_guest_would(identity: dict[str, str], message: str,
+                                           tmp_path: Path) -> None:
+    storevirt = _storevirt()
+    with pytest.raises(CommandExecutionError, match=re.escape(message)):
+        storevirt.write_seed(str(tmp_path / "seed.iso"), identity)
+    assert not list(tmp_path.iterdir())  # nothing half-written

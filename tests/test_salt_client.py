@@ -1,0 +1,152 @@
+"""SaltMasterClient maps what Salt's LocalClient, WheelClient and event bus do to the SaltError
+tree. Fakes stand in for Salt's clients, passed to the constructor as factories; the
+exceptions they raise are Salt's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from salt.exceptions import (
+    AuthorizationError,
+    SaltClientError,
+    SaltClientTimeout,
+    SaltReqTimeoutError,
+)
+
+from tasks.salt_client import (
+    SaltCommandFailed,
+    SaltError,
+    SaltEventTimeout,
+    SaltMasterClient,
+    SaltMasterUnavailable,
+    SaltMinionNoResponse,
+    SaltTransientError,
+)
+
+CONFIG = "/nonexistent/master"  # never read: the fakes replace everything built from it
+
+
+class FakeClient:
+    """Stands in for LocalClient / WheelClient: answers (or raises) `answers` in turn."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[Any, ...]] = []
+        self.destroyed = False
+
+    def _next(self, *call: Any) -> Any:
+        self.calls.append(call)
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def cmd(self, *args: Any, **kwargs: Any) -> Any:
+        return self._next(*args)
+
+    def cmd_async(self, *args: Any) -> Any:
+        return self._next(*args)
+
+    def destroy(self) -> None:
+        self.destroyed = True
+
+
+def master_with(*clients: FakeClient, wheel: bool = False) -> SaltMasterClient:
+    """A client whose LocalClient (or WheelClient) builds are `clients`, in turn."""
+    pending = list(clients)
+    factory = {"wheel_client" if wheel else "local_client": lambda: pending.pop(0)}
+    return SaltMasterClient(CONFIG, **factory)
+
+
+def test_a_return() -> None:
+    local = FakeClient({"hv": {"ret": True, "retcode": 0}})
+    assert master_with(local).cmd("hv", "test.ping", timeout=3) is True
+    assert local.calls == [("hv", "test.ping", [])]
+
+
+def test_a_minion_that_does_not_return_is_transient_and_renews_the_connection() -> None:
+    first, second = FakeClient({}), FakeClient({"hv": {"ret": "done", "retcode": 0}})
+    master = master_with(first, second)
+    with pytest.raises(SaltMinionNoResponse, match="^minion 'hv' did not answer grains.get "
+                                                   "within 5s$") as info:
+        master.cmd("hv", "grains.get", ["x"], timeout=5)
+    assert isinstance(info.value, SaltTransientError) and info.value.minion_id == "hv"
+    assert first.destroyed
+    assert master.cmd("hv", "grains.get", ["x"]) == "done"  # a new LocalClient
+
+
+@pytest.mark.parametrize("exc", [
+    SaltClientError("The salt master could not be contacted. Is master running?"),
+    SaltReqTimeoutError("Message timed out"),
+    SaltClientTimeout("Salt request timed out"),
+    ConnectionRefusedError(111, "Connection refused"),
+], ids=lambda e: type(e).__name__)
+def test_master_not_answering_is_transient(exc: Exception) -> None:
+    local = FakeClient(exc)
+    master = master_with(local)
+    with pytest.raises(SaltMasterUnavailable) as info:
+        master.cmd("hv", "virt.start", ["vm"])
+    assert isinstance(info.value, SaltTransientError)
+    assert str(info.value) == (f"Salt master ({CONFIG}) did not take virt.start for hv: "
+                               f"{type(exc).__name__}: {exc}")
+    assert local.destroyed
+
+
+def test_master_refusing_is_not_transient() -> None:
+    master = master_with(FakeClient(AuthorizationError("not allowed to run virt.start")))
+    with pytest.raises(SaltError) as info:
+        master.cmd("hv", "virt.start", ["vm"])
+    assert type(info.value) is SaltError
+    assert "refused virt.start for hv: AuthorizationError: not allowed" in str(info.value)
+
+
+def test_a_failing_command_is_not_transient() -> None:
+    state_ret = {"pkg_|-libvirt_|-libvirt_|-installed": {
+        "result": False, "__id__": "libvirt", "__sls__": "hypervisor", "comment": "no repo"}}
+    master = master_with(FakeClient({"hv": {"ret": state_ret, "retcode": 2}}))
+    with pytest.raises(SaltCommandFailed) as info:
+        master.cmd("hv", "state.apply")
+    assert not isinstance(info.value, SaltTransientError)
+    assert str(info.value) == ("state.apply on 'hv' failed (retcode 2): "
+                               "libvirt (hypervisor): no repo")
+
+
+def test_cmd_async_master_down_is_transient() -> None:
+    master = master_with(FakeClient(SaltClientError("could not be contacted")))
+    with pytest.raises(SaltMasterUnavailable, match="did not take state.highstate for hv"):
+        master.cmd_async("hv", "state.highstate")
+
+
+def test_wheel_master_down_is_transient_then_renewed() -> None:
+    first = FakeClient(SaltReqTimeoutError("Message timed out"))
+    second = FakeClient({"minions": ["hv"], "minions_pre": ["vm"]})
+    master = master_with(first, second, wheel=True)
+    with pytest.raises(SaltMasterUnavailable, match="did not take key.list_all: SaltReqTimeoutError"):
+        master.key_state("hv")
+    assert first.destroyed
+    assert master.key_state("vm") == "pending"
+
+
+class FakeBus:
+    def __init__(self, *events: dict[str, Any]) -> None:
+        self.events = list(events)
+
+    def get_event(self, wait: float, full: bool) -> dict[str, Any] | None:
+        return self.events.pop(0) if self.events else None
+
+
+def test_an_event_that_does_not_come_is_transient() -> None:
+    bus = FakeBus({"tag": "salt/auth", "data": {"id": "other"}})
+    seen: list[str] = []
+    with pytest.raises(SaltEventTimeout, match="^no event store/hypervisor/ready within 0s$"):
+        master_with().wait_for_event(bus, lambda e: e.tag == "store/hypervisor/ready", timeout=0.2,
+                                     what="store/hypervisor/ready", seen=lambda e: seen.append(e.tag))
+    assert seen == ["salt/auth"]
+
+
+def test_missing_master_config_is_not_transient() -> None:
+    with pytest.raises(SaltError) as info:
+        SaltMasterClient(CONFIG).cmd("hv", "test.ping")
+    assert type(info.value) is SaltError
+    assert str(info.value) == f"Salt master config {CONFIG} not found (setting salt_master_config)"
