@@ -109,6 +109,8 @@ def make_handler(state: ErpState) -> type[BaseHTTPRequestHandler]:
                 "authorized": state.authorized(self.headers.get("Authorization")),
             }
             fault = state.next_fault()
+            if fault:
+                entry["fault"] = {k: v for k, v in fault.items() if k != "count"}  # test evidence
             if fault and fault.get("delay"):
                 time.sleep(float(fault["delay"]))
             if fault and fault.get("drop"):

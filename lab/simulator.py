@@ -17,7 +17,7 @@
   machine; the firmware's downloads (profile, nopxe) go over that network too. Store hosts
   also get a mount namespace without the lab's state (lab/host_namespace.py).
 - Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`): delay, fail
-  the next N times, never.
+  the next N times, never; `GET /faults/taken` counts the delays and failures they caused.
 
 Run: python -m lab.simulator --state-dir <lab>
 """
@@ -65,11 +65,15 @@ _FETCH = ("import sys, urllib.request\n"
 
 
 class FaultKnobs:
-    """Per-step faults: {"delay": s, "fail": n, "never": bool}; `fail` counts down per use."""
+    """Per-step faults: {"delay": s, "fail": n, "never": bool}; `fail` counts down per use.
+
+    `taken` counts what the knobs really did (delays applied, failures caused), so a test can
+    show its fault happened instead of assuming it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.knobs: dict[str, dict[str, Any]] = {}
+        self.taken: dict[str, dict[str, int]] = {}
 
     def set(self, step: str, knob: dict[str, Any]) -> None:
         if step not in STEPS:
@@ -83,8 +87,10 @@ class FaultKnobs:
         with self.lock:
             if step is None:
                 self.knobs.clear()
+                self.taken.clear()
             else:
                 self.knobs.pop(step, None)
+                self.taken.pop(step, None)
 
     def take(self, step: str) -> tuple[float, bool]:
         """(delay, fails_now) for one use of `step`."""
@@ -92,12 +98,17 @@ class FaultKnobs:
             knob = self.knobs.get(step)
             if not knob:
                 return 0.0, False
-            if knob["never"]:
-                return knob["delay"], True
-            if knob["fail"] > 0:
+            fails = knob["never"] or knob["fail"] > 0
+            if fails and not knob["never"]:
                 knob["fail"] -= 1
-                return knob["delay"], True
-            return knob["delay"], False
+            counts = self.taken.setdefault(step, {"delayed": 0, "failed": 0})
+            counts["delayed"] += knob["delay"] > 0
+            counts["failed"] += fails
+            return knob["delay"], fails
+
+    def taken_snapshot(self) -> dict[str, dict[str, int]]:
+        with self.lock:
+            return json.loads(json.dumps(self.taken))
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         with self.lock:
@@ -574,6 +585,8 @@ def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                                   "history": sim.minions.history[-200:]})
             elif self.path == "/faults":
                 self._reply(200, sim.faults.snapshot())
+            elif self.path == "/faults/taken":
+                self._reply(200, sim.faults.taken_snapshot())
             else:
                 self._reply(404, {"error": "not found"})
 

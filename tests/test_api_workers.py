@@ -6,34 +6,38 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo
-from tests.helpers import check_store, created_erp_notices, result_from_systems, write_inventory
+from tests.helpers import (
+    check_store,
+    created_erp_notices,
+    result_from_systems,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.lab
 POOL = "test-workers-pool"
 
 
 def wait_state(api: str, run_id: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    state = "?"
-    while time.monotonic() < deadline:
-        state = requests.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state_type"]
-        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            return str(state)
-        time.sleep(2)
-    return str(state)
+    """The run's final state type."""
+
+    def final_state() -> str | None:
+        state = str(requests.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state_type"])
+        return state if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") else None
+
+    return wait_for(final_state, timeout=timeout, interval=2, what=f"flow run {run_id} to end")
 
 
 def workers_that_took(api: str, run_ids: list[str], timeout: float = 30) -> dict[str, set[str]]:
     """Run id -> the workers whose prefect.worker.submitted-flow-run event names that run."""
-    deadline = time.monotonic() + timeout
-    while True:  # events reach the server's store a few seconds after the worker sends them
+
+    def every_run_taken() -> dict[str, set[str]] | None:
         events = requests.post(f"{api}/events/filter", json={
             "filter": {"event": {"name": ["prefect.worker.submitted-flow-run"]}},
             "limit": 50}, timeout=10).json()["events"]
@@ -43,9 +47,11 @@ def workers_that_took(api: str, run_ids: list[str], timeout: float = 30) -> dict
                 rid = related["prefect.resource.id"].removeprefix("prefect.flow-run.")
                 if rid in taken:
                     taken[rid].add(event["resource"]["prefect.resource.id"])
-        if all(taken.values()) or time.monotonic() > deadline:
-            return taken
-        time.sleep(1)
+        return taken if all(taken.values()) else None
+
+    # events reach the server's store a few seconds after the worker sends them
+    return wait_for(every_run_taken, timeout=timeout, interval=1,
+                    what="a submitted-flow-run event for every run")
 
 
 def test_rollout_started_through_rest_api(lab: LabInfo, tmp_path: Path) -> None:

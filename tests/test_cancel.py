@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import requests
 from lab.state import VENV_BIN, LabInfo
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltMasterClient
-from tests.helpers import check_store, finish, start_rollout, write_inventory
+from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -41,13 +40,12 @@ def domain_running(lab: LabInfo, name: str) -> bool:
         conn.close()
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}")
+def rolled_back(lab: LabInfo, store_id: str) -> bool:
+    """The rollback's last traces gone: domain, overlay disk and key (assert_rolled_back says
+    which one is left)."""
+    vm = f"store-{store_id}-vm"
+    return (vm not in domains(lab) and not (Path(lab.vm_images_dir) / vm).exists()
+            and SaltMasterClient(lab.salt_master_config).key_state(vm) is None)
 
 
 def assert_rolled_back(lab: LabInfo, store_id: str) -> None:
@@ -71,20 +69,21 @@ def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
         resp = requests.get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)
         return resp.json()["id"] if resp.status_code == 200 else None
 
-    wait_for(lambda: deployment_id() is not None, 90, "the lab's store-rollout deployment")
+    wait_for(lambda: deployment_id() is not None, timeout=90,
+             what="the lab's store-rollout deployment")
     run = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
         "parameters": {"store_id": store_id, "inventory": str(inv)}}, timeout=10).json()
     # cancelled once its VM runs: the rerun below then needs a fresh disk for the new domain
-    wait_for(lambda: domain_running(lab, f"store-{store_id}-vm"), 300, "step 5 (VM running)")
+    wait_for(lambda: domain_running(lab, f"store-{store_id}-vm"), timeout=300,
+             what="step 5 (VM running)")
     requests.post(f"{api}/flow_runs/{run['id']}/set_state", json={
         "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
 
     def run_state() -> str:
         return str(requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state_type"])
 
-    wait_for(lambda: run_state() == "CANCELLED", 120, "the run to be cancelled")
-    wait_for(lambda: f"store-{store_id}-vm" not in domains(lab), 120, "the rollback")
-    time.sleep(2)
+    wait_for(lambda: run_state() == "CANCELLED", timeout=120, what="the run to be cancelled")
+    wait_for(lambda: rolled_back(lab, store_id), timeout=120, what="the rollback")
     assert_rolled_back(lab, store_id)
 
     # a cancelled rollout can be retried from scratch ...

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import requests
 from lab.manager import Lab
 from lab.state import LabInfo
 from store_rollout import steps
-from tests.helpers import check_store, finish, start_rollout, write_inventory
+from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -37,6 +36,21 @@ def inprocess(lab: LabInfo, lab_dir: Path, monkeypatch: pytest.MonkeyPatch) -> I
             return store_rollout(store_id, str(inventory), return_state=True, **params)
 
         yield run
+
+
+def faults_taken(lab: LabInfo) -> dict[str, dict[str, int]]:
+    """What the simulator's fault knobs really did: {step: {"delayed": n, "failed": n}}."""
+    return dict(requests.get(f"{lab.simulator_url}/faults/taken", timeout=5).json())
+
+
+def erp_requests(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
+    """Every notice request the lab ERP logged for the store, faulted or not, in order."""
+    entries = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]
+    return [e for e in entries if (e.get("payload") or {}).get("store_id") == store_id]
+
+
+def service_pid(lab_dir: Path, name: str) -> int:
+    return next(int(row["pid"]) for row in Lab.at(lab_dir).status() if row["service"] == name)
 
 
 @pytest.fixture
@@ -88,6 +102,7 @@ def completed(state: Any) -> dict[str, Any]:
 def test_cobbler_down_10s_during_step2(lab: LabInfo, lab_dir: Path, inprocess: Any,
                                       tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-cobbler"], "52:54:00:f1:00")
+    pid_before = service_pid(lab_dir, "cobblerd")
 
     def cobbler_down() -> None:
         Lab.at(lab_dir).stop_service("cobblerd")
@@ -98,6 +113,7 @@ def test_cobbler_down_10s_during_step2(lab: LabInfo, lab_dir: Path, inprocess: A
         result = completed(inprocess("f-cobbler", inv))
     finally:
         undo()
+    assert service_pid(lab_dir, "cobblerd") != pid_before  # Cobbler was really stopped
     assert result["step_seconds"]["pxe_install_hypervisor"] >= 8  # it waited Cobbler out
     check_store(lab, "f-cobbler", result)
 
@@ -107,17 +123,23 @@ def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Pat
                                                      tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-master"], "52:54:00:f2:00")
     faults("pxe", {"delay": 12})
+    pids: list[int] = [service_pid(lab_dir, "salt-master")]
 
     def restart_master() -> None:
         lab_obj = Lab.at(lab_dir)
         lab_obj.stop_service("salt-master")
         lab_obj.up()
+        pids.append(service_pid(lab_dir, "salt-master"))
 
     undo = on_step("wait_for_hypervisor", lambda: later(3, restart_master))
     try:
         result = completed(inprocess("f-master", inv))
     finally:
         undo()
+    # the master was replaced while step 3 waited (3 s in; the install takes 12 s more)
+    assert len(pids) == 2 and pids[1] != pids[0], pids
+    assert faults_taken(lab)["pxe"]["delayed"] == 1
+    assert result["step_seconds"]["wait_for_hypervisor"] > 3
     check_store(lab, "f-master", result)
 
 
@@ -126,6 +148,7 @@ def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: An
     inv = write_inventory(tmp_path / "inv.yaml", ["f-late"], "52:54:00:f3:00")
     faults("pxe", {"delay": 20})
     result = completed(inprocess("f-late", inv, hypervisor_timeout=15))
+    assert faults_taken(lab)["pxe"]["delayed"] == 1
     assert result["step_seconds"]["wait_for_hypervisor"] > 15  # the first attempt timed out
     check_store(lab, "f-late", result)
 
@@ -135,6 +158,7 @@ def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inproc
     inv = write_inventory(tmp_path / "inv.yaml", ["f-nohs"], "52:54:00:f9:00")
     faults("startup_highstate", {"fail": 1})  # the host boots but its first highstate never runs
     result = completed(inprocess("f-nohs", inv, hypervisor_stall_timeout=5, hypervisor_timeout=60))
+    assert faults_taken(lab)["startup_highstate"]["failed"] == 1
     assert result["hypervisor_highstate_reapplied"], result
     check_store(lab, "f-nohs", result)
 
@@ -144,7 +168,7 @@ def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
     inv = write_inventory(tmp_path / "inv.yaml", ["f-start"], "52:54:00:f4:00")
     faults("vm_start", {"fail": 2})
     result = completed(inprocess("f-start", inv))
-    assert requests.get(f"{lab.simulator_url}/faults", timeout=5).json()["vm_start"]["fail"] == 0
+    assert faults_taken(lab)["vm_start"]["failed"] == 2  # both injected failures happened
     check_store(lab, "f-start", result)
 
 
@@ -154,6 +178,7 @@ def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inproces
     faults("reboot", {"never": True})
     failed = inprocess("f-reboot", inv, firstboot_timeout=25)
     assert failed.is_failed()
+    assert faults_taken(lab)["reboot"]["failed"] >= 1  # the VM's minion stayed down
     assert "store-f-reboot-vm did not finish firstboot" in str(failed.message) or \
         "did not finish firstboot" in repr(failed)
     requests.delete(f"{lab.simulator_url}/faults/reboot", timeout=5)  # the fix
@@ -171,6 +196,9 @@ def test_erp_503_three_times_then_200(lab: LabInfo, inprocess: Any, faults: Any,
         result = completed(inprocess("f-erp503", inv))
     finally:
         undo()
+    sent = erp_requests(lab, "f-erp503")
+    assert [e["status"] for e in sent] == [503, 503, 503, 201], sent  # three faults, then created
+    assert len({e["idempotency_key"] for e in sent}) == 1  # one notice, retried
     check_store(lab, "f-erp503", result)
 
 
@@ -183,7 +211,11 @@ def test_erp_timeout(lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path,
         result = completed(inprocess("f-erptime", inv))
     finally:
         undo()
-    time.sleep(4)  # let the delayed first request land in the log too
+    # the delayed first request is logged once the ERP answers it (after the client gave up)
+    delayed = wait_for(lambda: [e for e in erp_requests(lab, "f-erptime") if e.get("fault")],
+                       timeout=15, what="the timed-out notice in the ERP's log")
+    assert delayed[0]["fault"] == {"delay": 5}
+    assert len(erp_requests(lab, "f-erptime")) >= 2  # it was sent again after the timeout
     check_store(lab, "f-erptime", result)
 
 
@@ -194,15 +226,13 @@ def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[st
     inv = write_inventory(tmp_path / "inv.yaml", ["f-kill"], "52:54:00:f8:00")
     proc = start_rollout(lab_env, "f-kill", inv)
     conn = libvirt.open(lab.libvirt_uri)
+
+    def domain_defined() -> bool:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        return "store-f-kill-vm" in [d.name() for d in conn.listAllDomains()]
+
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if "store-f-kill-vm" in [d.name() for d in conn.listAllDomains()]:
-                break
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
-            time.sleep(0.1)
-        else:
-            pytest.fail("step 5 never defined the domain")
+        wait_for(domain_defined, timeout=300, interval=0.1, what="step 5 defining the domain")
     finally:
         conn.close()
     os.kill(proc.pid, signal.SIGKILL)

@@ -21,6 +21,7 @@ from tasks.kiwi import (
     KiwiBuilder,
     render_minion_d,
 )
+from tests.helpers import cannot_run
 from tests.kiwi_helpers import DEBIAN, PARAMS
 
 
@@ -91,10 +92,10 @@ def test_real_kiwi_build_of_lab_debian_boots(
     tmp_path: Path, mounted_root: Callable[[Path], Path]
 ) -> None:
     if os.geteuid() != 0:
-        pytest.skip("kiwi-ng system build needs root (loop devices, chroot, mounts)")
+        cannot_run("kiwi-ng system build needs root (loop devices, chroot, mounts)")
     for tool in ("qemu-system-x86_64", "losetup", "partx", "rsync"):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed")
+            cannot_run(f"{tool} not installed")
     cache_dir = Path(os.environ.get("STORE_ROLLOUT_KIWI_TEST_CACHE", tmp_path / "cache"))
     params = {**PARAMS, "KIWI_PROFILE": "Disk"}
     builder = KiwiBuilder(shared_cache_dir=cache_dir / "_kiwi-shared-cache")

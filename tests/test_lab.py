@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import uuid
 import xmlrpc.client
 from pathlib import Path
@@ -16,6 +15,7 @@ import requests
 from lab.state import LabInfo
 from tasks.cobbler import CobblerClient, SystemSpec
 from tasks.salt_master import SaltMasterClient
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -160,6 +160,6 @@ def test_hypervisor_installed_through_cobbler_answers_salt_ping(lab: LabInfo) ->
         client.power(minion_id, "off")
         client.remove_system(minion_id)
         master.delete_key(minion_id)
-    time.sleep(0.5)
-    minions = requests.get(f"{lab.simulator_url}/minions", timeout=5).json()["running"]
-    assert minion_id not in minions
+    wait_for(lambda: minion_id not in requests.get(f"{lab.simulator_url}/minions",
+                                                   timeout=5).json()["running"],
+             timeout=10, what=f"{minion_id}'s minion to stop with its machine")

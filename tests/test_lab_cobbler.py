@@ -27,6 +27,7 @@ import yaml
 from lab import cobbler_service, procs
 from lab.autoyast import parse_autoyast
 from lab.procs import ProcessRecord
+from tests.helpers import cannot_run
 
 pytestmark = pytest.mark.lab
 
@@ -131,10 +132,10 @@ class Lab:
 @pytest.fixture(scope="module")
 def cobbler_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     if not (COBBLER_VENV / "bin" / "cobblerd").exists():
-        pytest.skip(f"no cobbler venv at {COBBLER_VENV}: run `make setup`")
+        cannot_run(f"no cobbler venv at {COBBLER_VENV}: run `make setup`")
     reason = _overlay_unavailable(tmp_path_factory.mktemp("overlay-probe"))
     if reason:
-        pytest.skip(reason)
+        cannot_run(reason)
     receiver = _power_receiver()
     cfg = cobbler_service.CobblerLabConfig(
         state_dir=tmp_path_factory.mktemp("lab") / "cobbler",

@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import socket
-import time
 from pathlib import Path
 
 import psutil
@@ -16,6 +15,7 @@ from lab.manager import Lab
 from lab.procs import wait_until
 from lab.state import REPO_ROOT
 from lab.store_network import StoreNetwork
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -109,9 +109,8 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
     finally:
         Lab.at(lifecycle_dir).down()
 
-    time.sleep(0.5)
-    leftovers = processes_mentioning(str(lifecycle_dir))
-    assert leftovers == [], leftovers
+    wait_for(lambda: not processes_mentioning(str(lifecycle_dir)), timeout=10,
+             what=f"every process of the lab {lifecycle_dir} to exit")
     assert all(gone(pid) for pid in {**pids, **new_pids}.values())
     assert host_links() == links_before  # the store network never touched the host's
     mounts = Path("/proc/self/mountinfo").read_text()

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from lab.state import VENV_BIN, LabInfo
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltCommandFailed, SaltMasterClient
-from tests.helpers import check_store, finish, start_rollout, write_inventory
+from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -189,16 +188,16 @@ def check_defined_as_vm_xml_says(lab: LabInfo, inventory: Path, store_id: str) -
 def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:
     """The Salt engine forwarded the store's rollout events into Prefect's event feed."""
     wanted = {"salt.store.hypervisor.ready", "salt.store.vm.firstboot.done"}
-    deadline = time.monotonic() + 30
-    seen: set[str] = set()
-    while time.monotonic() < deadline and not wanted <= seen:
+
+    def forwarded() -> set[str] | None:
         events = requests.post(f"{lab.prefect_api_url}/events/filter", json={
             "filter": {"event": {"prefix": ["salt.store."]},
                        "resource": {"labels": {"store.id": [store_id]}}},
             "limit": 50}, timeout=10).json()
         seen = {e["event"] for e in events["events"]}
-        time.sleep(1)
-    assert wanted <= seen, seen
+        return seen if wanted <= seen else None
+
+    wait_for(forwarded, timeout=30, interval=1, what=f"{sorted(wanted)} in Prefect's event feed")
     # the same events are found through the store as a related resource (the UI's event feed)
     related = requests.post(f"{lab.prefect_api_url}/events/filter", json={
         "filter": {"event": {"prefix": ["salt.store."]},

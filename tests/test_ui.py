@@ -23,7 +23,7 @@ import requests
 
 from lab.state import LabInfo
 from store_rollout.contracts import STEPS
-from tests.helpers import created_erp_notices, write_inventory
+from tests.helpers import created_erp_notices, wait_for, write_inventory
 from tests.test_cancel import assert_rolled_back, domain_running
 
 pytestmark = pytest.mark.lab
@@ -225,14 +225,14 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     ui.shot("artifact")
 
     # the store's Salt events in the event feed (stored a few seconds after the engine sends them)
-    deadline = time.monotonic() + 60
-    while True:
+    def feed_shows_the_vm() -> int:
         ui.goto('/v2/events?rangeType=span&seconds=-3600&events=["salt.store.vm.firstboot.done"]')
         ui.page.get_by_text("Event Feed").first.wait_for()
         ui.page.wait_for_load_state("networkidle")
-        if ui.page.get_by_text(f"store-{done_id}-vm").count() or time.monotonic() > deadline:
-            break
-        time.sleep(2)
+        return int(ui.page.get_by_text(f"store-{done_id}-vm").count())
+
+    wait_for(feed_shows_the_vm, timeout=60, interval=2,
+             what=f"store-{done_id}-vm's firstboot event in the UI's event feed")
     ui.page.get_by_text(f"store-{done_id}-vm").first.wait_for(timeout=1000)
     ui.page.get_by_text(f"store {done_id}", exact=True).first.wait_for(timeout=1000)  # related
     ui.shot("event-feed")
@@ -242,11 +242,12 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     cancel_run = ui.submit_run({"store_id": cancel_id, "inventory": inventory})
     vm = f"store-{cancel_id}-vm"
     ui.wait_for_state({"Running"}, 120)
-    deadline = time.monotonic() + 300
-    while not domain_running(lab, vm):  # started by this run (a lab may keep an old definition)
-        assert time.monotonic() < deadline, f"{vm} was never started"
+
+    def vm_started() -> bool:  # by this run (a lab may keep an old definition)
         assert ui.run_state() == "Running", ui.shot("cancel-run-not-running")
-        time.sleep(1)
+        return domain_running(lab, vm)
+
+    wait_for(vm_started, timeout=300, interval=1, what=f"{vm} started by the run")
     ui.page.get_by_role("button", name="Open menu").first.click()
     ui.page.get_by_role("menuitem", name="Cancel").click()
     dialog = ui.page.get_by_role("dialog").or_(ui.page.get_by_role("alertdialog")).first
