@@ -23,11 +23,11 @@ from store_rollout.contracts import (
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from store_rollout.steps import StepClock, markdown_report
-from tasks.cobbler import pxe_install_hypervisor
 from tasks.erp import notify_erp
 from tasks.firstboot import firstboot
 from tasks.kiwi import ensure_image
 from tasks.preflight import preflight
+from tasks.pxe_install import pxe_install_hypervisor
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.virt import create_vm
 

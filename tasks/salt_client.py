@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store_rollout.contracts import AUTOSIGN_GRAIN
+from store_rollout.contracts import AUTOSIGN_GRAIN, HYPERVISOR_READY_GRAIN
 from store_rollout.instrument import external
 
 log = logging.getLogger(__name__)
@@ -402,3 +402,17 @@ def summarize_failure(ret: Any) -> str:
     if "Traceback (most recent call last)" in text:  # a minion exception: its last line says why
         text = text.splitlines()[-1]
     return text[:1000]
+
+
+def hypervisor_state(master: SaltMasterClient, minion_id: str) -> str:
+    """Current state, not events: 'ready' (its highstate set the ready grain), 'answering'
+    (up, not ready yet) or 'silent' (not installed, booting, or its key not accepted)."""
+    try:
+        ready = master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN], timeout=5)
+    except SaltError:
+        return "silent"
+    return "ready" if ready else "answering"
+
+
+def hypervisor_ready(master: SaltMasterClient, minion_id: str) -> bool:
+    return hypervisor_state(master, minion_id) == "ready"

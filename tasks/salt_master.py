@@ -28,6 +28,8 @@ from tasks.salt_client import (
     SaltTransientError,
     check_minion_id,
     failed_states,
+    hypervisor_ready,
+    hypervisor_state,
     master_client,
     new_autosign_token,
     summarize_failure,
@@ -38,25 +40,11 @@ __all__ = [
     "AUTOSIGN_GRAIN", "HYPERVISOR_READY_GRAIN", "HYPERVISOR_READY_TAG", "MINION_ID_RE",
     "SaltCommandFailed", "SaltError", "SaltEvent", "SaltEventTimeout", "SaltMasterClient",
     "SaltMasterUnavailable", "SaltMinionNoResponse", "SaltTransientError", "check_minion_id",
-    "failed_states", "master_client", "new_autosign_token", "summarize_failure",
-    # the tasks
-    "hypervisor_ready", "hypervisor_state", "prepare_vm_keys", "reapply_highstate",
-    "remove_vm_key", "wait_for_hypervisor",
+    "failed_states", "hypervisor_ready", "hypervisor_state", "master_client",
+    "new_autosign_token", "summarize_failure",
+    # the tasks and their helpers
+    "prepare_vm_keys", "reapply_highstate", "remove_vm_key", "wait_for_hypervisor",
 ]
-
-
-def hypervisor_state(master: SaltMasterClient, minion_id: str) -> str:
-    """Current state, not events: 'ready' (its highstate set the ready grain), 'answering'
-    (up, not ready yet) or 'silent' (not installed, booting, or its key not accepted)."""
-    try:
-        ready = master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN], timeout=5)
-    except SaltError:
-        return "silent"
-    return "ready" if ready else "answering"
-
-
-def hypervisor_ready(master: SaltMasterClient, minion_id: str) -> bool:
-    return hypervisor_state(master, minion_id) == "ready"
 
 
 def reapply_highstate(master: SaltMasterClient, minion_id: str) -> str | None:

@@ -16,10 +16,10 @@ from tasks.cobbler import (
     CobblerRejected,
     CobblerUnavailable,
     disable_hypervisor_netboot,
-    pxe_install_hypervisor,
 )
 from tasks.erp import ErpRejected, ErpUnavailable, notify_erp
 from tasks.firstboot import FirstbootFailed, firstboot
+from tasks.pxe_install import pxe_install_hypervisor
 from tasks.retry import retry_on
 from tasks.salt_master import (
     SaltCommandFailed,

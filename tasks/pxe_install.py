@@ -1,0 +1,79 @@
+"""Step 2, PXE install of a store's hypervisor: one task over two outside systems, Cobbler
+(system record, netboot, sync, power) and the Salt master (the host's key and its one-time
+autosign token, and whether the host is already installed and ready).
+
+The clients are tasks/cobbler.py and tasks/salt_client.py; this module only composes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.concurrency.sync import concurrency
+
+from store_rollout.contracts import AUTOSIGN_GRAIN
+from store_rollout.inventory import Store
+from store_rollout.settings import load_settings
+from tasks.cobbler import (
+    COBBLER_SYNC_LIMIT,
+    CobblerRejected,
+    CobblerUnavailable,
+    SystemSpec,
+    bmc_credentials,
+    cobbler_client,
+)
+from tasks.retry import retry_on
+from tasks.salt_client import hypervisor_ready, master_client
+
+
+@task(name="pxe_install_hypervisor", task_run_name="pxe-install-{store.store_id}",
+      retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
+def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
+    """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
+    full sync would wipe the PXE configs of hypervisors booting right now), power cycle.
+
+    Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already installed
+    and ready, which step 3 takes as its answer.
+    """
+    logger = get_run_logger()
+    settings = load_settings()
+    master = master_client(settings.salt_master_config)
+    client = cobbler_client(settings)
+    minion = store.hypervisor_minion_id
+    system = store.cobbler_system
+    # resume: a hypervisor that is up and reported ready is not reinstalled
+    if master.key_state(minion) == "accepted" and hypervisor_ready(master, minion):
+        logger.info("store %s: hypervisor %s already installed and ready; no PXE",
+                    store.store_id, minion)
+        return {"system": system, "created": False, "skipped": True}
+    profile = store.hypervisor.cobbler_profile
+    if not client.profile_exists(profile):
+        raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
+                              "exist; create it or fix hypervisor.cobbler_profile")
+    master.delete_key(minion)  # a stale key of a previous install would be 'denied'
+    token = master.issue_token(minion)
+    hv = store.hypervisor
+    bmc = bmc_credentials(store, settings)
+    spec = SystemSpec(
+        name=system, hostname=hv.hostname, mac=hv.mac, profile=profile,
+        ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
+        autoinstall_meta={
+            "salt_master": settings.salt_master_address,
+            "salt_master_port": str(settings.salt_ret_port),
+            "salt_publish_port": str(settings.salt_publish_port),
+            "minion_id": minion, "store_id": store.store_id,
+            "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
+            "virt_uri": settings.hypervisor_libvirt_uri,
+            "vm_images_dir": settings.vm_images_dir,
+        },
+        power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
+        power_user=bmc.username, power_pass=bmc.password, power_id=system)
+    created = client.upsert_system(spec)
+    logger.info("store %s: Cobbler system %s %s", store.store_id, system,
+                "created" if created else "updated")
+    with concurrency(COBBLER_SYNC_LIMIT, occupy=1):
+        client.sync_system(system)
+    client.power(system, "reboot")
+    logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)
+    return {"system": system, "created": created, "skipped": False}
