@@ -4,6 +4,9 @@ SHELL := /bin/bash
 VENV ?= $(CURDIR)/.venv
 COBBLER_VENV ?= $(CURDIR)/.venv-cobbler
 PY := $(VENV)/bin/python
+# pytest-xdist workers for `make test`, each with a lab of its own (tests wait on daemons more
+# than they compute, so more workers than cores pays)
+TEST_WORKERS ?= 3
 STAMP_APT := $(CURDIR)/.setup-apt.stamp
 STAMP_VENV := $(VENV)/.setup.stamp
 STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
@@ -69,7 +72,7 @@ lint: setup
 	$(VENV)/bin/yamllint --strict .
 
 test: lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-slow: setup
 	$(VENV)/bin/pytest -q -m kiwi_build

@@ -12,7 +12,6 @@ import psutil
 import pytest
 
 from lab.manager import Lab
-from lab.procs import wait_until
 from lab.state import REPO_ROOT
 from lab.store_network import StoreNetwork
 from tests.helpers import wait_for
@@ -96,8 +95,8 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         # the store network (its machines' links died with the old gateway)
         for name in ("salt-master", "cobblerd", "store-network"):
             os.killpg(pids[name], signal.SIGKILL)
-        wait_until(lambda: all(gone(pids[name]) for name in
-                               ("salt-master", "cobblerd", "store-network")), 10, "the kills")
+        wait_for(lambda: all(gone(pids[name]) for name in ("salt-master", "cobblerd", "store-network")),
+                 timeout=10, what="the killed daemons to be gone")
         repaired = Lab.at(lifecycle_dir).up()
         new_pids = {n: s.pid for n, s in repaired.services.items()}
         restarted = {name for name in pids if new_pids[name] != pids[name]}

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.procs import free_port, wait_until
+from lab.procs import free_port
 from lab.state import REPO_ROOT
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork, link_name, machine_address
+from tests.helpers import wait_for
 
 HOST_NAMESPACE = REPO_ROOT / "lab" / "host_namespace.py"
 
@@ -73,7 +74,7 @@ def network(tmp_path: Path, orchestrator_server: int) -> Iterator[StoreNetwork]:
     gateway = subprocess.Popen([sys.executable, "-m", "lab.store_network", "--state-file",
                                 str(state), f"--forward={orchestrator_server}"], cwd=REPO_ROOT)
     try:
-        wait_until(state.exists, 20, "store network")
+        wait_for(state.exists, timeout=20, what="the store network's state file")
         yield StoreNetwork.load(state)
     finally:
         gateway.terminate()
