@@ -71,11 +71,14 @@ def spawn(
     return ProcessRecord(proc.pid, psutil.Process(proc.pid).create_time())
 
 
-def _group_members(pgid: int) -> list[psutil.Process]:
+def _live_members(pgids: set[int]) -> list[psutil.Process]:
+    """Non-zombie processes in any of the groups, in one pass over /proc. A zombie is dead
+    already, and one whose parent does not reap it (a daemon reparented to an init that does
+    not reap) would hold every wait until its timeout."""
     members = []
-    for proc in psutil.process_iter(["pid"]):
+    for proc in psutil.process_iter(["status"]):
         try:
-            if os.getpgid(proc.pid) == pgid:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) in pgids:
                 members.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
@@ -97,29 +100,14 @@ def stop_many(records: Sequence[ProcessRecord], grace: float = 3.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    groups = {r.pid for r in alive}
-    while time.monotonic() < deadline and groups & _live_groups():
+    groups = {r.pid for r in records}
+    while time.monotonic() < deadline and _live_members(groups):
         time.sleep(0.1)
-    for record in records:
-        _kill_group_leftovers(record.pid)
-
-
-def _live_groups() -> set[int]:
-    """Process group ids of every (non-zombie) process, in one pass over /proc."""
-    groups = set()
-    for proc in psutil.process_iter(["status"]):
-        if proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            groups.add(os.getpgid(proc.pid))
-    return groups
-
-
-def _kill_group_leftovers(pgid: int) -> None:
-    for proc in _group_members(pgid):
+    leftovers = _live_members(groups)
+    for proc in leftovers:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(_group_members(pgid), timeout=3)
+    psutil.wait_procs(leftovers, timeout=3)
 
 
 def tree_rss(record: ProcessRecord) -> int:

@@ -387,10 +387,10 @@ class Simulator:
         return {"minion": minion_id, "rebooting": True}
 
     def _reboot(self, minion_id: str) -> None:
-        time.sleep(2.0)  # like `shutdown -r`: the state run that asked returns first
+        time.sleep(1.0)  # like `shutdown -r`: the state run that asked returns first
         self.minions.stop(minion_id, "reboot")
         delay, fail = self.faults.take("reboot")
-        time.sleep(1.0 + delay)
+        time.sleep(0.5 + delay)  # powered off
         if fail:
             log.warning("fault knob: %s does not come back after reboot", minion_id)
             return

@@ -1,4 +1,12 @@
-"""Every benchmark runs once in --quick mode, so none can rot. No timing is asserted."""
+"""Every benchmark runs once in --quick mode, so none can rot. No timing is asserted.
+
+Two quick runs are opt-in (`make test-bench`, marker bench_covered) because default tests run
+the same behaviour in the same lab: bench_resume's failed-at-step-6-then-resumed rollout is
+test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun (plus the resume checks
+of test_cancel.py and test_faults.py::test_flow_process_killed_mid_step5_then_rerun), and
+bench_batch's batches of 1 and 2 are test_rollout_e2e.py::test_one_store_then_two_at_once and
+test_batch.py. Their JSON shape is still checked whenever they run.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +31,13 @@ BENCHES = {
 }
 
 
+COVERED_BY_DEFAULT_TESTS = {"bench_resume.py", "bench_batch.py"}
+
+
 @pytest.mark.lab
-@pytest.mark.parametrize("script", sorted(BENCHES))
+@pytest.mark.parametrize("script", [
+    pytest.param(name, marks=pytest.mark.bench_covered) if name in COVERED_BY_DEFAULT_TESTS
+    else name for name in sorted(BENCHES)])
 def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -> None:
     proc = subprocess.run([str(VENV_BIN / "python"), str(REPO_ROOT / "bench" / script), "--quick"],
                           env=lab_env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
