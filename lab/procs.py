@@ -108,6 +108,9 @@ def stop_many(records: Sequence[ProcessRecord], grace: float = 3.0) -> None:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(leftovers, timeout=3)
+    for record in records:  # a leader this process spawned is our child: reap its zombie
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(record.pid, os.WNOHANG)
 
 
 def tree_rss(record: ProcessRecord) -> int:

@@ -242,7 +242,7 @@ class MinionManager:
         return [*unshare, "--", str(salt_bin / "python"),
                 str(REPO_ROOT / "lab" / "host_namespace.py"), *options, "--", *argv]
 
-    def stop(self, minion_id: str, reason: str = "") -> None:
+    def stop(self, minion_id: str, reason: str = "", grace: float = 1.0) -> None:
         with self.lock:
             record = self.procs.pop(minion_id, None)
             if record is None:
@@ -250,7 +250,7 @@ class MinionManager:
                 if pfile.exists():
                     record = ProcessRecord.from_json(json.loads(pfile.read_text()))
             if record is not None:
-                stop(record, grace=1.0)
+                stop(record, grace=grace)
                 self.history.append({"minion": minion_id, "event": "stop", "reason": reason,
                                      "at": time.time()})
 
@@ -532,7 +532,9 @@ class Simulator:
     def _on_domain_stopped(self, name: str) -> None:
         minion_id = self.domain_minions.get(name)
         if minion_id:
-            self.minions.stop(minion_id, f"domain {name} stopped")
+            # a destroyed domain is a power cut: the guest gets no grace in which its minion
+            # could re-authenticate after a rollback deleted its key (as CI saw once)
+            self.minions.stop(minion_id, f"domain {name} stopped", grace=0.0)
 
     def run_libvirt_events(self) -> None:
         import libvirt

@@ -93,6 +93,9 @@ class Ui:
         self.page.wait_for_url(re.compile(r"/runs/flow-run/[0-9a-f-]{36}"))
         match = re.search(r"/flow-run/([0-9a-f-]{36})", self.page.url)
         assert match is not None
+        # the URL changes before the run page replaces the deployment page, whose run list shows
+        # other runs' state badges: load the run page itself before anyone reads a badge
+        self.page.goto(self.page.url)
         return match.group(1)
 
     def run_state(self) -> str:
