@@ -1,5 +1,6 @@
-"""tasks/kiwi/builders.py: the kiwi-ng command line, and (opt-in, root) a real kiwi-ng build of
-lab-debian through the cache, its minion.d checked and the image booted under qemu."""
+"""tasks/kiwi/builders.py: the kiwi-ng command line, the minion wheelhouse, and (opt-in, root) a
+real kiwi-ng build of lab-debian through the cache, its minion.d, Salt and first-boot identity
+checked and the image booted under qemu."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from lab.state import REPO_ROOT
 from tasks.kiwi import (
     BUILD_PARAMS_FILE,
     IMAGE_BUILDS_DIR,
     ImageCache,
     KiwiBuilder,
+    KiwiBuildError,
     render_minion_d,
 )
+from tasks.kiwi.overlay import MINION_LOCK, MINION_WHEELHOUSE
 from tests.helpers import cannot_run
 from tests.kiwi_helpers import DEBIAN, PARAMS
 
@@ -33,6 +37,71 @@ def test_kiwi_builder_command_line(tmp_path: Path) -> None:
     assert cmd[cmd.index("--temp-dir") + 1] == str(tmp_path / "work/kiwi-tmp")
     assert cmd[-4:] == ["--description", str(tmp_path / "desc"),
                         "--target-dir", str(tmp_path / "work/target")]  # fmt: skip
+
+
+# a stand-in for `python -m pip`: records its argv, writes one wheel per pinned line of the lock,
+# or fails like pip when a line names FAIL
+FAKE_PIP = """import pathlib, sys
+args = sys.argv[1:]
+pathlib.Path(sys.argv[0]).with_name("argv.txt").write_text("\\n".join(args))
+lock = pathlib.Path(args[args.index("--requirement") + 1]).read_text().splitlines()
+out = pathlib.Path(args[args.index("--wheel-dir") + 1])
+for line in lock:
+    if line.startswith("FAIL"):
+        sys.exit("ERROR: No matching distribution found for " + line)
+    if "==" in line and not line.startswith("#"):
+        name, version = line.split("==")
+        (out / f"{name}-{version}-py3-none-any.whl").write_text("wheel")
+"""
+
+
+def _fake_pip(tmp_path: Path) -> list[str]:
+    script = tmp_path / "fake-pip" / "pip.py"
+    script.parent.mkdir()
+    script.write_text(FAKE_PIP)
+    return [shutil.which("python3") or "python3", str(script)]
+
+
+def test_wheelhouse_of_the_minion_lock_lands_in_the_overlay(tmp_path: Path) -> None:
+    desc = tmp_path / "desc"
+    (desc / "root").mkdir(parents=True)
+    (desc / MINION_LOCK).write_text("# pins\nsalt==3006.30\npyzmq==27.3.0\n")
+    pip = _fake_pip(tmp_path)
+    wheelhouse = KiwiBuilder.add_wheelhouse(desc, pip=pip)
+    assert wheelhouse == desc / "root" / MINION_WHEELHOUSE
+    assert sorted(p.name for p in wheelhouse.iterdir()) == [
+        MINION_LOCK, "pyzmq-27.3.0-py3-none-any.whl", "salt-3006.30-py3-none-any.whl"]
+    argv = (tmp_path / "fake-pip" / "argv.txt").read_text().splitlines()
+    assert argv[:3] == ["wheel", "--quiet", "--no-deps"]  # the lock pins every package
+    # no lock: a description with a distribution salt-minion (leap-jeos) gets no wheelhouse
+    (desc / MINION_LOCK).unlink()
+    shutil.rmtree(desc / "root")
+    assert KiwiBuilder.add_wheelhouse(desc, pip=pip) is None
+    assert not (desc / "root").exists()
+
+
+def test_wheelhouse_failure_names_the_lock_and_pips_reason(tmp_path: Path) -> None:
+    desc = tmp_path / "desc"
+    desc.mkdir()
+    (desc / MINION_LOCK).write_text("salt==3006.30\nFAIL-pkg==1\n")
+    with pytest.raises(KiwiBuildError) as err:
+        KiwiBuilder.add_wheelhouse(desc, pip=_fake_pip(tmp_path))
+    assert MINION_LOCK in str(err.value) and "No matching distribution found for FAIL-pkg" in str(
+        err.value)
+
+
+def test_image_minion_pins_are_the_store_hosts_salt() -> None:
+    """lab-debian's Salt is requirements-salt3006.lock's (Leap 15.6's line) minus libvirt-python,
+    and config.sh installs it from the wheelhouse path the builder fills."""
+    def pins(path: Path) -> dict[str, str]:
+        lines = [line for line in path.read_text().splitlines() if line and line[0] != "#"]
+        return dict(line.lower().split("==") for line in lines)
+    image = pins(IMAGE_BUILDS_DIR / DEBIAN / MINION_LOCK)
+    hosts = pins(REPO_ROOT / "requirements-salt3006.lock")
+    assert image == {k: v for k, v in hosts.items() if k != "libvirt-python"}
+    config_sh = (IMAGE_BUILDS_DIR / DEBIAN / "config.sh").read_text()
+    assert f"wheelhouse=/{MINION_WHEELHOUSE}\n" in config_sh
+    assert f'"$wheelhouse/{MINION_LOCK}"' in config_sh
 
 
 # --------------------------------------------------------------------------- real build (opt-in)

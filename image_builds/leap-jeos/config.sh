@@ -16,6 +16,10 @@ chmod 0640 /etc/salt/minion.d/*.conf
 # No baked identity: store-identity.service sets minion_id + autosign token from SMBIOS.
 rm -f /etc/salt/minion_id /etc/salt/minion.d/15-identity.conf
 rm -f /etc/salt/pki/minion/minion.pem /etc/salt/pki/minion/minion.pub
+# No machine identity either: systemd makes the machine-id at first boot, sshd.service its host
+# keys (sshd-gen-keys-start); two VMs from one image must not share them.
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id /etc/ssh/ssh_host_*
 
 systemctl enable sshd
 systemctl enable store-identity.service

@@ -15,14 +15,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kiwi.version import __version__ as KIWI_VERSION
 
 from tasks.kiwi.errors import KiwiBuildError, KiwiBuildTimeout
 from tasks.kiwi.models import Builder, BuildOutput, LineSink
-from tasks.kiwi.overlay import BUILD_PARAMS_FILE
+from tasks.kiwi.overlay import BUILD_PARAMS_FILE, MINION_LOCK, MINION_WHEELHOUSE
 from tasks.kiwi.params import kiwi_profile
 from tasks.kiwi.validate import validate_description
 
@@ -41,6 +41,8 @@ LAB_DISK_SIZE = "64M"
 KIWI_BUILD_TIMEOUT = 20 * 60.0
 """kiwi-ng ``system build`` limit in seconds (a Debian disk build takes 4-5 min)."""
 QEMU_IMG_TIMEOUT = 60.0
+WHEELHOUSE_TIMEOUT = 15 * 60.0
+"""``pip wheel`` of a description's minion lock (Salt is an sdist: built once per host cache)."""
 _ERROR_LINE_RE = re.compile(r"\[ ERROR\s*\]|\bKiwi[A-Za-z]+:")
 BUILDERS = ("lab", "kiwi")
 """What :func:`make_builder` and ``ensure_image`` accept."""
@@ -146,6 +148,32 @@ class KiwiBuilder:
         params_file.chmod(0o600)
         return dest
 
+    @staticmethod
+    def add_wheelhouse(desc_copy: Path, timeout: float = WHEELHOUSE_TIMEOUT,
+                       pip: Sequence[str] = (sys.executable, "-m", "pip")) -> Path | None:
+        """Wheels of the copy's ``MINION_LOCK`` into its overlay, made with this host's pip
+        (its index and proxy settings): the chroot of the build then needs no index."""
+        lock = desc_copy / MINION_LOCK
+        if not lock.is_file():
+            return None
+        wheelhouse = desc_copy / "root" / MINION_WHEELHOUSE
+        wheelhouse.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(lock, wheelhouse / MINION_LOCK)
+        cmd = [*pip, "wheel", "--quiet", "--no-deps",
+               "--requirement", str(lock), "--wheel-dir", str(wheelhouse)]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise KiwiBuildTimeout(f"pip wheel of {lock.name} exceeded {timeout:.0f} s",
+                                   desc_dir=desc_copy) from exc
+        if proc.returncode != 0:
+            tail = proc.stderr.strip().splitlines()[-20:]
+            raise KiwiBuildError(
+                f"pip wheel of the image's {lock.name} failed (rc {proc.returncode}): "
+                f"{tail[-1] if tail else 'no output'}",
+                desc_dir=desc_copy, log_tail=tail, returncode=proc.returncode)
+        return wheelhouse
+
     def build(
         self, desc_dir: Path, params: Mapping[str, str], work_dir: Path, log: LineSink
     ) -> BuildOutput:
@@ -156,6 +184,9 @@ class KiwiBuilder:
         profile = kiwi_profile(params)
         validate_description(desc_dir, profile, params=params, temp_dir=work_dir / "kiwi-tmp")
         desc_copy = self.prepare_description(desc_dir, params, work_dir / "description")
+        wheelhouse = self.add_wheelhouse(desc_copy)
+        if wheelhouse is not None:
+            log(f"wheelhouse for {MINION_LOCK}: {len(list(wheelhouse.glob('*.whl')))} wheels")
         (work_dir / "kiwi-tmp").mkdir(exist_ok=True)
         self.shared_cache_dir.mkdir(parents=True, exist_ok=True)
         cmd = self.command(desc_copy, profile, work_dir)

@@ -29,6 +29,8 @@ __all__ = [
     "IDENTITY_SCRIPT",
     "IDENTITY_UNIT",
     "MINION_D",
+    "MINION_LOCK",
+    "MINION_WHEELHOUSE",
     "PLACEHOLDER_RE",
     "REQUIRED_PACKAGES",
     "minion_d_dir",
@@ -40,6 +42,12 @@ __all__ = [
 MINION_D = Path("etc/salt") / contracts.MINION_CONF_DIR
 BUILD_PARAMS_FILE = Path("etc/store-rollout/build-params")
 """Inside the ``root/`` overlay: KEY=value lines that ``config.sh`` applies, then removes."""
+MINION_LOCK = "minion-requirements.lock"
+"""In a description without a distribution salt-minion (lab-debian): the pinned Salt that
+``config.sh`` installs into ``/opt/salt``."""
+MINION_WHEELHOUSE = Path("usr/local/share/store-rollout/wheelhouse")
+"""Inside the ``root/`` overlay: the wheels of ``MINION_LOCK`` (and the lock), which
+``config.sh`` installs offline, then removes."""
 IDENTITY_SCRIPT = Path("usr/local/sbin/store-identity")
 IDENTITY_UNIT = Path("etc/systemd/system/store-identity.service")
 APPLY_PARAMS_SCRIPT = Path("usr/local/libexec/store-rollout/apply-build-params")
