@@ -115,6 +115,24 @@ class FaultKnobs:
             return json.loads(json.dumps(self.knobs))
 
 
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+SALT_LONGEST_SOCKET_NAME = "minion_event_0123456789_pull.ipc"  # salt: sha256(id)[:10]
+
+
+def minion_sock_dir(simulator_dir: Path, machine_index: int) -> Path:
+    """A minion's IPC socket dir: short and named by the machine's number, because a socket
+    path longer than the kernel's limit kills the minion at start ("AF_UNIX path too long":
+    CI's checkout path plus a long store id did)."""
+    sock_dir = simulator_dir / "sock" / str(machine_index)
+    longest = len(str(sock_dir)) + 1 + len(SALT_LONGEST_SOCKET_NAME)
+    if longest > UNIX_PATH_MAX:
+        raise ValueError(
+            f"lab state dir {simulator_dir.parent} is too deep: a minion's event socket there "
+            f"would be {longest} characters long, the kernel allows {UNIX_PATH_MAX}; "
+            "use a shorter --state-dir")
+    return sock_dir
+
+
 class MinionManager:
     """salt-minion processes for simulated machines, each with a private config and root dir."""
 
@@ -146,6 +164,9 @@ class MinionManager:
                 shutil.rmtree(mdir)  # a reinstall wipes the disk, keys and grains included
             conf = mdir / "etc"
             (conf / "minion.d").mkdir(parents=True)
+            sock_dir = self.sock_dir(minion_id)
+            shutil.rmtree(sock_dir, ignore_errors=True)
+            sock_dir.mkdir(parents=True)
             for name, text in files.items():
                 (conf / "minion.d" / name).write_text(text)
             self._write_hardware_config(minion_id, mdir, extra)
@@ -163,7 +184,7 @@ class MinionManager:
             "root_dir": str(root),
             "pki_dir": str(root / "pki"),
             "cachedir": str(root / "cache"),
-            "sock_dir": str(root / "sock"),
+            "sock_dir": str(self.sock_dir(minion_id)),
             "pidfile": str(root / "salt-minion.pid"),
             "log_file": str(root / "minion.log"),
             "master_port": self.info.salt_ret_port,
@@ -192,6 +213,10 @@ class MinionManager:
     def address(self, machine_id: str) -> str:
         """The machine's address on the store network: assigned once, kept across reboots,
         reinstalls and simulator restarts (as a DHCP reservation would)."""
+        return machine_address(self.machine_index(machine_id))
+
+    def machine_index(self, machine_id: str) -> int:
+        """The machine's number in the lab, assigned at its first use and kept."""
         book = self.paths.machine_addresses
         with self.lock:
             assigned: dict[str, int] = json.loads(book.read_text()) if book.exists() else {}
@@ -200,7 +225,10 @@ class MinionManager:
                 tmp = book.with_suffix(".tmp")
                 tmp.write_text(json.dumps(assigned, indent=1, sort_keys=True))
                 tmp.replace(book)
-            return machine_address(assigned[machine_id])
+            return assigned[machine_id]
+
+    def sock_dir(self, machine_id: str) -> Path:
+        return minion_sock_dir(self.paths.simulator, self.machine_index(machine_id))
 
     def installed(self, minion_id: str) -> bool:
         return (self.minion_dir(minion_id) / "etc" / "minion").exists()
@@ -236,7 +264,8 @@ class MinionManager:
         unshare = ["unshare", "--net"]
         if (mdir / "store-host").exists():
             socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]
-            keep = [mdir, Path(socket).parent, Path(self.info.vm_images_dir)]
+            keep = [mdir, self.sock_dir(minion_id), Path(socket).parent,
+                    Path(self.info.vm_images_dir)]
             unshare += ["--mount", "--propagation", "private"]
             options += ["--hide", str(self.paths.root), *[f"--keep={path}" for path in keep]]
         return [*unshare, "--", str(salt_bin / "python"),

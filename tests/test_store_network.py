@@ -145,3 +145,29 @@ def test_addresses_and_link_names() -> None:
         machine_address(NETWORK.num_addresses)
     names = {link_name(f"store-{i}-hv") for i in range(500)}
     assert len(names) == 500 and all(len(n) <= 15 for n in names)
+
+
+def test_minion_sockets_fit_the_kernels_limit_or_the_lab_dir_is_named(tmp_path: Path) -> None:
+    """The minion's event socket path does not grow with the store id (CI's checkout path plus
+    `store-sec-canary-hv` went past the limit and the minion died at start)."""
+    from lab.simulator import SALT_LONGEST_SOCKET_NAME, UNIX_PATH_MAX, minion_sock_dir
+
+    ci_like = Path("/check/work/main/.lab-test-gw0/simulator")
+    sock_dir = minion_sock_dir(ci_like, 4095)
+    assert sock_dir == ci_like / "sock" / "4095"
+    assert len(str(sock_dir / SALT_LONGEST_SOCKET_NAME)) <= UNIX_PATH_MAX
+    # the limit is the kernel's: a socket path of UNIX_PATH_MAX characters binds, one more not
+    import socket
+
+    for length, binds in ((UNIX_PATH_MAX, True), (UNIX_PATH_MAX + 1, False)):
+        path = tmp_path / ("s" * (length - len(str(tmp_path)) - 1))
+        assert len(str(path)) == length
+        with socket.socket(socket.AF_UNIX) as sock:
+            if binds:
+                sock.bind(str(path))
+                path.unlink()
+            else:
+                with pytest.raises(OSError, match="too long"):
+                    sock.bind(str(path))
+    with pytest.raises(ValueError, match="is too deep.*use a shorter --state-dir"):
+        minion_sock_dir(Path("/" + "d" * 80) / "simulator", 1)
