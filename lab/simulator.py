@@ -119,18 +119,19 @@ UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 SALT_LONGEST_SOCKET_NAME = "minion_event_0123456789_pull.ipc"  # salt: sha256(id)[:10]
 
 
-def minion_sock_dir(simulator_dir: Path, machine_index: int) -> Path:
-    """A minion's IPC socket dir: short and named by the machine's number, because a socket
+def minion_root_dir(simulator_dir: Path, machine_index: int) -> Path:
+    """A simulated machine's minion root_dir (pki, cache, sockets, pid, log): short and named
+    by the machine's number, because Salt puts its event sockets under root_dir and a socket
     path longer than the kernel's limit kills the minion at start ("AF_UNIX path too long":
     CI's checkout path plus a long store id did)."""
-    sock_dir = simulator_dir / "sock" / str(machine_index)
-    longest = len(str(sock_dir)) + 1 + len(SALT_LONGEST_SOCKET_NAME)
+    root = simulator_dir / "roots" / str(machine_index)
+    longest = len(str(root / "sock" / SALT_LONGEST_SOCKET_NAME))
     if longest > UNIX_PATH_MAX:
         raise ValueError(
             f"lab state dir {simulator_dir.parent} is too deep: a minion's event socket there "
             f"would be {longest} characters long, the kernel allows {UNIX_PATH_MAX}; "
             "use a shorter --state-dir")
-    return sock_dir
+    return root
 
 
 class MinionManager:
@@ -164,9 +165,9 @@ class MinionManager:
                 shutil.rmtree(mdir)  # a reinstall wipes the disk, keys and grains included
             conf = mdir / "etc"
             (conf / "minion.d").mkdir(parents=True)
-            sock_dir = self.sock_dir(minion_id)
-            shutil.rmtree(sock_dir, ignore_errors=True)
-            sock_dir.mkdir(parents=True)
+            root = self.root_dir(minion_id)
+            shutil.rmtree(root, ignore_errors=True)  # keys, grains and cache go with the disk
+            root.mkdir(parents=True)
             for name, text in files.items():
                 (conf / "minion.d" / name).write_text(text)
             self._write_hardware_config(minion_id, mdir, extra)
@@ -176,7 +177,9 @@ class MinionManager:
             return mdir
 
     def _write_hardware_config(self, minion_id: str, mdir: Path, extra: dict[str, Any]) -> None:
-        root = mdir / "root"
+        # the machine's disk: short, by machine number (Salt prefixes root_dir to sock_dir and
+        # the event socket path must fit the kernel's limit)
+        root = self.root_dir(minion_id)
         hardware = {
             # what differs between a lab process and a real machine: paths, ports, virt URI
             "id": minion_id,
@@ -184,7 +187,7 @@ class MinionManager:
             "root_dir": str(root),
             "pki_dir": str(root / "pki"),
             "cachedir": str(root / "cache"),
-            "sock_dir": str(self.sock_dir(minion_id)),
+            "sock_dir": str(root / "sock"),
             "pidfile": str(root / "salt-minion.pid"),
             "log_file": str(root / "minion.log"),
             "master_port": self.info.salt_ret_port,
@@ -227,8 +230,8 @@ class MinionManager:
                 tmp.replace(book)
             return assigned[machine_id]
 
-    def sock_dir(self, machine_id: str) -> Path:
-        return minion_sock_dir(self.paths.simulator, self.machine_index(machine_id))
+    def root_dir(self, machine_id: str) -> Path:
+        return minion_root_dir(self.paths.simulator, self.machine_index(machine_id))
 
     def installed(self, minion_id: str) -> bool:
         return (self.minion_dir(minion_id) / "etc" / "minion").exists()
@@ -264,7 +267,7 @@ class MinionManager:
         unshare = ["unshare", "--net"]
         if (mdir / "store-host").exists():
             socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]
-            keep = [mdir, self.sock_dir(minion_id), Path(socket).parent,
+            keep = [mdir, self.root_dir(minion_id), Path(socket).parent,
                     Path(self.info.vm_images_dir)]
             unshare += ["--mount", "--propagation", "private"]
             options += ["--hide", str(self.paths.root), *[f"--keep={path}" for path in keep]]

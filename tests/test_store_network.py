@@ -150,12 +150,12 @@ def test_addresses_and_link_names() -> None:
 def test_minion_sockets_fit_the_kernels_limit_or_the_lab_dir_is_named(tmp_path: Path) -> None:
     """The minion's event socket path does not grow with the store id (CI's checkout path plus
     `store-sec-canary-hv` went past the limit and the minion died at start)."""
-    from lab.simulator import SALT_LONGEST_SOCKET_NAME, UNIX_PATH_MAX, minion_sock_dir
+    from lab.simulator import SALT_LONGEST_SOCKET_NAME, UNIX_PATH_MAX, minion_root_dir
 
     ci_like = Path("/check/work/main/.lab-test-gw0/simulator")
-    sock_dir = minion_sock_dir(ci_like, 4095)
-    assert sock_dir == ci_like / "sock" / "4095"
-    assert len(str(sock_dir / SALT_LONGEST_SOCKET_NAME)) <= UNIX_PATH_MAX
+    root = minion_root_dir(ci_like, 4095)
+    assert root == ci_like / "roots" / "4095"
+    assert len(str(root / "sock" / SALT_LONGEST_SOCKET_NAME)) <= UNIX_PATH_MAX
     # the limit is the kernel's: a socket path of UNIX_PATH_MAX characters binds, one more not
     import socket
 
@@ -170,4 +170,4 @@ def test_minion_sockets_fit_the_kernels_limit_or_the_lab_dir_is_named(tmp_path: 
                 with pytest.raises(OSError, match="too long"):
                     sock.bind(str(path))
     with pytest.raises(ValueError, match="is too deep.*use a shorter --state-dir"):
-        minion_sock_dir(Path("/" + "d" * 80) / "simulator", 1)
+        minion_root_dir(Path("/" + "d" * 80) / "simulator", 1)
