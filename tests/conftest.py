@@ -17,8 +17,10 @@ TEST_LAB_DIR = Path(str(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT /
 
 
 # Seconds each slow module (or test) took in a serial fresh-clone run (2026-11-25, 2 cores);
-# only their order matters: under pytest-xdist the longest go first, so no worker starts a
-# 2-minute test at the end while the others idle.
+# only their order matters: under pytest-xdist (--dist loadgroup, no groups: each test is its
+# own unit, handed to whichever worker is free) the longest go first, so no worker starts a
+# 2-minute test at the end while the other idles. Tests do not depend on each other's order
+# or worker: each uses its own store ids, MACs and images in its worker's lab.
 MEASURED_SECONDS = {
     "tests/test_api_workers.py": 173, "tests/test_ui.py": 144, "tests/test_batch.py": 130,
     "tests/test_rollout_e2e.py": 101, "tests/test_waves.py": 66, "tests/test_cancel.py": 61,
@@ -29,9 +31,6 @@ MEASURED_SECONDS = {
     "tests/test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun": 122,
     "tests/test_faults.py": 45,
 }
-# Modules whose tests are independent of each other (own store ids, MACs and images) and long:
-# xdist may spread them over workers. Every other module stays whole on one worker.
-SPREAD_MODULES = {"tests/test_faults.py", "tests/test_bench.py"}
 
 
 def _measured(item: pytest.Item) -> int:
@@ -40,13 +39,8 @@ def _measured(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest first (stable, so a module keeps its own order); under xdist's loadgroup a
-    module is one group unless it is listed in SPREAD_MODULES."""
+    """Longest first (a stable sort, so a module keeps its own order among equals)."""
     items.sort(key=_measured, reverse=True)
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if module not in SPREAD_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

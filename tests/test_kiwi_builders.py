@@ -25,7 +25,7 @@ from tasks.kiwi import (
     render_minion_d,
 )
 from tasks.kiwi.overlay import MINION_LOCK, MINION_WHEELHOUSE
-from tests.helpers import cannot_run
+from tests.helpers import cannot_run, load_salt_module
 from tests.kiwi_helpers import DEBIAN, PARAMS
 
 
@@ -185,20 +185,37 @@ def test_real_kiwi_build_of_lab_debian_boots(
     assert (root / "usr/local/sbin/store-identity").is_file()
     assert not (root / BUILD_PARAMS_FILE).exists()
     assert not (root / "etc/salt/minion_id").exists()
+    # a real minion, started after store-identity; no identity of any machine baked in
+    assert (root / "opt/salt/bin/salt-minion").is_file()
+    assert not (root / MINION_WHEELHOUSE).exists()
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    assert (wants / "salt-minion.service").is_symlink()
+    assert (root / "etc/systemd/system/salt-minion.service.requires/store-identity.service"
+            ).is_symlink()
+    assert (root / "etc/machine-id").read_text() == ""
+    assert not list((root / "etc/ssh").glob("ssh_host_*"))
+    assert not (root / "etc/salt/pki").exists()
 
-    # boot a throwaway overlay under TCG to the login prompt
+    # boot a throwaway overlay under TCG with its identity seed and user-mode networking: the
+    # seed's identity reaches the minion, which starts (no master here: only its start is
+    # checked; the full lab checks the rest)
     disk = tmp_path / "boot.qcow2"
     _run("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(ref.path),
          str(disk))  # fmt: skip
+    seed = tmp_path / "seed.iso"
+    load_salt_module("_modules", "storevirt").write_seed(str(seed), {
+        "minion_id": "kiwi-test-vm", "autosign_token": "0123abcd", "store_id": "kiwi-test"})
     qemu = subprocess.Popen(
         ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2",
-         "-nographic", "-no-reboot", "-nic", "none",
+         "-nographic", "-no-reboot", "-nic", "user,model=virtio-net-pci",
          "-drive", f"file={disk},if=virtio,format=qcow2",
-         "-smbios", "type=11,value=store_rollout.minion_id=kiwi-test-vm"],
+         "-drive", f"file={seed},media=cdrom,format=raw,readonly=on"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        _wait_for(qemu, b"login:", 300)
+        console = _wait_for(qemu, b"login:", 300)
+        assert b"Started store-identity.service" in console, console[-3000:]
+        assert b"Started salt-minion.service" in console, console[-3000:]
     finally:
         qemu.kill()
         qemu.wait(30)
