@@ -4,9 +4,8 @@ SHELL := /bin/bash
 VENV ?= $(CURDIR)/.venv
 COBBLER_VENV ?= $(CURDIR)/.venv-cobbler
 PY := $(VENV)/bin/python
-# pytest-xdist workers for `make test`, each with a lab of its own (tests wait on daemons more
-# than they compute, so more workers than cores pays)
-# one lab per worker; with 3 on 2 cores the lab's timeouts fire (CI failed that way)
+# pytest-xdist workers for `make test`, each with a lab of its own: one per core (with 3 on 2
+# cores the labs' timeouts fired and CI failed)
 TEST_WORKERS ?= 2
 STAMP_APT := $(CURDIR)/.setup-apt.stamp
 STAMP_VENV := $(VENV)/.setup.stamp

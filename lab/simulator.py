@@ -170,16 +170,16 @@ class MinionManager:
             root.mkdir(parents=True)
             for name, text in files.items():
                 (conf / "minion.d" / name).write_text(text)
-            self._write_hardware_config(minion_id, mdir, extra)
+            self._write_hardware_config(minion_id, root, extra)
             (mdir / "salt-bin").write_text(str(salt_bin))
             if store_host:
                 (mdir / "store-host").write_text("runs in a mount namespace without the lab\n")
             return mdir
 
-    def _write_hardware_config(self, minion_id: str, mdir: Path, extra: dict[str, Any]) -> None:
-        # the machine's disk: short, by machine number (Salt prefixes root_dir to sock_dir and
-        # the event socket path must fit the kernel's limit)
-        root = self.root_dir(minion_id)
+    def _write_hardware_config(self, minion_id: str, root: Path, extra: dict[str, Any]) -> None:
+        """`root`: the machine's disk, root_dir() (short, by machine number: Salt puts the
+        event sockets under root_dir and their path must fit the kernel's limit)."""
+        mdir = self.minion_dir(minion_id)
         hardware = {
             # what differs between a lab process and a real machine: paths, ports, virt URI
             "id": minion_id,

@@ -12,13 +12,12 @@ chmod 0640 /etc/salt/minion.d/*.conf
 
 # No baked identity.
 rm -f /etc/salt/minion_id /etc/salt/minion.d/15-identity.conf
-rm -f /etc/salt/pki/minion/minion.pem /etc/salt/pki/minion/minion.pub
 
 # No machine identity either: systemd makes the machine-id at first boot, SSH host keys are
 # made by store-ssh-hostkeys.service (two VMs from one image must not share them).
 : > /etc/machine-id
 rm -f /var/lib/dbus/machine-id /etc/ssh/ssh_host_*
-rm -rf /etc/salt/pki
+rm -rf /etc/salt/pki  # no minion keys: each VM makes its own
 
 # salt-minion is not in Debian 12's archive: a pinned Salt in /opt/salt, installed offline from
 # the wheelhouse the build host made (tasks/kiwi/builders.py KiwiBuilder.add_wheelhouse).
