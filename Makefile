@@ -17,9 +17,9 @@ STAMP_HOST_SALT := $(HOST_SALT_VENV)/.setup.stamp
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
-	xorriso libxml2-utils
+	xorriso libxml2-utils dnsmasq-base
 
-.PHONY: setup demo test test-slow test-scale test-bench lint bench ui-screenshots lab-up lab-down lab-status clean
+.PHONY: setup demo test test-slow test-scale test-bench test-full lint bench ui-screenshots lab-up lab-down lab-status clean
 
 # Salt 3006.0, the minion Leap 15.6 hosts run: its source (never installed) for the compatibility test
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
@@ -83,6 +83,10 @@ test-scale: setup
 # bench --quick runs whose behaviour default tests cover (tests/test_bench.py lists which)
 test-bench: setup
 	$(VENV)/bin/pytest -q -m bench_covered
+
+# the full lab: store VMs boot the KIWI-built image (built on the first run, about 4 min)
+test-full: setup
+	$(VENV)/bin/pytest -q -rP -m full_lab tests/test_full_lab.py
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up

@@ -1,4 +1,10 @@
-"""libvirtd + QEMU in a private mount namespace, state in the lab dir (notes/libvirt.md §4).
+"""libvirtd + QEMU in a private mount namespace on the lab's store network, state in the lab
+dir (notes/libvirt.md §4).
+
+libvirtd joins the store network's namespace (lab/store_network.py): the taps it makes for a
+VM's NIC on the network's bridge (`<interface type='bridge'>`, as on a store host's br0) are
+made there, never on the host, and a guest on that bridge reaches the lab's services only at
+the gateway, as a store VM does. Clients reach libvirtd by its unix socket, as before.
 
 QEMU runs as root without a security driver, so the capability cache stays valid; the host's
 /etc/libvirt, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt and /run are replaced by
@@ -7,11 +13,13 @@ bind mounts or a tmpfs that exist only inside the namespace.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
 
 from lab.procs import ProcessRecord, spawn, wait_until
+from lab.store_network import StoreNetwork
 
 QEMU_CONF_APPEND = """
 # store-rollout lab
@@ -28,7 +36,9 @@ def uri(libvirt_dir: Path) -> str:
     return f"qemu+unix:///system?socket={libvirt_dir}/sock/libvirt-sock"
 
 
-def prepare(libvirt_dir: Path) -> None:
+def prepare(libvirt_dir: Path, simulator_url: str) -> None:
+    """`simulator_url`: the simulator as the store network reaches it (libvirtd's hook runs
+    there)."""
     ns = libvirt_dir / "ns"
     for sub in ("sock", "images"):
         (libvirt_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -52,8 +62,7 @@ def prepare(libvirt_dir: Path) -> None:
         f"#!{sys.executable}\n"
         "import json, sys, urllib.request\n"
         "if len(sys.argv) > 2 and sys.argv[2] == 'prepare':\n"
-        f"    lab = json.load(open({str(libvirt_dir.parent / 'lab.json')!r}))\n"
-        "    req = urllib.request.Request(lab['simulator_url'] + '/hooks/vm_start',\n"
+        f"    req = urllib.request.Request({simulator_url!r} + '/hooks/vm_start',\n"
         "        data=json.dumps({'domain': sys.argv[1]}).encode(), method='POST')\n"
         "    try:\n"
         "        answer = json.load(urllib.request.urlopen(req, timeout=10))\n"
@@ -85,13 +94,18 @@ def prepare(libvirt_dir: Path) -> None:
     script.chmod(0o755)
 
 
-def start(libvirt_dir: Path, log: Path) -> ProcessRecord:
+def start(libvirt_dir: Path, log: Path, network: StoreNetwork) -> ProcessRecord:
     sock = libvirt_dir / "sock" / "libvirt-sock"
     if sock.exists():
         sock.unlink()  # stale socket from a crashed lab
-    # unshare without --fork and the exec keep the PID: the record is libvirtd itself
-    return spawn(["unshare", "--mount", "--propagation", "private", str(libvirt_dir / "ns-start.sh")],
-                 log)
+    fd = network.open_namespace()  # checked to be the gateway's, not a recycled PID's
+    try:
+        # nsenter and unshare without --fork exec: the record is libvirtd itself
+        return spawn(["nsenter", f"--net=/proc/self/fd/{fd}", "--",
+                      "unshare", "--mount", "--propagation", "private",
+                      str(libvirt_dir / "ns-start.sh")], log, pass_fds=(fd,))
+    finally:
+        os.close(fd)
 
 
 def _connects(libvirt_uri: str) -> bool:
@@ -106,3 +120,28 @@ def _connects(libvirt_uri: str) -> bool:
 
 def wait_ready(libvirt_dir: Path, timeout: float = 30) -> None:
     wait_until(lambda: _connects(uri(libvirt_dir)), timeout, "libvirtd", interval=0.2)
+
+
+def vm_type(libvirt_uri: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """"kvm" when this machine can run KVM guests, else "qemu" (TCG).
+
+    As cpu-checker's kvm-ok decides: libvirt must offer KVM (/dev/kvm usable) and the CPU must
+    have hardware virtualization (vmx or svm). A /dev/kvm without them (seen on CI machines,
+    nested under a hypervisor that hides them) opens, but a guest's firmware then hangs in
+    GRUB; TCG boots the same image in about a minute."""
+    import libvirt
+
+    flags = set()
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    if not flags & {"vmx", "svm"}:
+        return "qemu"
+    conn = libvirt.open(libvirt_uri)
+    try:
+        conn.getDomainCapabilities(None, "x86_64", None, "kvm")
+        return "kvm"
+    except libvirt.libvirtError:
+        return "qemu"
+    finally:
+        conn.close()

@@ -53,6 +53,7 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     user: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessRecord:
     """Start a daemon in a new session (its own process group), output appended to log_path."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +68,7 @@ def spawn(
             start_new_session=True,
             user=user,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
     return ProcessRecord(proc.pid, psutil.Process(proc.pid).create_time())
 

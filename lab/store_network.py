@@ -6,6 +6,10 @@ A network namespace the lab makes holds a bridge (`BRIDGE`) with the gateway add
 any outside network, and the host's own interfaces are never touched. Each simulated machine
 gets a network namespace of its own, joined to the bridge by a veth pair, with an address the
 lab assigns (`lab/host_namespace.py` sets that up before the machine's minion starts).
+libvirtd runs on this network too (lab/libvirt_service.py), so a VM's NIC on `BRIDGE` is on
+the store network as a store VM's NIC on `br0` is on the store's LAN; such a guest gets its
+address by DHCP from the dnsmasq the gateway runs on the bridge (`DHCP_FIRST`..`DHCP_LAST`,
+no router or DNS offered).
 
 The lab's services (Salt master, Cobbler's HTTP side, the image server, the hardware
 simulator) listen on the orchestrator's loopback. The gateway process forwards their ports
@@ -39,13 +43,16 @@ NETWORK = ipaddress.IPv4Network("10.77.0.0/16")
 GATEWAY = "10.77.0.1"
 BRIDGE = "storebr0"
 FIRST_MACHINE = int(ipaddress.IPv4Address("10.77.1.1"))
+# booted guests (the full lab's real VMs) lease from here; simulated machines stay below
+DHCP_FIRST = "10.77.128.1"
+DHCP_LAST = "10.77.255.254"
 CLONE_NEWNET = 0x40000000
 
 
 def machine_address(index: int) -> str:
     """The address of the index-th simulated machine (0-based), on NETWORK, never the gateway."""
     address = ipaddress.IPv4Address(FIRST_MACHINE + index)
-    if address not in NETWORK or address == NETWORK.broadcast_address:
+    if address not in NETWORK or address >= ipaddress.IPv4Address(DHCP_FIRST):
         raise ValueError(f"the lab's store network {NETWORK} has no address for machine {index}")
     return str(address)
 
@@ -160,6 +167,17 @@ async def _forward(listeners: list[socket.socket], host_namespace: int) -> None:
     await asyncio.Event().wait()  # until SIGTERM
 
 
+def dhcp_server_command(leases: Path) -> list[str]:
+    """dnsmasq as the store network's DHCP server only: on the bridge, no DNS (port 0), no
+    router or DNS server offered (nothing to route to), leases in the lab's state dir."""
+    return ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--port=0",
+            f"--interface={BRIDGE}", "--bind-interfaces", "--pid-file",
+            f"--dhcp-range={DHCP_FIRST},{DHCP_LAST},{NETWORK.netmask},1h",
+            "--dhcp-authoritative", "--dhcp-option=3", "--dhcp-option=6",
+            f"--dhcp-leasefile={leases}", "--user=root", "--group=root", "--log-dhcp",
+            "--log-facility=-"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--state-file", type=Path, required=True)
@@ -175,6 +193,9 @@ def main() -> None:
                     ["ip", "addr", "add", f"{GATEWAY}/{NETWORK.prefixlen}", "dev", BRIDGE],
                     ["ip", "link", "set", BRIDGE, "up"]):
         subprocess.run(command, check=True)
+    # a child of the gateway: in its namespace and process group, stopped with it
+    subprocess.Popen(dhcp_server_command(args.state_file.parent / "dhcp.leases"),
+                     stdin=subprocess.DEVNULL)
     listeners = []
     for port in args.forward:
         listener = socket.socket()

@@ -5,6 +5,7 @@ host's own interfaces never change. Needs root (network namespaces)."""
 from __future__ import annotations
 
 import http.server
+import ipaddress
 import json
 import os
 import subprocess
@@ -17,7 +18,14 @@ import pytest
 
 from lab.procs import free_port
 from lab.state import REPO_ROOT
-from lab.store_network import GATEWAY, NETWORK, StoreNetwork, link_name, machine_address
+from lab.store_network import (
+    DHCP_FIRST,
+    GATEWAY,
+    NETWORK,
+    StoreNetwork,
+    link_name,
+    machine_address,
+)
 from tests.helpers import wait_for
 
 HOST_NAMESPACE = REPO_ROOT / "lab" / "host_namespace.py"
@@ -143,6 +151,11 @@ def test_addresses_and_link_names() -> None:
     assert machine_address(255) == "10.77.2.0"
     with pytest.raises(ValueError, match="no address for machine"):
         machine_address(NETWORK.num_addresses)
+    # the simulated machines' addresses stop where the DHCP server's (booted guests') begin
+    last = int(ipaddress.IPv4Address(DHCP_FIRST)) - int(ipaddress.IPv4Address("10.77.1.1")) - 1
+    assert machine_address(last) == str(ipaddress.IPv4Address(DHCP_FIRST) - 1)
+    with pytest.raises(ValueError, match="no address for machine"):
+        machine_address(last + 1)
     names = {link_name(f"store-{i}-hv") for i in range(500)}
     assert len(names) == 500 and all(len(n) <= 15 for n in names)
 
