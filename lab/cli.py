@@ -17,6 +17,7 @@ from rich.table import Table
 
 from lab.manager import Lab
 from lab.state import load_lab_info, state_dir_from_env
+from lab.store_network import BRIDGE
 
 lab_app = typer.Typer(no_args_is_help=True, help="The local lab (real services, simulated hardware).")
 console = Console(stderr=True)
@@ -30,14 +31,23 @@ def _mib(value: int) -> str:
 
 
 @lab_app.command("up")
-def lab_up(state_dir: StateDir = None) -> None:
+def lab_up(
+    state_dir: StateDir = None,
+    full: Annotated[bool | None, typer.Option(
+        "--full/--simulated-guest",
+        help="store VMs boot the real KIWI-built image under QEMU and run their own firstboot "
+             "(default: as this lab was; a new lab simulates the guest)")] = None,
+) -> None:
     """Start (or repair) the lab; prints where lab.json is."""
     lab = Lab.at(state_dir)
     try:
-        lab.up(progress=lambda m: console.print(f"[dim]lab:[/] {m}"))
+        info = lab.up(progress=lambda m: console.print(f"[dim]lab:[/] {m}"), full=full)
     except Exception as exc:
         console.print(f"[red]lab up failed:[/] {exc}\nlogs: {lab.paths.logs}")
         raise typer.Exit(1) from exc
+    if info.full:
+        console.print(f"full lab: store VMs boot the image ({info.vm_type}); store inventory "
+                      f"entries need vm.network {BRIDGE} for the guest to reach the master")
     console.print(
         f"lab ready: {lab.paths.lab_json}\n"
         "to run rollouts against it (the CLI never picks a lab by itself):\n"

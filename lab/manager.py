@@ -95,15 +95,24 @@ class Lab:
         return dict(info.services) if info else {}
 
     # -- up ----------------------------------------------------------------------------
-    def up(self, progress: Callable[[str], None] = lambda _m: None) -> LabInfo:
+    def up(self, progress: Callable[[str], None] = lambda _m: None,
+           full: bool | None = None) -> LabInfo:
+        """`full`: boot the real image for store VMs (None: as this lab was before)."""
         started = time.monotonic()
+        recorded = self.paths.load_info()
+        if full is None:
+            full = recorded.full if recorded else False
         services = {name: svc for name, svc in self.recorded_services().items()
                     if svc.record.alive()}
-        if "store-network" not in services and "simulator" in services:
-            # the machines' links died with the old gateway: the simulator restarts them
-            stop(services.pop("simulator").record)
+        if "store-network" not in services:
+            # the machines' links died with the old gateway: the simulator restarts them, and
+            # libvirtd (whose VMs' taps were there) starts on the new network
+            for name in ("simulator", "libvirtd"):
+                if name in services:
+                    stop(services.pop(name).record)
         self._clear_stale(services)
         info = self.base_info(services)
+        info.full = full
         self.paths.write_info(info)  # the simulator and fixtures read it while we start
         p = self.ports
         logs = self.paths.logs
@@ -135,7 +144,8 @@ class Lab:
         postgres.prepare(self.paths.postgres, self.secrets.postgres_password)
         salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret,
                                  prefect_api_url=info.prefect_api_url)
-        libvirt_service.prepare(self.paths.libvirt)
+        store_network = StoreNetwork.load(network_state)
+        libvirt_service.prepare(self.paths.libvirt, store_network.url(p.simulator))
         cob = self.cobbler_config()
         cobbler_service.prepare_state(cob)
         self.paths.erp.mkdir(exist_ok=True)
@@ -150,7 +160,8 @@ class Lab:
         ensure("salt-master", f"127.0.0.1:{p.salt_ret}",
                lambda: salt_master.start(self.paths.salt, logs / "salt-master.log"), noop)
         ensure("libvirtd", info.libvirt_uri,
-               lambda: libvirt_service.start(self.paths.libvirt, logs / "libvirtd.log"), noop)
+               lambda: libvirt_service.start(self.paths.libvirt, logs / "libvirtd.log",
+                                             store_network), noop)
         ensure("erp-receiver", info.erp_url,
                lambda: spawn([sys.executable, "-m", "lab.erp_receiver", "--port", str(p.erp),
                               "--log", info.erp_log, "--token-file", str(token_file)],
@@ -185,6 +196,8 @@ class Lab:
         lab_server("image-server", info.image_server_url, "lab.image_server", "/_lab/health",
                    "--root", str(self.paths.image_cache), "--port", str(p.image_server))
         libvirt_service.wait_ready(self.paths.libvirt)
+        info.vm_type = libvirt_service.vm_type(info.libvirt_uri) if full else "qemu"
+        self.paths.write_info(info)
         lab_server("simulator", info.simulator_url, "lab.simulator", "/health",
                    "--state-dir", str(self.paths.root), "--port", str(p.simulator))
         cobbler_service.wait_ready(cob)

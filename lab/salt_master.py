@@ -39,7 +39,9 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
         # os_family: the parameters of the host the lab's minions run on; its startup highstates
         # under load may render before the grains are loaded (as grains['id'] was, see ready)
         yaml.safe_dump({"store_rollout": {"lab": True},
-                        "hypervisor": {"lookup": {"lab": True}, "os_family": "Debian"}})
+                        "hypervisor": {"lookup": {"lab": True}, "os_family": "Debian"},
+                        # a booted lab guest (full lab) reboots at once, not a minute later
+                        "provisioning": {"reboot_delay_minutes": 0}})
     )
     grains_file = root / "autosign_grains" / AUTOSIGN_GRAIN
     if not grains_file.exists():

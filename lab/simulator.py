@@ -6,7 +6,8 @@
   hypervisor's salt-minion from them and call Cobbler's end-of-install (nopxe) URL; if it says
   localboot, boot the installed system.
 - VM boot: a libvirt lifecycle callback (not polling) starts a salt-minion for each started
-  domain, with the minion.d files of the image the domain's disk is backed by. The identity
+  domain, with the minion.d files of the image the domain's disk is backed by. A domain
+  whose disk holds a built image (the full lab) is left alone: QEMU boots it for real. The identity
   comes the way the guest gets it: the image's own store-identity script reads the domain's
   STORE_SEED seed disk (its CD-ROM's ISO file, as the guest would see it); a disk that booted
   before keeps the identity it was given. Stopping the domain stops that minion.
@@ -458,6 +459,10 @@ class Simulator:
             if fail:
                 log.warning("fault knob: VM %s does not boot", dom.name())
                 return
+            if self._boots_for_real(xml):
+                log.info("domain %s: its disk holds a built image; the guest boots it and runs "
+                         "its own minion (full lab), nothing to simulate", dom.name())
+                return
             booted = self._minion_of_disk(xml)
             seeded = self._identity_from_seed(dom.name(), xml)
             if seeded is None and booted is None:
@@ -544,11 +549,23 @@ class Simulator:
         marker = self.minions.minion_dir(minion_id) / "disk"
         return not marker.exists() or marker.read_text() != self._disk_identity(xml)
 
+    def _boots_for_real(self, xml: ET.Element) -> bool:
+        """The disk's base image is an operating system (built by KIWI), not the lab builder's
+        empty disk: QEMU boots it and the guest is real."""
+        from tasks.kiwi import LabBuilder
+
+        return self._base_meta(xml).get("builder") != LabBuilder.tag
+
     def _image_meta(self, xml: ET.Element) -> tuple[Path, dict[str, str]]:
         """The KIWI description and build parameters of the image this domain's disk is an
         overlay of (from the base image's meta.json)."""
         from tasks.kiwi import resolve_description
 
+        meta = self._base_meta(xml)
+        return resolve_description(meta["description"]), meta.get("params", {})
+
+    def _base_meta(self, xml: ET.Element) -> dict[str, Any]:
+        """meta.json of the base image this domain's disk is an overlay of."""
         disk = self._disk_path(xml)
         info = json.loads(subprocess.run(
             ["qemu-img", "info", "--force-share", "--output=json", "--backing-chain", disk],
@@ -558,8 +575,8 @@ class Simulator:
         meta_path = base.parent / "meta.json"
         if not meta_path.exists():
             raise FileNotFoundError(f"{disk}: base image {base} has no meta.json (not from the cache)")
-        meta = json.loads(meta_path.read_text())
-        return resolve_description(meta["description"]), meta.get("params", {})
+        meta: dict[str, Any] = json.loads(meta_path.read_text())
+        return meta
 
     def _on_domain_stopped(self, name: str) -> None:
         minion_id = self.domain_minions.get(name)

@@ -99,6 +99,10 @@ class LabInfo(BaseModel):
     image_server_url: str = ""  # the same server on the orchestrator's loopback (its /_lab knobs)
     store_network_state: str = ""  # the store network gateway's state file (lab.store_network)
     vm_images_dir: str
+    # full lab (`lab up --full`): the store VM boots the KIWI-built image under QEMU (KVM when
+    # the host offers it, vm_type "kvm"; else TCG, "qemu") and runs its own minion and firstboot
+    full: bool = False
+    vm_type: str = "qemu"
     services: dict[str, ServiceInfo] = Field(default_factory=dict)
 
 

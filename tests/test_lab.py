@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import uuid
+import xml.etree.ElementTree as ET
 import xmlrpc.client
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 import requests
 
 from lab.state import LabInfo
+from lab.store_network import BRIDGE, StoreNetwork
 from tasks.cobbler import CobblerClient, SystemSpec
 from tasks.salt_master import SaltMasterClient
 from tests.helpers import wait_for
@@ -97,6 +100,7 @@ TINY_DOMAIN = """<domain type='qemu'>
   <name>{name}</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
   <devices><emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <interface type='bridge'><source bridge='storebr0'/><model type='virtio'/></interface>
     <serial type='pty'/><console type='pty'/></devices>
 </domain>"""
 
@@ -112,6 +116,13 @@ def test_libvirt_define_start_destroy(lab: LabInfo) -> None:
         assert dom.isActive() == 1
         pid_file = Path(lab.state_dir) / "libvirt" / "ns" / "run" / "libvirt" / "qemu" / f"{name}.pid"
         assert pid_file.exists()  # QEMU's runtime state is in the lab dir, not the host's /run
+        # the NIC's tap is on the store network's bridge, in its namespace, not on the host
+        tap = ET.fromstring(dom.XMLDesc(0)).find("./devices/interface/target").get("dev")
+        network = StoreNetwork.load(Path(lab.store_network_state))
+        on_bridge = network.run(["ip", "-o", "link", "show", "master", BRIDGE],
+                                capture_output=True, text=True, check=True).stdout
+        assert f" {tap}:" in on_bridge or f" {tap}@" in on_bridge, on_bridge
+        assert tap not in [name for _index, name in socket.if_nameindex()]
         dom.destroy()
         assert dom.isActive() == 0
     finally:

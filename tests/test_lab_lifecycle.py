@@ -91,8 +91,9 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         again = Lab.at(lifecycle_dir).up()
         assert {n: s.pid for n, s in again.services.items()} == pids
 
-        # crash: kill three daemons hard; `up` restarts exactly those, and the simulator with
-        # the store network (its machines' links died with the old gateway)
+        # crash: kill three daemons hard; `up` restarts exactly those, and with the store
+        # network the simulator (its machines' links died with the old gateway) and libvirtd
+        # (which runs on that network)
         for name in ("salt-master", "cobblerd", "store-network"):
             os.killpg(pids[name], signal.SIGKILL)
         wait_for(lambda: all(gone(pids[name]) for name in ("salt-master", "cobblerd", "store-network")),
@@ -101,9 +102,10 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         new_pids = {n: s.pid for n, s in repaired.services.items()}
         restarted = {name for name in pids if new_pids[name] != pids[name]}
         assert restarted == {"salt-master", "cobblerd", "cobbler-http", "store-network",
-                             "simulator"}
-        assert StoreNetwork.load(Path(repaired.store_network_state)).pid == new_pids[
-            "store-network"]
+                             "simulator", "libvirtd"}
+        network = StoreNetwork.load(Path(repaired.store_network_state))
+        assert network.pid == new_pids["store-network"]
+        assert os.stat(f"/proc/{new_pids['libvirtd']}/ns/net").st_ino == network.netns_inode
         assert all(r["alive"] for r in Lab.at(lifecycle_dir).status())
     finally:
         Lab.at(lifecycle_dir).down()
