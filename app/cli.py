@@ -88,6 +88,7 @@ class LiveSteps:
 def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: float) -> list[dict[str, object]]:
     """Run one flow per store, concurrently, in this process; returns one summary each."""
     import contextlib
+    import contextvars
     import sys
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -123,7 +124,10 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: floa
             contextlib.redirect_stdout(sys.stderr),
             ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool,
         ):
-            results = list(pool.map(one, store_ids))
+            # each thread runs in a copy of this context: the Prefect settings the command
+            # applied (the lab's API URL) are context variables, which new threads do not see
+            contexts = {sid: contextvars.copy_context() for sid in store_ids}
+            results = list(pool.map(lambda sid: contexts[sid].run(one, sid), store_ids))
     finally:
         steps.remove_listener(view)
     return results
@@ -142,6 +146,8 @@ def rollout(
     firstboot_timeout: Annotated[float, typer.Option(help="seconds for step 6")] = 1800,
     vm_stall_timeout: Annotated[float, typer.Option(help="silence (s) after which a hung VM is reset")] = 300,
     hypervisor_stall_timeout: HypervisorStall = 300,
+    vm_contact_timeout: Annotated[float, typer.Option(
+        help="seconds step 6 waits for the VM's minion to contact the master at all")] = 600,
 ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
     validate_stores([store_id], inventory)
@@ -153,6 +159,7 @@ def rollout(
         firstboot_timeout=firstboot_timeout,
         vm_stall_timeout=vm_stall_timeout,
         hypervisor_stall_timeout=hypervisor_stall_timeout,
+        vm_contact_timeout=vm_contact_timeout,
     )[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))

@@ -44,7 +44,8 @@ def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
 def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_timeout: float = 1800, firstboot_timeout: float = 1800,
                   vm_stall_timeout: float = 300,
-                  hypervisor_stall_timeout: float = 300) -> dict[str, Any]:
+                  hypervisor_stall_timeout: float = 300,
+                  vm_contact_timeout: float = 600) -> dict[str, Any]:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -59,6 +60,9 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         vm_stall_timeout: Seconds without a sign of life from the store VM after which it is reset.
         hypervisor_stall_timeout: Seconds a hypervisor may answer without getting ready before its
             highstate is applied again.
+        vm_contact_timeout: Seconds step 6 waits for the store VM's minion to contact the master
+            at all (its key or any event) before it fails naming the master address the image
+            was built with.
     """
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
@@ -74,8 +78,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                             stall_timeout=hypervisor_stall_timeout)
         clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
         vm = clock.run(STEP_CREATE_VM, create_vm, store, image)
-        clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
-                  stall_timeout=vm_stall_timeout)
+        booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
+                           stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
         erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
     result = {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
@@ -83,6 +87,10 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         "hypervisor_reinstalled": not install["skipped"],
         "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],
+        "image_build_seconds": image.get("build_seconds"),
+        # seconds into step 6 of each stage and minion start, and each stage's boot id
+        "firstboot": {key: booted.get(key) for key in
+                      ("stages", "minion_starts", "boot_ids", "boots_seen", "resets")},
         "step_seconds": clock.seconds,
     }
     create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),

@@ -21,7 +21,7 @@ from store_rollout.contracts import (
     FIRSTBOOT_STAGE_NEW,
 )
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
 from tasks.salt_client import (
     SaltError,
@@ -54,6 +54,23 @@ def current_stage(master: SaltMasterClient, minion: str) -> str | None:
         return None
 
 
+class VmNeverContacted(Exception):
+    """The VM's minion never reached the master: not transient, a retry would wait again."""
+
+
+def never_contacted(store: Store, settings: RolloutSettings, waited: float) -> str:
+    """What a technician needs when the VM's minion never showed up at the master."""
+    master_address = settings.image_params.get("SALT_MASTER", settings.salt_master_address)
+    master_port = settings.image_params.get("SALT_MASTER_PORT", str(settings.salt_ret_port))
+    return (f"store {store.store_id}: VM minion {store.vm_minion_id} never contacted the master "
+            f"within {waited:.0f}s of step 6 (awaited its key and its "
+            f"salt/minion/{store.vm_minion_id}/start event; neither came). The guest did not "
+            f"boot or cannot reach the master at {master_address}:{master_port}, the address "
+            "its image was built with (image_params SALT_MASTER/SALT_MASTER_PORT): check the "
+            f"VM's console (`virsh console {store.vm_name}` on {store.hypervisor_minion_id}) "
+            "and its /etc/salt/minion.d/00-master.conf")
+
+
 def reset_vm(master: SaltMasterClient, store: Store) -> None:
     """Hard reset of a VM that stopped answering (a hung guest): stop, then start the domain."""
     hv, name = store.hypervisor_minion_id, store.vm_name
@@ -63,13 +80,19 @@ def reset_vm(master: SaltMasterClient, store: Store) -> None:
 
 @task(name="firstboot", task_run_name="firstboot-{store.store_id}",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
-def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) -> dict[str, Any]:
+def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300,
+              contact_timeout: float = 600) -> dict[str, Any]:
     """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed, then
     the identity seed ejected from the VM and deleted on the hypervisor.
 
     Judged by the VM itself: its `firstboot_stage` grain is checked after subscribing and after
     every (re)start of its minion. A VM whose accepted minion stays silent for `stall_timeout`
-    (hung after a reboot) is reset once per attempt.
+    (hung after a reboot) is reset once per attempt. A VM whose minion never contacts the
+    master (no key, no event) within `contact_timeout` fails the step at once, naming the
+    master address the image was built with: no wait for the whole `timeout`.
+
+    The result has the time of each stage event and each minion start (seconds into the step)
+    and the kernel's boot id each stage ran under: two reboots show as three boot ids.
     """
     logger = get_run_logger()
     settings = load_settings()
@@ -77,6 +100,8 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
     minion = store.vm_minion_id
     started = time.monotonic()
     stages: dict[str, float] = {}
+    boot_ids: dict[str, str] = {}
+    minion_starts: list[float] = []
     boots = 0
     last: dict[str, SaltEvent] = {}
     token_revoked = False
@@ -95,11 +120,14 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
         last_seen["at"] = time.monotonic()
         if event.tag == f"salt/minion/{minion}/start":
             boots += 1
+            minion_starts.append(round(time.monotonic() - started, 3))
             revoke_once()
             return current_stage(master, minion) == FIRSTBOOT_STAGE_DONE
         if event.tag.startswith(FIRSTBOOT_EVENT_PREFIX):
             stage = event.tag[len(FIRSTBOOT_EVENT_PREFIX):]
             stages[stage] = round(time.monotonic() - started, 3)
+            if event.payload.get("boot_id"):
+                boot_ids[stage] = str(event.payload["boot_id"])
             logger.info("store %s: firstboot stage %s", store.store_id, stage)
             return stage == FIRSTBOOT_EVENT_DONE
         if (event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS
@@ -113,7 +141,12 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
     with master.subscribe("") as bus:
         revoke_once()
         done = current_stage(master, minion) == FIRSTBOOT_STAGE_DONE
+        contacted = done or master.key_state(minion) is not None
         while not done:
+            contacted = contacted or bool(last)
+            if (not contacted and time.monotonic() - started > contact_timeout
+                    and master.key_state(minion) is None):
+                raise VmNeverContacted(never_contacted(store, settings, contact_timeout))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 last_event = last.get("event")
@@ -143,6 +176,7 @@ def firstboot(store: Store, timeout: float = 900, stall_timeout: float = 300) ->
     seed = master.cmd(store.hypervisor_minion_id, "storevirt.retire_seed", [store.vm_name])
     logger.info("store %s: identity seed %s ejected and deleted", store.store_id, seed["seed"])
     logger.info("store %s: firstboot done in %.1fs", store.store_id, time.monotonic() - started)
-    return {"minion": minion, "stages": stages, "boots_seen": boots, "resets": resets,
+    return {"minion": minion, "stages": stages, "boot_ids": boot_ids,
+            "minion_starts": minion_starts, "boots_seen": boots, "resets": resets,
             "seed_retired": seed["state"] == "retired",
             "seconds": round(time.monotonic() - started, 3)}

@@ -188,6 +188,33 @@ def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inproces
     check_store(lab, "f-reboot", result)
 
 
+def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, inprocess: Any,
+                                                                faults: Any,
+                                                                tmp_path: Path) -> None:
+    """A guest whose minion never contacts the master (it did not boot, or its image names a
+    wrong master) fails step 6 after vm_contact_timeout, not after the whole firstboot wait,
+    with what was awaited and where the guest was told to look."""
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-silent"], "52:54:00:fa:00")
+    faults("vm_boot", {"fail": 1})  # the domain runs, its guest never starts a minion
+    failed = inprocess("f-silent", inv, vm_contact_timeout=8, firstboot_timeout=300)
+    assert failed.is_failed()
+    assert faults_taken(lab)["vm_boot"]["failed"] == 1
+    message = str(failed.message) + repr(failed)
+    assert "VM minion store-f-silent-vm never contacted the master within 8s" in message, message
+    assert f"{lab.salt_master_address}:{lab.salt_ret_port}" in message, message
+    assert "salt/minion/store-f-silent-vm/start" in message, message
+    api = lab.prefect_api_url
+
+    def firstboot_run() -> dict[str, Any] | None:  # recorded from events, a little late
+        runs = requests.post(f"{api}/task_runs/filter", json={
+            "task_runs": {"name": {"any_": ["firstboot-f-silent"]}}}, timeout=10).json()
+        return next((r for r in runs if r["state_type"] == "FAILED"), None)
+
+    firstboot = wait_for(firstboot_run, timeout=30, interval=1, what="failed firstboot task run")
+    # one attempt: a guest that never called is not worth the task's retry
+    assert firstboot["run_count"] == 1, firstboot
+
+
 def test_erp_503_three_times_then_200(lab: LabInfo, inprocess: Any, faults: Any,
                                       tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-erp503"], "52:54:00:f6:00")

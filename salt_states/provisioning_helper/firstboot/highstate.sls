@@ -7,6 +7,7 @@ provisioning-helper-firstboot-highstate-event-send:
     - name: store/vm/firstboot/highstate
     - data:
         result: true
+        boot_id: {{ salt['file.read']('/proc/sys/kernel/random/boot_id') | trim | json }}
     - require:
       - sls: store_vm
 
@@ -31,5 +32,6 @@ provisioning-helper-firstboot-highstate-module-run:
   module.run:
     - provisioning.reboot:
       - reason: firstboot-highstate
+      - delay_minutes: {{ salt['pillar.get']('provisioning:reboot_delay_minutes', 1) | int }}
     - require:
       - event: provisioning-helper-firstboot-highstate-report-event-send

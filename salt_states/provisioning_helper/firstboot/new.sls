@@ -7,6 +7,7 @@ provisioning-helper-firstboot-new-event-send:
     - name: store/vm/firstboot/started
     - data:
         stage: new
+        boot_id: {{ salt['file.read']('/proc/sys/kernel/random/boot_id') | trim | json }}
 
 provisioning-helper-firstboot-new-grains-present:
   grains.present:
@@ -19,6 +20,7 @@ provisioning-helper-firstboot-new-module-run:
   module.run:
     - provisioning.reboot:
       - reason: firstboot-new
+      - delay_minutes: {{ salt['pillar.get']('provisioning:reboot_delay_minutes', 1) | int }}
     - require:
       - grains: provisioning-helper-firstboot-new-grains-present
       - saltutil: provisioning-helper-firstboot-new-saltutil-sync-modules

@@ -21,5 +21,6 @@ provisioning-helper-firstboot-verify-event-send:
     - name: store/vm/firstboot/done
     - data:
         bootstrap_removed: {{ salt['provisioning.bootstrap_files']() | json }}
+        boot_id: {{ salt['file.read']('/proc/sys/kernel/random/boot_id') | trim | json }}
     - require:
       - grains: provisioning-helper-firstboot-verify-grains-present
