@@ -11,6 +11,7 @@ import os
 import ssl
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -108,9 +109,24 @@ def test_corrupted_transfer_is_refused_and_removed(served: Served, cache: tuple[
     message = str(err.value)
     assert f"image {KEY}: sha256 mismatch for {served.url()}: expected {cache[1]}, got " in message
     assert "the download was removed" in message
-    assert list((tmp_path / "hv" / "base" / KEY).iterdir()) == []
+    assert [p.name for p in (tmp_path / "hv" / "base" / KEY).iterdir()] == [".download.lock"]
     fixed = storevirt.ensure_base_image(served.url(), KEY, cache[1])  # a clean transfer
     assert fixed["transferred"] == SIZE
+
+
+def test_concurrent_calls_download_once(served: Served, cache: tuple[Path, str],
+                                        tmp_path: Path) -> None:
+    """Two VMs of one image on one host (or a rerun beside a running call): one transfer, the
+    other call waits for it and finds the verified image (they shared the .part file before)."""
+    storevirt = load_storevirt(tmp_path / "hv")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        calls = [pool.submit(storevirt.ensure_base_image, served.url(), KEY, cache[1],
+                             rate_limit=8 * 1024 * 1024) for _ in range(2)]
+        results = sorted((call.result() for call in calls), key=lambda r: r["transferred"])
+    assert [r["cached"] for r in results] == [True, False], results
+    assert [r["transferred"] for r in results] == [0, SIZE], results
+    assert served.sent() == SIZE
+    assert hashlib.sha256(Path(results[1]["path"]).read_bytes()).hexdigest() == cache[1]
 
 
 def test_range_answers_206_and_bad_range_416(served: Served) -> None:

@@ -11,6 +11,7 @@
   seed is attached or retired (never the token).
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -90,8 +91,6 @@ def ensure_base_image(source, key, sha256, meta=None, ca_pem=None, rate_limit=No
 
     CLI Example: salt hv storevirt.ensure_base_image https://images/abc/image.qcow2 abc <sha256>
     """
-    import http.client
-
     base_dir = os.path.join(_images_dir(), "base", key)
     dest = os.path.join(base_dir, "image.qcow2")
     result = {"path": dest, "transferred": 0, "resumed_from": 0, "seconds": 0.0,
@@ -103,6 +102,22 @@ def ensure_base_image(source, key, sha256, meta=None, ca_pem=None, rate_limit=No
             "image {}: {} is not an http(s) URL; the hypervisor downloads its base image from "
             "the image server (setting image_base_url)".format(key, source))
     os.makedirs(base_dir, exist_ok=True)
+    # one download per base image on this host: a concurrent call (another VM of the
+    # same image, a rerun) waits here, then finds the verified image
+    with open(os.path.join(base_dir, ".download.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(dest):
+            result["cached"] = True
+            return result
+        return _download(source, key, sha256, meta, ca_pem, rate_limit, timeout, dest,
+                         result)
+
+
+def _download(source, key, sha256, meta, ca_pem, rate_limit, timeout, dest, result):
+    """ensure_base_image's transfer, under its lock."""
+    import http.client
+
+    base_dir = os.path.dirname(dest)
     part = dest + ".part"
     offset = os.path.getsize(part) if os.path.exists(part) else 0
     digest = _sha256_of(part, hashlib.sha256()) if offset else hashlib.sha256()
