@@ -113,7 +113,8 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: floa
             summary.update(state.result())
             summary["state"] = "Completed"
         else:
-            summary["error"] = str(state.message or "")[:500]
+            # whole: step errors name what failed and the fix (a few hundred characters)
+            summary["error"] = str(state.message or "")[:2000]
         return summary
 
     live_cm = Live(view, console=console, refresh_per_second=4) if live else contextlib.nullcontext()

@@ -1,0 +1,226 @@
+"""Issue 16: the full lab. Store VMs boot the real KIWI-built image under QEMU (KVM when the
+host has it) and run their own minion and firstboot; only the hypervisors stay simulated.
+
+Opt-in (`make test-full`, marker full_lab): the first run builds the image (cold cache), later
+runs reuse it. The lab lives in STORE_ROLLOUT_FULL_LAB_DIR (default `.lab-full/`), kept between
+runs so its ports, and with them the image's build parameters and cache key, stay the same.
+Each phase's time goes to the test output and to `<lab>/phase-times.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+import yaml
+
+from lab.manager import Lab
+from lab.state import REPO_ROOT, VENV_BIN, LabInfo
+from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST, GATEWAY
+from tasks.salt_client import SaltMasterClient
+from tests.helpers import check_store
+
+pytestmark = [pytest.mark.full_lab, pytest.mark.timeout(1800)]
+
+FULL_LAB_DIR = Path(os.environ.get("STORE_ROLLOUT_FULL_LAB_DIR", REPO_ROOT / ".lab-full"))
+GOOD = ("full-a", "full-b")
+WRONG = "full-wrong"
+WRONG_MASTER = "10.77.0.99"  # on the store network, where no master listens
+
+
+# what a run keeps for the next: the ports (the image's build parameters name the master's)
+# and the image cache; everything else starts fresh, so every run rolls out new stores
+KEPT = {"ports.json", "secrets.json", "image-cache"}
+
+
+@pytest.fixture(scope="module")
+def full_lab() -> Iterator[LabInfo]:
+    lab = Lab.at(FULL_LAB_DIR)
+    lab.down()
+    for path in FULL_LAB_DIR.iterdir():
+        if path.name not in KEPT:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    lab = Lab.at(FULL_LAB_DIR)
+    try:
+        yield lab.up(full=True)
+    finally:
+        lab.down()
+
+
+def inventory(path: Path, store_ids: tuple[str, ...], first_mac: int = 1) -> Path:
+    stores = [{"store_id": sid,
+               "hypervisor": {"hostname": f"hv-{sid}.full.invalid", "mac": f"52:54:00:fb:01:{n:02x}"},
+               # the VM's NIC on the store network's bridge, as on a store host's br0
+               "vm": {"vcpus": 1, "memory_mib": 512, "disk_gib": 4, "network": BRIDGE},
+               "erp": {"site_code": f"FULL-{sid}"}} for n, sid in enumerate(store_ids, start=first_mac)]
+    path.write_text(yaml.safe_dump({"stores": stores}))
+    return path
+
+
+def rollout(store_id: str, inv: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(VENV_BIN / "store-rollout"), "rollout", store_id,
+                             "--inventory", str(inv), "--json", *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, dict[str, Any], str]:
+    out, err = proc.communicate(timeout=timeout)
+    try:
+        return proc.returncode, json.loads(out), err
+    except json.JSONDecodeError:
+        raise AssertionError(f"no JSON result (rc {proc.returncode}): {err[-3000:]}") from None
+
+
+def user_env() -> dict[str, str]:
+    """What a user has after `lab up`: only STORE_ROLLOUT_LAB_DIR exported."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "STORE_ROLLOUT_"))}
+    return {**env, "STORE_ROLLOUT_LAB_DIR": str(FULL_LAB_DIR)}
+
+
+def guest(master: SaltMasterClient, minion: str, fun: str, *args: Any) -> Any:
+    return master.cmd(minion, fun, list(args), timeout=60)
+
+
+Outcome = tuple[int, dict[str, Any], str]
+
+
+def good_image_cached(cache: Path) -> bool:
+    """The good stores' image (built for the master at the gateway) is in the cache."""
+    for meta in cache.glob("*/meta.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if (json.loads(meta.read_text()).get("params", {}).get("SALT_MASTER") == GATEWAY
+                    and (meta.parent / "image.qcow2").is_file()):
+                return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def rollouts(full_lab: LabInfo, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """The two good stores and the wrong-master one, rolled out at once (the wrong image's
+    KIWI build waits for the good one's: two builds at once would share KIWI's package cache).
+    The wrong VM is destroyed as soon as its rollout failed, to free the CPU for the others."""
+    inv_dir = tmp_path_factory.mktemp("inventory")
+    good_inv = inventory(inv_dir / "good.yaml", GOOD)
+    wrong_inv = inventory(inv_dir / "wrong.yaml", (WRONG,), first_mac=len(GOOD) + 1)
+    wrong_env = {**user_env(), "STORE_ROLLOUT_IMAGE_PARAMS": json.dumps(
+        {"SALT_MASTER": WRONG_MASTER, "SALT_MASTER_PORT": str(full_lab.salt_ret_port)})}
+    started = time.monotonic()
+    procs = {sid: rollout(sid, good_inv, user_env()) for sid in GOOD}
+    while not good_image_cached(Path(full_lab.image_cache_dir)):
+        ended = [sid for sid, proc in procs.items() if proc.poll() is not None]
+        assert not ended, f"{ended} ended before their image was built: {finish(procs[ended[0]], 10)}"
+        time.sleep(2)
+    wrong_started = time.monotonic() - started
+
+    def wrong_outcome() -> Outcome:
+        outcome = finish(rollout(WRONG, wrong_inv, wrong_env, "--vm-contact-timeout",
+                                 str(contact_timeout(full_lab)), "--firstboot-timeout", "1800"),
+                         timeout=1500)
+        conn = libvirt.open(full_lab.libvirt_uri)
+        try:
+            with contextlib.suppress(libvirt.libvirtError):
+                conn.lookupByName(f"store-{WRONG}-vm").destroy()
+        finally:
+            conn.close()
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=len(GOOD) + 1) as pool:
+        futures = {sid: pool.submit(finish, proc, 1500) for sid, proc in procs.items()}
+        futures[WRONG] = pool.submit(wrong_outcome)
+        outcomes = {sid: future.result() for sid, future in futures.items()}
+    PHASES.update(total_seconds=round(time.monotonic() - started, 1),
+                  wrong_master_started_at=round(wrong_started, 1), vm_type=full_lab.vm_type)
+    return outcomes
+
+
+def contact_timeout(lab: LabInfo) -> int:
+    # a TCG guest's minion first calls about 80 s after its domain starts, alone on the host
+    return 60 if lab.vm_type == "kvm" else 120
+
+
+PHASES: dict[str, Any] = {}
+
+
+def test_two_stores_boot_the_real_image(full_lab: LabInfo, rollouts: dict[str, Outcome]) -> None:
+    results = {}
+    for sid in GOOD:
+        rc, result, err = rollouts[sid]
+        assert rc == 0 and result["state"] == "Completed", (result, err[-3000:])
+        results[sid] = result
+
+    master = SaltMasterClient(full_lab.salt_master_config)
+    seen: dict[str, dict[str, str]] = {}
+    for sid, result in results.items():
+        vm = f"store-{sid}-vm"
+        check_store(full_lab, sid, result, booted_guest=True)
+        assert guest(master, vm, "grains.get", "id") == vm
+        assert guest(master, vm, "grains.get", "firstboot_stage") == "done"
+        # the real disk: the bootstrap files are gone, the grains survived two reboots
+        bootstrap = guest(master, vm, "provisioning.bootstrap_files")
+        assert bootstrap and [p for p in bootstrap if guest(master, vm, "file.file_exists", p)] == []
+        assert guest(master, vm, "grains.get", "role") == "store-server"
+        # two real reboots: started, highstate and done ran under three kernels' boot ids,
+        # and the guest is still in the last one
+        boot_ids = result["firstboot"]["boot_ids"]
+        assert set(boot_ids) >= {"started", "highstate", "done"}, result["firstboot"]
+        assert len({boot_ids["started"], boot_ids["highstate"], boot_ids["done"]}) == 3, boot_ids
+        assert guest(master, vm, "file.read", "/proc/sys/kernel/random/boot_id").strip() == \
+            boot_ids["done"]
+        assert result["firstboot"]["boots_seen"] >= 3, result["firstboot"]
+        # on the store network by DHCP, the master at the gateway
+        addresses = guest(master, vm, "grains.get", "ipv4")
+        dhcp = (ipaddress.IPv4Address(DHCP_FIRST), ipaddress.IPv4Address(DHCP_LAST))
+        assert any(dhcp[0] <= ipaddress.IPv4Address(a) <= dhcp[1] for a in addresses), addresses
+        assert guest(master, vm, "config.get", "master") == GATEWAY
+        seen[sid] = {
+            "machine_id": guest(master, vm, "file.read", "/etc/machine-id").strip(),
+            "ssh_host_key": guest(master, vm, "file.read", "/etc/ssh/ssh_host_ed25519_key.pub"),
+            "minion_key": guest(master, vm, "file.read", "/etc/salt/pki/minion/minion.pub"),
+        }
+        assert re.fullmatch(r"[0-9a-f]{32}", seen[sid]["machine_id"]), seen[sid]
+    # one image, two machines: nothing that identifies a machine is shared
+    for field in ("machine_id", "ssh_host_key", "minion_key"):
+        assert seen[GOOD[0]][field] != seen[GOOD[1]][field], field
+
+    PHASES["stores"] = {
+        sid: {"image_cache_hit": r["image_cache_hit"],
+              "image_build_seconds": r["image_build_seconds"],
+              "seconds": r["seconds"],
+              "step_seconds": r["step_seconds"],
+              # seconds into step 6 (which begins once the domain runs)
+              "first_minion_start": (r["firstboot"]["minion_starts"] or [None])[0],
+              "minion_starts": r["firstboot"]["minion_starts"],
+              "stages": r["firstboot"]["stages"]}
+        for sid, r in results.items()}
+    (FULL_LAB_DIR / "phase-times.json").write_text(json.dumps(PHASES, indent=2))
+    print("full lab phase times:", json.dumps(PHASES, indent=2))
+
+
+def test_wrong_master_in_the_image_fails_step6_naming_the_vm_minion(
+        full_lab: LabInfo, rollouts: dict[str, Outcome]) -> None:
+    """The guest's minion.d names a master nobody answers at: step 6 fails once the contact
+    timeout is over, naming the VM minion, what was awaited and the address, and does not wait
+    out the firstboot timeout."""
+    rc, result, err = rollouts[WRONG]
+    contact = contact_timeout(full_lab)
+    assert rc != 0 and result["state"] == "Failed", result
+    error = result["error"]
+    print("step 6's error, as the operator sees it:", error)
+    assert f"VM minion store-{WRONG}-vm never contacted the master within {contact}s" in error, error
+    assert f"{WRONG_MASTER}:{full_lab.salt_ret_port}" in error, error
+    assert f"salt/minion/store-{WRONG}-vm/start" in error, error
+    # failed at step 6 once the contact timeout was over, not after the firstboot timeout
+    assert re.search(rf"Task run 'firstboot-{WRONG}' - Finished in state Failed", err), err[-3000:]
+    assert result["seconds"] < contact + 900 < 1800, result
