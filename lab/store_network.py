@@ -31,6 +31,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import signal
 import socket
 import subprocess
 from collections.abc import Awaitable, Callable
@@ -47,6 +48,7 @@ FIRST_MACHINE = int(ipaddress.IPv4Address("10.77.1.1"))
 DHCP_FIRST = "10.77.128.1"
 DHCP_LAST = "10.77.255.254"
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 
 
 def machine_address(index: int) -> str:
@@ -123,6 +125,13 @@ def _libc_call(name: str, *args: int) -> None:
         raise OSError(errno, f"{name}: {os.strerror(errno)}")
 
 
+def _die_with_parent() -> None:
+    """In a child, before exec: SIGTERM once the gateway exits, however it exits. A gateway
+    stopped by PID alone (started in a process group not its own, as by a bench) would
+    otherwise leave its dnsmasq running, holding its parent's output pipes open."""
+    _libc_call("prctl", PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(256 * 1024):
@@ -193,9 +202,9 @@ def main() -> None:
                     ["ip", "addr", "add", f"{GATEWAY}/{NETWORK.prefixlen}", "dev", BRIDGE],
                     ["ip", "link", "set", BRIDGE, "up"]):
         subprocess.run(command, check=True)
-    # a child of the gateway: in its namespace and process group, stopped with it
+    # a child of the gateway: in its namespace and process group, and ends with it
     subprocess.Popen(dhcp_server_command(args.state_file.parent / "dhcp.leases"),
-                     stdin=subprocess.DEVNULL)
+                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
     listeners = []
     for port in args.forward:
         listener = socket.socket()

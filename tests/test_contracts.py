@@ -356,7 +356,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     found = "\n".join(problems(tmp_path))
     for expected in (
         "provisioning_helper/firstboot/verify.sls:14: grain set: found 'firstboot_stag'",
-        "provisioning_helper/firstboot/highstate.sls:16: stage 'highstate' sets firstboot_stage "
+        "provisioning_helper/firstboot/highstate.sls:17: stage 'highstate' sets firstboot_stage "
         "to: found ['verified'], expected ['verify']",
         "provisioning_helper/firstboot/new.sls:7: event tag: found 'store/vm/firstbot/started'",
         "defaults.yaml:38: values.ready.grain: found 'hv_ready'",

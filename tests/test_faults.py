@@ -194,7 +194,7 @@ def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, in
     """A guest whose minion never contacts the master (it did not boot, or its image names a
     wrong master) fails step 6 after vm_contact_timeout, not after the whole firstboot wait,
     with what was awaited and where the guest was told to look."""
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-silent"], "52:54:00:fa:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-silent"], "52:54:00:fc:00")
     faults("vm_boot", {"fail": 1})  # the domain runs, its guest never starts a minion
     failed = inprocess("f-silent", inv, vm_contact_timeout=8, firstboot_timeout=300)
     assert failed.is_failed()
