@@ -14,31 +14,16 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
-from prefect.concurrency.sync import concurrency
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.store_rollout import DEFAULT_INVENTORY, store_rollout
 from store_rollout import steps
 from store_rollout.inventory import load_inventory
 from store_rollout.waves import plan_waves, should_halt
+from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, set_limit
 
-IN_FLIGHT_LIMIT = "stores-in-flight"
 # threads are cheap waiters; the real bound is the IN_FLIGHT_LIMIT concurrency limit
 STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
-
-
-def set_in_flight_limit(limit: int) -> None:
-    """Fleet-wide bound on stores in flight: a Prefect global concurrency limit."""
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(IN_FLIGHT_LIMIT)
-            client.update_global_concurrency_limit(
-                IN_FLIGHT_LIMIT, GlobalConcurrencyLimitUpdate(limit=limit, active=True))
-        except Exception:  # missing: create it
-            client.create_global_concurrency_limit(
-                GlobalConcurrencyLimitCreate(name=IN_FLIGHT_LIMIT, limit=limit, active=True))
 
 
 @task(name="rollout_store", task_run_name="store-{store_id}")
@@ -53,7 +38,7 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, float]) -> di
     steps.add_listener(listen)
     started = time.monotonic()
     try:
-        with concurrency(IN_FLIGHT_LIMIT, occupy=1, timeout_seconds=None):
+        with fleet_slot(IN_FLIGHT_LIMIT):
             waited = time.monotonic() - started
             began = time.time()
             state = store_rollout(store_id, inventory, return_state=True, **params)
@@ -97,7 +82,7 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
     logger = get_run_logger()
     selected = [s.store_id for s in load_inventory(inventory).select(list(store_ids))]
     waves = plan_waves(selected, canary, wave_size)
-    set_in_flight_limit(max_in_flight)
+    set_limit(IN_FLIGHT_LIMIT, max_in_flight)
     progress_id: Any = create_progress_artifact(progress=0.0, key="batch-progress",
                                                 description=f"{len(selected)} stores")
     rows: dict[str, dict[str, Any]] = {}

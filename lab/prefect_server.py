@@ -12,6 +12,8 @@ import requests
 
 from lab.procs import ProcessRecord, spawn, wait_until
 from lab.state import REPO_ROOT, VENV_BIN
+from tasks.run_health import HEARTBEAT_ENV
+from tasks.slots import FILESYSTEM_LEASE_STORAGE
 
 PREFECT_YAML = REPO_ROOT / "prefect.yaml"
 
@@ -38,6 +40,9 @@ def server_env(prefect_home: Path, port: int, database_url: str) -> dict[str, st
         PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE="200",
         PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL="1",
         PREFECT_LOGGING_LEVEL="WARNING",
+        # slot leases on disk (PREFECT_HOME/concurrency_leases): a restarted server still
+        # knows who holds which slot and frees a dead holder's (tasks/slots.py)
+        PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE=FILESYSTEM_LEASE_STORAGE,
     )
     return env
 
@@ -97,7 +102,9 @@ def start_worker(env: dict[str, str], log: Path, limit: int = 10) -> ProcessReco
     """A process worker on the deployments' pool; it polls every 2 s so a UI click starts soon."""
     argv = [str(VENV_BIN / "prefect"), "worker", "start", "--pool", work_pool(),
             "--name", "lab-worker", "--limit", str(limit), "--type", "process"]
-    return spawn(argv, log, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2"}, cwd=REPO_ROOT)
+    # the flow runs it starts inherit its environment: heartbeats on (tasks/run_health.py)
+    return spawn(argv, log, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2", **HEARTBEAT_ENV},
+                 cwd=REPO_ROOT)
 
 
 def wait_worker_online(port: int, timeout: float = 60) -> None:

@@ -261,9 +261,6 @@ class CobblerClient:
 
 # --------------------------------------------------------------------------- Prefect task
 
-COBBLER_SYNC_LIMIT = "cobbler-sync"  # global concurrency limit: Cobbler syncs never overlap
-
-
 class CobblerCredentials(CredentialsBlock):
     """Login to Cobbler's XML-RPC API (`STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK=<name>`)."""
 

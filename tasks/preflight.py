@@ -13,6 +13,7 @@ from store_rollout.settings import RolloutSettings
 from tasks.cobbler import CobblerClient, CobblerError, bmc_credentials, cobbler_client
 from tasks.erp import erp_client
 from tasks.kiwi import KiwiDescriptionError, resolve_description
+from tasks.slots import COBBLER_SYNC_LIMIT, limit_problem
 
 
 class PreflightError(ValueError):
@@ -88,5 +89,8 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
                                     f"no profile {profile!r}; create it or fix the inventory")
         except CobblerError as exc:
             problems.append(f"cobbler: {exc}")
+    slot = limit_problem(COBBLER_SYNC_LIMIT, 1)
+    if slot:
+        problems.append(slot)
     if problems:
         raise PreflightError("preflight failed: " + "; ".join(problems))

@@ -10,13 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import get_run_logger, task
-from prefect.concurrency.sync import concurrency
 
 from store_rollout.contracts import AUTOSIGN_GRAIN
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.cobbler import (
-    COBBLER_SYNC_LIMIT,
     CobblerRejected,
     CobblerUnavailable,
     SystemSpec,
@@ -25,6 +23,7 @@ from tasks.cobbler import (
 )
 from tasks.retry import retry_on
 from tasks.salt_client import hypervisor_ready, master_client
+from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
 
 
 @task(name="pxe_install_hypervisor", task_run_name="pxe-install-{store.store_id}",
@@ -72,7 +71,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")
-    with concurrency(COBBLER_SYNC_LIMIT, occupy=1):
+    with fleet_slot(COBBLER_SYNC_LIMIT):
         client.sync_system(system)
     client.power(system, "reboot")
     logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)

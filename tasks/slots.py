@@ -1,0 +1,150 @@
+"""Fleet-wide slots: Prefect global concurrency limits, held with a lease.
+
+A slot is taken with a lease the holder renews while it runs (`lease_duration`); when the
+holder's process dies (kill -9, a lost worker machine) nobody renews it, and the Prefect
+server's repossessor frees the slot once the lease expired. The bound for the other stores is
+therefore `LEASE_SECONDS` plus the repossessor's loop (15 s) plus a waiting client's retry
+interval (at most 30 s): about 105 s (docs/reliability.md). The server must keep its leases
+where a restart does not lose them (`PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE`; the default
+keeps them in memory, and a restarted server then holds the slots forever).
+
+Acquisition is strict: a missing limit is an error, never a silent pass (which would let
+every Cobbler sync of the fleet overlap); preflight checks the limits before any side effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from uuid import UUID
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+COBBLER_SYNC_LIMIT = "cobbler-sync"  # Cobbler syncs never overlap (limit 1)
+IN_FLIGHT_LIMIT = "stores-in-flight"  # stores rolled out at once, fleet-wide (batch-rollout)
+# Prefect's minimum: the shortest time a dead holder keeps a slot
+LEASE_SECONDS = 60
+# what a dead holder's slot costs the others at most: lease, repossessor loop, client retry
+DEAD_HOLDER_SECONDS = LEASE_SECONDS + 15 + 30
+FILESYSTEM_LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+
+
+class SlotLimitMissing(RuntimeError):
+    """A fleet-wide limit the pipeline relies on does not exist (or is inactive) on the server."""
+
+
+def limit_problem(name: str, limit: int) -> str | None:
+    """What is wrong with the global concurrency limit `name` on the Prefect server, if anything."""
+    fix = f"create it: `prefect global-concurrency-limit create {name} --limit {limit}`"
+    with get_client(sync_client=True) as client:
+        try:
+            found = client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            return f"Prefect has no global concurrency limit {name!r} (it serialises the fleet); {fix}"
+    if not found.active:
+        return (f"Prefect's global concurrency limit {name!r} is inactive, so nothing is "
+                f"serialised; `prefect global-concurrency-limit enable {name}`")
+    return None
+
+
+def set_limit(name: str, limit: int) -> None:
+    """Create or update the global concurrency limit `name` to `limit` slots, active."""
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+            client.update_global_concurrency_limit(
+                name, GlobalConcurrencyLimitUpdate(limit=limit, active=True))
+        except ObjectNotFound:
+            client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name=name, limit=limit, active=True))
+
+
+@contextmanager
+def fleet_slot(name: str, timeout_seconds: float | None = None) -> Iterator[None]:
+    """Hold one slot of the global limit `name` under a renewed lease; a dead holder's slot
+    comes back within about LEASE_SECONDS + 45 s."""
+    with concurrency(name, occupy=1, timeout_seconds=timeout_seconds, strict=True,
+                     lease_duration=LEASE_SECONDS):
+        yield
+
+
+class StoreBusy(RuntimeError):
+    """Another rollout or rollback of the store is running: one owner per store."""
+
+
+def store_limit(store_id: str) -> str:
+    """The store's own limit (1 slot), held by its rollout or rollback for the whole run."""
+    return f"store-{store_id}"
+
+
+def _ensure_limit(name: str, limit: int) -> None:
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with suppress(ObjectAlreadyExists):  # another run of the store made it first
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=limit, active=True))
+
+
+def _running_runs(store_id: str, this_run: UUID | None) -> list[str]:
+    """The store's rollout and rollback runs Prefect shows as not finished, this one aside."""
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterName,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    names = [f"rollout-{store_id}", f"rollback-{store_id}"]
+    unfinished = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING, StateType.PAUSED]
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(any_=names),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=unfinished))))
+    return [f"{run.name!r} (id {run.id}, {run.state.name if run.state else 'no state'} since "
+            f"{run.start_time or run.expected_start_time})" for run in runs if run.id != this_run]
+
+
+def busy_message(store_id: str, this_run: UUID | None, waited: float) -> str:
+    runs = _running_runs(store_id, this_run)
+    holder = (f"flow run {', '.join(runs)}" if runs else
+              "a run that no longer shows as running (its process died)")
+    return (f"store {store_id} is being rolled out or rolled back by {holder}; this run waited "
+            f"{waited:.0f} s and changed nothing. Wait for that run to finish or cancel it, then "
+            f"run again; a run whose process died frees the store within about "
+            f"{DEAD_HOLDER_SECONDS} s")
+
+
+def this_flow_run() -> UUID | None:
+    """The id of the flow run this code runs in, if any."""
+    from prefect.runtime import flow_run
+
+    return UUID(flow_run.id) if flow_run.id else None
+
+
+@contextmanager
+def store_owner(store_id: str, wait_seconds: float, this_run: UUID | None = None) -> Iterator[None]:
+    """Own the store for the block: a second rollout or rollback of it (UI, API, batch, CLI)
+    waits up to `wait_seconds`, then fails with StoreBusy naming the run that owns it. An owner
+    Prefect no longer shows as running (its process died) is waited out: its slot comes back
+    within DEAD_HOLDER_SECONDS."""
+    name = store_limit(store_id)
+    _ensure_limit(name, 1)
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(fleet_slot(name, timeout_seconds=wait_seconds))
+        except TimeoutError:
+            if _running_runs(store_id, this_run):
+                raise StoreBusy(busy_message(store_id, this_run, wait_seconds)) from None
+            # the owner is dead (a rerun right after a crash): its lease runs out soon
+            try:
+                stack.enter_context(fleet_slot(name, timeout_seconds=DEAD_HOLDER_SECONDS))
+            except TimeoutError:
+                raise StoreBusy(busy_message(store_id, this_run,
+                                             wait_seconds + DEAD_HOLDER_SECONDS)) from None
+        yield

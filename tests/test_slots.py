@@ -1,0 +1,165 @@
+"""Issue 17: a fleet-wide slot held by a process that dies is given back within a bound, even
+across a Prefect server restart, and a missing limit is an error, never a silent pass."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
+
+from lab.manager import Lab
+from lab.state import REPO_ROOT, LabInfo
+from tasks.cobbler import CobblerClient
+from tasks.slots import COBBLER_SYNC_LIMIT, LEASE_SECONDS, fleet_slot, limit_problem, set_limit
+from tests.helpers import (
+    check_store,
+    created_erp_notices,
+    finish,
+    start_rollout,
+    wait_for,
+    wait_state,
+    write_inventory,
+)
+
+pytestmark = pytest.mark.lab
+
+# a dead holder's slot: its lease runs out, the repossessor (every 15 s) frees the slot, a
+# waiting client asks again within 30 s (the server's Retry-After cap)
+SLOT_BOUND = LEASE_SECONDS + 15 + 30 + 10
+
+HOLDER = """
+import sys, time
+from prefect import flow
+from tasks.cobbler import CobblerClient
+from tasks.slots import fleet_slot
+
+@flow(name="slot-holder")
+def hold(name: str) -> None:
+    with fleet_slot(name):
+        print("held", flush=True)
+        time.sleep(3600)
+
+hold(sys.argv[1])
+"""
+
+
+@pytest.fixture
+def lab_prefect(lab: LabInfo, lab_dir: Path) -> Iterator[None]:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
+        yield
+
+
+def start_holder(lab_env: dict[str, str], name: str) -> subprocess.Popen[str]:
+    """A flow run (its own process and process group) that takes one slot of `name` and keeps it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, name], env=lab_env, cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # blocks until the slot is taken (or the process ended)
+    assert line.strip() == "held", proc.stderr.read() if proc.stderr else line
+    return proc
+
+
+def slot_is_free(name: str, within: float) -> bool:
+    try:
+        with fleet_slot(name, timeout_seconds=within):
+            return True
+    except TimeoutError:
+        return False
+
+
+def test_dead_holder_of_cobbler_sync_blocks_others_only_for_the_bound_even_across_a_restart(
+        lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], lab_prefect: None,
+        tmp_path: Path) -> None:
+    holder = start_holder(lab_env, COBBLER_SYNC_LIMIT)
+    try:
+        assert not slot_is_free(COBBLER_SYNC_LIMIT, within=3)
+        # the server restarts while the slot is held: the lease is on disk, so the holder keeps
+        # renewing it and the slot stays held (with the default in-memory storage the lease is
+        # gone: the holder's renewal fails, and once it dies the slot stays taken for good)
+        Lab.at(lab_dir).stop_service("prefect-server")
+        Lab.at(lab_dir).up()
+        assert holder.poll() is None, holder.stderr.read() if holder.stderr else ""
+        assert not slot_is_free(COBBLER_SYNC_LIMIT, within=3)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # kill -9 inside the sync window
+        holder.wait()
+    killed = time.monotonic()
+    # another store's rollout waits at its Cobbler sync (step 2), then completes
+    inv = write_inventory(tmp_path / "inv.yaml", ["slot-b"], "52:54:00:e5:00")
+    result = finish(start_rollout(lab_env, "slot-b", inv))
+    waited = time.monotonic() - killed
+    assert result["state"] == "Completed"
+    step2 = result["step_seconds"]["pxe_install_hypervisor"]
+    print(f"slot back after the holder's kill -9: step 2 took {step2:.1f} s "
+          f"(rollout {waited:.1f} s after the kill; bound {SLOT_BOUND} s)")
+    assert step2 < SLOT_BOUND, result["step_seconds"]
+
+
+def test_missing_cobbler_sync_limit_is_an_error_before_anything_happens(
+        lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], lab_prefect: None,
+        tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.delete_global_concurrency_limit_by_name(COBBLER_SYNC_LIMIT)
+    try:
+        problem = limit_problem(COBBLER_SYNC_LIMIT, 1)
+        assert problem and "global-concurrency-limit create cobbler-sync --limit 1" in problem
+        inv = write_inventory(tmp_path / "inv.yaml", ["slot-missing"], "52:54:00:e5:01")
+        proc = start_rollout(lab_env, "slot-missing", inv)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, (out, err[-2000:])
+        assert "no global concurrency limit 'cobbler-sync'" in err, err[-2000:]
+        # refused before any side effect: no Cobbler system for the store
+        cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                                password=lab.cobbler_password)
+        assert cobbler.get_system("store-slot-missing-hv") is None
+        # and a strict acquisition fails instead of passing without a slot
+        with pytest.raises(ConcurrencySlotAcquisitionError, match="must be created"), \
+                fleet_slot(COBBLER_SYNC_LIMIT, timeout_seconds=5):
+            pass
+    finally:
+        set_limit(COBBLER_SYNC_LIMIT, 1)
+    wait_for(lambda: limit_problem(COBBLER_SYNC_LIMIT, 1) is None, timeout=10,
+             what="cobbler-sync back")
+
+
+def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, str],
+                                             tmp_path: Path) -> None:
+    """A UI click and a batch (here: two REST API runs) of one store at once: one rolls it out,
+    the other waits `owner_wait_seconds`, then fails naming the first, having changed nothing."""
+    api, sid = lab.prefect_api_url, "slot-twice"
+    inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:e5:02")
+    deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
+                              timeout=10).json()
+    runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+        "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
+        for _ in range(2)]
+    states = {run["id"]: wait_state(api, run["id"], 600) for run in runs}
+    assert sorted(states.values()) == ["COMPLETED", "FAILED"], states
+    owner = next(rid for rid, state in states.items() if state == "COMPLETED")
+    refused = next(rid for rid, state in states.items() if state == "FAILED")
+    message = requests.get(f"{api}/flow_runs/{refused}", timeout=5).json()["state"]["message"]
+    assert (f"store {sid} is being rolled out or rolled back by flow run 'rollout-{sid}' "
+            f"(id {owner}, Running since") in message, message
+    assert "changed nothing" in message, message
+    erp = created_erp_notices(lab, sid)
+    assert len(erp) == 1, erp
+    # the store is free again: its rerun resumes, and there is one Cobbler system, domain,
+    # key and ERP notice
+    again = finish(start_rollout(lab_env, sid, inv))
+    assert again["state"] == "Completed" and again["erp_id"] == erp[0]["erp_id"]
+    assert again["hypervisor_reinstalled"] is False, again
+    check_store(lab, sid, again)
+    assert created_erp_notices(lab, sid) == erp
