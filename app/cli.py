@@ -31,12 +31,25 @@ def _prefect_of_the_lab(ctx: typer.Context) -> None:
     """With STORE_ROLLOUT_LAB_DIR (and no PREFECT_API_URL), every command talks to that lab's
     Prefect server: set as Prefect settings for the command's duration, whatever was imported
     before."""
-    updates = prefect_settings_of_lab()
-    if updates:
-        from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    import os
 
-        names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME}
-        ctx.with_resource(temporary_settings(updates={names[k]: v for k, v in updates.items()}))
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_HOME,
+        temporary_settings,
+    )
+
+    from tasks.run_health import HEARTBEAT_ENV
+
+    # flow runs of this process (and of `serve`'s children) send heartbeats, so the server's
+    # automation marks them Crashed if this process dies (tasks/run_health.py)
+    os.environ.update({k: v for k, v in HEARTBEAT_ENV.items() if k not in os.environ})
+    names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME,
+             "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": PREFECT_FLOWS_HEARTBEAT_FREQUENCY}
+    updates = {**prefect_settings_of_lab(),
+               "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]}
+    ctx.with_resource(temporary_settings(updates={names[k]: v for k, v in updates.items()}))
 
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
@@ -283,6 +296,28 @@ def status(
     for r in rows:
         table.add_row(str(r["name"]), str(r["flow"]), str(r["state"]), str(r["start"]), str(r["seconds"]))
     Console(width=160).print(table)
+
+
+@app.command("prefect-setup")
+def prefect_setup() -> None:
+    """Make the Prefect server ready for rollouts (idempotent): the `cobbler-sync` limit and
+    the automation that marks dead flow runs Crashed. Run it once per server (lab up does)."""
+    from tasks.run_health import (
+        AUTOMATION_NAME,
+        HEARTBEAT_ENV,
+        ZOMBIE_AFTER_SECONDS,
+        ensure_zombie_automation,
+    )
+    from tasks.slots import COBBLER_SYNC_LIMIT, set_limit
+
+    set_limit(COBBLER_SYNC_LIMIT, 1)
+    console.print(f"global concurrency limit {COBBLER_SYNC_LIMIT}: 1 slot, active")
+    console.print(f"automation {AUTOMATION_NAME!r}: {ensure_zombie_automation()} (a flow run "
+                  f"without a heartbeat for {ZOMBIE_AFTER_SECONDS} s is marked Crashed)")
+    env = " ".join(f"{k}={v}" for k, v in HEARTBEAT_ENV.items())
+    console.print(f"start every worker with {env} in its environment (store-rollout's own "
+                  "commands set it), or its runs send no heartbeats; and keep the server's "
+                  "concurrency leases across restarts (docs/reliability.md)")
 
 
 @app.command("rollback")

@@ -3,6 +3,7 @@ netboot off. Runs on cancellation of a rollout, or on request (`store-rollout ro
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from prefect import flow, tags
@@ -10,22 +11,30 @@ from prefect import flow, tags
 from store_rollout.inventory import load_inventory
 from tasks.cobbler import disable_hypervisor_netboot
 from tasks.salt_master import remove_vm_key
+from tasks.slots import store_owner, this_flow_run
 from tasks.virt import remove_vm
 
 DEFAULT_INVENTORY = "examples/inventory.yaml"
 
 
 @flow(name="store-rollback", flow_run_name="rollback-{store_id}")
-def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
+def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY,
+                   owner_wait_seconds: float = 10, own_store: bool = True) -> dict[str, Any]:
     """Reverse order of the rollout; every step is idempotent.
 
     Args:
         store_id: The store to roll back, as written in the inventory (e.g. 0001).
         inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
             the store-rollout checkout the worker runs in.
+        owner_wait_seconds: Seconds to wait while a rollout or another rollback of this store
+            runs; then this run fails naming that run, having changed nothing.
+        own_store: False only for the rollback a cancelled rollout runs for itself (the
+            rollout owned the store).
     """
     store = load_inventory(inventory).get(store_id)
-    with tags(f"store-{store_id}", "store-rollback"):
+    owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
+             else nullcontext())
+    with owner, tags(f"store-{store_id}", "store-rollback"):
         vm = remove_vm(store)
         key = remove_vm_key(store)
         cobbler = disable_hypervisor_netboot(store)

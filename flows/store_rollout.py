@@ -29,6 +29,7 @@ from tasks.kiwi import ensure_image
 from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
+from tasks.slots import store_owner, this_flow_run
 from tasks.virt import create_vm
 
 DEFAULT_INVENTORY = "examples/inventory.yaml"
@@ -37,7 +38,9 @@ DEFAULT_INVENTORY = "examples/inventory.yaml"
 def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
     """A cancelled rollout undoes what it did (a failed one keeps it for inspection)."""
     params = flow_run.parameters
-    store_rollback(params["store_id"], params.get("inventory", DEFAULT_INVENTORY))
+    # the cancelled run owned the store (its slot may outlive its killed process for a while)
+    store_rollback(params["store_id"], params.get("inventory", DEFAULT_INVENTORY),
+                   own_store=False)
 
 
 @flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel])
@@ -45,7 +48,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_timeout: float = 1800, firstboot_timeout: float = 1800,
                   vm_stall_timeout: float = 300,
                   hypervisor_stall_timeout: float = 300,
-                  vm_contact_timeout: float = 600) -> dict[str, Any]:
+                  vm_contact_timeout: float = 600,
+                  owner_wait_seconds: float = 10) -> dict[str, Any]:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -63,13 +67,17 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         vm_contact_timeout: Seconds step 6 waits for the store VM's minion to contact the master
             at all (its key or any event) before it fails naming the master address the image
             was built with.
+        owner_wait_seconds: Seconds to wait while another rollout or rollback of this store
+            runs (UI, API, batch or CLI); then this run fails naming that run, having changed
+            nothing.
     """
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()
     preflight([store], settings)
     clock = StepClock(store_id)
-    with tags(f"store-{store_id}", "store-rollout"):
+    with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
+            tags(f"store-{store_id}", "store-rollout"):
         image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
         install = clock.run(STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store)

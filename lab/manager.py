@@ -230,17 +230,17 @@ class Lab:
         return [p.salt_publish, p.salt_ret, p.cobbler_http, p.image_server, p.simulator]
 
     def _prefect_setup(self, info: LabInfo) -> None:
-        """Server-side objects the flows rely on (idempotent): the Cobbler sync limit, the work
-        pool and the deployments of prefect.yaml (UI and REST API runs)."""
+        """Server-side objects the flows rely on (idempotent): the Cobbler sync limit and the
+        dead-run automation (`store-rollout prefect-setup`, as in production), the work pool
+        and the deployments of prefect.yaml (UI and REST API runs)."""
         env = prefect_server.client_env(self.ports.prefect, self.paths.prefect_home,
                                         self.paths.root)
         import subprocess
 
         from lab.state import VENV_BIN
 
-        subprocess.run([str(VENV_BIN / "prefect"), "global-concurrency-limit", "create",
-                        "cobbler-sync", "--limit", "1"], env=env, capture_output=True,
-                       timeout=60)
+        subprocess.run([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
+                       capture_output=True, timeout=120, check=True)
         prefect_server.register_deployments(env, self.paths.logs / "prefect-deploy.log")
 
     def _clear_stale(self, alive: dict[str, ServiceInfo]) -> None:

@@ -220,7 +220,15 @@ class Inventory(_Strict):
                              f"(known: {known}{more}); add it to that file or check the id")
 
     def select(self, store_ids: list[str] | None) -> list[Store]:
-        return [self.get(s) for s in store_ids] if store_ids else list(self.stores)
+        """The given stores in order (every store when none given); a store given twice is an
+        error: two runs of one store in one batch would drive one hypervisor at once."""
+        if not store_ids:
+            return list(self.stores)
+        repeated = sorted({s for s in store_ids if store_ids.count(s) > 1})
+        if repeated:
+            raise InventoryError(f"store_ids: {', '.join(map(repr, repeated))} given more than "
+                                 "once; a store is rolled out once per run: remove the repeats")
+        return [self.get(s) for s in store_ids]
 
 
 def _describe(exc: ValidationError, raw: dict[str, Any], source: str) -> InventoryError:

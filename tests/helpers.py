@@ -51,6 +51,16 @@ def cannot_run(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def wait_state(api: str, run_id: str, timeout: float) -> str:
+    """The run's final state type (a flow run of the lab's Prefect API `api`)."""
+
+    def final_state() -> str | None:
+        state = str(requests.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state_type"])
+        return state if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") else None
+
+    return wait_for(final_state, timeout=timeout, interval=2, what=f"flow run {run_id} to end")
+
+
 def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:00") -> Path:
     stores = [{"store_id": sid,
                "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"{mac_prefix}:{n:02x}"},

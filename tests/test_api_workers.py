@@ -17,21 +17,12 @@ from tests.helpers import (
     created_erp_notices,
     result_from_systems,
     wait_for,
+    wait_state,
     write_inventory,
 )
 
 pytestmark = pytest.mark.lab
 POOL = "test-workers-pool"
-
-
-def wait_state(api: str, run_id: str, timeout: float) -> str:
-    """The run's final state type."""
-
-    def final_state() -> str | None:
-        state = str(requests.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state_type"])
-        return state if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") else None
-
-    return wait_for(final_state, timeout=timeout, interval=2, what=f"flow run {run_id} to end")
 
 
 def workers_that_took(api: str, run_ids: list[str], timeout: float = 30) -> dict[str, set[str]]:

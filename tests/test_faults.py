@@ -7,7 +7,9 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 import requests
 
 from lab.manager import Lab
-from lab.state import LabInfo
+from lab.state import VENV_BIN, LabInfo
 from store_rollout import steps
 from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
 
@@ -318,3 +320,49 @@ def test_image_download_cut_midway_is_resumed(
     size = Path(delivery["path"]).stat().st_size
     assert stats["sent"][path] == size  # 4096 before the cut + the rest: no byte twice
     check_store(lab, "f-imgcut", result)
+
+
+def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
+        lab: LabInfo, lab_env: dict[str, str], faults: Any, tmp_path: Path) -> None:
+    """Issue 17: a rollout whose process is killed (kill -9) leaves no run Running forever: the
+    heartbeat automation marks it Crashed within the bound; a step that waits longer than the
+    automation's window while its process lives stays Running; a rerun resumes."""
+    from tasks.run_health import HEARTBEAT_SECONDS, ZOMBIE_AFTER_SECONDS
+
+    api, sid = lab.prefect_api_url, "f-zombie"
+    inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:fd:00")
+    long_wait = ZOMBIE_AFTER_SECONDS + 20
+    faults("pxe", {"delay": long_wait + 30})  # step 3 waits that long for the hypervisor
+    proc = subprocess.Popen([str(VENV_BIN / "store-rollout"), "rollout", sid, "--inventory",
+                             str(inv), "--json"], env=lab_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def running_run() -> dict[str, Any] | None:
+            runs = requests.post(f"{api}/flow_runs/filter", json={"flow_runs": {
+                "name": {"any_": [f"rollout-{sid}"]}}}, timeout=5).json()
+            return next((r for r in runs if r["state_type"] == "RUNNING"), None)
+
+        run = wait_for(running_run, timeout=120, interval=1, what=f"rollout-{sid} running")
+        waiting_since = time.monotonic()
+        time.sleep(long_wait)  # step 3 waits for the (delayed) hypervisor; heartbeats go on
+        state = requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state"]
+        assert state["type"] == "RUNNING", state  # no false crash during a long wait
+        assert time.monotonic() - waiting_since > ZOMBIE_AFTER_SECONDS
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed = time.monotonic()
+
+    def crashed() -> dict[str, Any] | None:
+        state = requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state"]
+        return state if state["type"] == "CRASHED" else None
+
+    bound = ZOMBIE_AFTER_SECONDS + HEARTBEAT_SECONDS + 30
+    state = wait_for(crashed, timeout=bound, interval=2, what=f"rollout-{sid} marked Crashed")
+    print(f"killed rollout marked Crashed {time.monotonic() - killed:.0f} s after kill -9 "
+          f"(bound {bound} s); {state['message']}")
+    assert "no heartbeat" in state["message"] and "run the store again" in state["message"]
+    # the rerun resumes: the hypervisor the dead run installed is kept, the store completes
+    result = finish(start_rollout(lab_env, sid, inv))
+    assert result["hypervisor_reinstalled"] is False, result
+    check_store(lab, sid, result)

@@ -52,3 +52,13 @@ def test_addressing_refused_with_store_fields_and_fix(hypervisor: dict[str, str]
 def test_consistent_addressing_accepted(hypervisor: dict[str, str]) -> None:
     store = parse_inventory(inventory(**hypervisor)).get("s1")
     assert store.hypervisor.ip == hypervisor.get("ip", "dhcp")
+
+
+def test_a_store_given_twice_is_refused_naming_it() -> None:
+    inv = parse_inventory({"stores": [inventory()["stores"][0],
+                                      {**inventory()["stores"][0], "store_id": "s2",
+                                       "hypervisor": {"hostname": "hv-s2.example",
+                                                      "mac": "52:54:00:00:00:02"}}]})
+    assert [s.store_id for s in inv.select(["s2", "s1"])] == ["s2", "s1"]
+    with pytest.raises(InventoryError, match="store_ids: 's1' given more than once"):
+        inv.select(["s1", "s2", "s1"])

@@ -1,0 +1,62 @@
+"""A flow run whose process died is marked Crashed, not left Running: heartbeats plus the
+Prefect automation Prefect documents for "zombie" flow runs (docs/reliability.md).
+
+Each flow run sends a `prefect.flow-run.heartbeat` event every `HEARTBEAT_SECONDS` from a thread
+of its own process (`PREFECT_FLOWS_HEARTBEAT_FREQUENCY`: the lab sets it for its worker and the
+CLI; production sets it on every worker). A step that waits for 30 minutes keeps beating, so a
+long legitimate wait is never taken for a dead run. The automation marks a run Crashed once
+`ZOMBIE_AFTER_SECONDS` pass after a heartbeat with neither another heartbeat nor a final state.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+from prefect.events.actions import ChangeFlowRunState
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+from prefect.events.schemas.events import ResourceSpecification
+
+HEARTBEAT_SECONDS = 30  # Prefect's minimum
+# three heartbeats missed: a loaded worker's late beat is no crash
+ZOMBIE_AFTER_SECONDS = 90
+HEARTBEAT_ENV = {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS)}
+AUTOMATION_NAME = "store-rollout: crash flow runs that stopped beating"
+CRASH_MESSAGE = (f"no heartbeat for {ZOMBIE_AFTER_SECONDS} s: the flow run's process or "
+                 "machine died; run the store again, it resumes")
+
+
+def zombie_automation() -> AutomationCore:
+    final = ("Completed", "Failed", "Cancelled", "Crashed")
+    return AutomationCore(
+        name=AUTOMATION_NAME,
+        description="Marks a flow run Crashed when its heartbeats stop (its process died).",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", *(f"prefect.flow-run.{s}" for s in final)},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=ZOMBIE_AFTER_SECONDS),
+        ),
+        actions=[ChangeFlowRunState(name=None, state=StateType.CRASHED, message=CRASH_MESSAGE,
+                                    force=False)],
+    )
+
+
+def ensure_zombie_automation() -> str:
+    """Create the automation, or bring an existing one of that name up to date; says which."""
+    wanted = zombie_automation()
+    with get_client(sync_client=True) as client:
+        found = client.read_automations_by_name(AUTOMATION_NAME)
+        if not found:
+            client.create_automation(wanted)
+            return "created"
+        current = found[0]
+        if (current.trigger, current.actions, current.enabled) == (
+                wanted.trigger, wanted.actions, True):
+            return "unchanged"
+        client.update_automation(current.id, wanted)
+        return "updated"
