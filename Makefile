@@ -19,7 +19,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
 	xorriso libxml2-utils dnsmasq-base
 
-.PHONY: setup demo test test-slow test-scale test-bench test-full lint bench ui-screenshots lab-up lab-down lab-status clean
+.PHONY: setup demo test test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
 
 # Salt 3006.0, the minion Leap 15.6 hosts run: its source (never installed) for the compatibility test
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
@@ -87,6 +87,9 @@ test-bench: setup
 # the full lab: store VMs boot the KIWI-built image (built on the first run, about 4 min)
 test-full: setup
 	$(VENV)/bin/pytest -q -rP -m full_lab tests/test_full_lab.py
+
+test-fleet: setup
+	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/test_slots.py tests/test_faults.py
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up

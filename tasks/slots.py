@@ -14,8 +14,11 @@ every Cobbler sync of the fleet overlap); preflight checks the limits before any
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
+from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -29,6 +32,8 @@ IN_FLIGHT_LIMIT = "stores-in-flight"  # stores rolled out at once, fleet-wide (b
 LEASE_SECONDS = 60
 # what a dead holder's slot costs the others at most: lease, repossessor loop, client retry
 DEAD_HOLDER_SECONDS = LEASE_SECONDS + 15 + 30
+# how often a run waiting for its store looks again whether the owner lives
+OWNER_POLL_SECONDS = 5
 FILESYSTEM_LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 
 
@@ -90,7 +95,7 @@ def _ensure_limit(name: str, limit: int) -> None:
                     GlobalConcurrencyLimitCreate(name=name, limit=limit, active=True))
 
 
-def _running_runs(store_id: str, this_run: UUID | None) -> list[str]:
+def _unfinished_runs(store_id: str, this_run: UUID | None) -> list[Any]:
     """The store's rollout and rollback runs Prefect shows as not finished, this one aside."""
     from prefect.client.schemas.filters import (
         FlowRunFilter,
@@ -106,13 +111,32 @@ def _running_runs(store_id: str, this_run: UUID | None) -> list[str]:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
             name=FlowRunFilterName(any_=names),
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=unfinished))))
-    return [f"{run.name!r} (id {run.id}, {run.state.name if run.state else 'no state'} since "
-            f"{run.start_time or run.expected_start_time})" for run in runs if run.id != this_run]
+    return [run for run in runs if run.id != this_run]
 
 
-def busy_message(store_id: str, this_run: UUID | None, waited: float) -> str:
-    runs = _running_runs(store_id, this_run)
-    holder = (f"flow run {', '.join(runs)}" if runs else
+def _beat_since(runs: list[Any], since: datetime) -> bool:
+    """Did any of these flow runs send a heartbeat since `since` (its process lives)?"""
+    from prefect.events.filters import (
+        EventFilter,
+        EventNameFilter,
+        EventOccurredFilter,
+        EventResourceFilter,
+    )
+
+    with get_client(sync_client=True) as client:
+        page = client.read_events(filter=EventFilter(
+            occurred=EventOccurredFilter.model_validate(
+                {"since": since, "until": datetime.now(UTC) + timedelta(minutes=1)}),
+            event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+            resource=EventResourceFilter(id=[f"prefect.flow-run.{run.id}" for run in runs])),
+            limit=1)
+    return bool(page.events)
+
+
+def busy_message(store_id: str, owners: list[Any], waited: float) -> str:
+    named = ", ".join(f"{run.name!r} (id {run.id}, {run.state.name if run.state else 'no state'} "
+                      f"since {run.start_time or run.expected_start_time})" for run in owners)
+    holder = (f"flow run {named}" if owners else
               "a run that no longer shows as running (its process died)")
     return (f"store {store_id} is being rolled out or rolled back by {holder}; this run waited "
             f"{waited:.0f} s and changed nothing. Wait for that run to finish or cancel it, then "
@@ -130,21 +154,30 @@ def this_flow_run() -> UUID | None:
 @contextmanager
 def store_owner(store_id: str, wait_seconds: float, this_run: UUID | None = None) -> Iterator[None]:
     """Own the store for the block: a second rollout or rollback of it (UI, API, batch, CLI)
-    waits up to `wait_seconds`, then fails with StoreBusy naming the run that owns it. An owner
-    Prefect no longer shows as running (its process died) is waited out: its slot comes back
-    within DEAD_HOLDER_SECONDS."""
+    waits up to `wait_seconds`; if the owner is alive (it sends heartbeats) it then fails with
+    StoreBusy naming the owning run. A dead owner (a rerun right after a crash: Prefect still
+    shows it Running, but it beats no more) is waited out: its slot comes back within
+    DEAD_HOLDER_SECONDS."""
     name = store_limit(store_id)
     _ensure_limit(name, 1)
+    since = datetime.now(UTC)
+    started = time.monotonic()
     with ExitStack() as stack:
-        try:
-            stack.enter_context(fleet_slot(name, timeout_seconds=wait_seconds))
-        except TimeoutError:
-            if _running_runs(store_id, this_run):
-                raise StoreBusy(busy_message(store_id, this_run, wait_seconds)) from None
-            # the owner is dead (a rerun right after a crash): its lease runs out soon
+
+        def take(timeout: float) -> bool:
             try:
-                stack.enter_context(fleet_slot(name, timeout_seconds=DEAD_HOLDER_SECONDS))
+                stack.enter_context(fleet_slot(name, timeout_seconds=timeout))
+                return True
             except TimeoutError:
-                raise StoreBusy(busy_message(store_id, this_run,
-                                             wait_seconds + DEAD_HOLDER_SECONDS)) from None
+                return False
+
+        if not take(wait_seconds):
+            while True:
+                owners = _unfinished_runs(store_id, this_run)
+                waited = time.monotonic() - started
+                if (owners and _beat_since(owners, since)) or \
+                        waited > wait_seconds + DEAD_HOLDER_SECONDS:
+                    raise StoreBusy(busy_message(store_id, owners, waited))
+                if take(OWNER_POLL_SECONDS):
+                    break
         yield

@@ -26,7 +26,10 @@ BENCHES = {
                           "overhead_seconds_median", "overhead_ratio_median"],
     "bench_resume.py": ["seconds_until_step6_median", "seconds_until_step6",
                         "seconds_until_step1_median"],
-    "bench_batch.py": ["batches", "ratio_to_single"],
+    "bench_batch.py": ["batches", "ratio_to_single",
+                       "capacity_stores_per_hour_per_control_plane_core"],
+    "bench_key_rotation.py": ["minions_connected", "reauthenticated_after_delete",
+                              "quiet_window_auth_minions", "key_deleted"],
     "bench_image_delivery.py": ["first_over_ideal", "resumed_fraction", "rerun", "goals"],
 }
 
@@ -52,6 +55,10 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
         assert result["completed"] == result["stores"]
     if script == "bench_batch.py":
         assert all(b["completed"] == int(k) for k, b in result["batches"].items())
+        assert all(b["control_plane_per_store"] > 0 for b in result["batches"].values())
+    if script == "bench_key_rotation.py":
+        assert result["completed"] == result["stores"] and result["key_deleted"] is True
+        assert result["minions_connected"] == 2 * result["stores"]
     if script == "bench_image_delivery.py":
         assert result["goals"]["resumed_at_most_55_percent"] and result["goals"]["rerun_zero_bytes"]
         assert result["goals"]["first_verified"] and result["cut"]["error"]

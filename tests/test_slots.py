@@ -78,6 +78,7 @@ def slot_is_free(name: str, within: float) -> bool:
         return False
 
 
+@pytest.mark.fleet
 def test_dead_holder_of_cobbler_sync_blocks_others_only_for_the_bound_even_across_a_restart(
         lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], lab_prefect: None,
         tmp_path: Path) -> None:
@@ -138,15 +139,22 @@ def test_missing_cobbler_sync_limit_is_an_error_before_anything_happens(
 def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, str],
                                              tmp_path: Path) -> None:
     """A UI click and a batch (here: two REST API runs) of one store at once: one rolls it out,
-    the other waits `owner_wait_seconds`, then fails naming the first, having changed nothing."""
+    the other waits `owner_wait_seconds`, sees the owner alive (its heartbeat), and fails naming
+    it, having changed nothing."""
     api, sid = lab.prefect_api_url, "slot-twice"
     inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:e5:02")
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
-    runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
-        "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
-        for _ in range(2)]
-    states = {run["id"]: wait_state(api, run["id"], 600) for run in runs}
+    # the owner's PXE install takes a minute: it is still running (and beating) when the
+    # other run decides, as a rollout is while someone clicks again
+    requests.post(f"{lab.simulator_url}/faults/pxe", json={"delay": 60}, timeout=5)
+    try:
+        runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+            "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
+            for _ in range(2)]
+        states = {run["id"]: wait_state(api, run["id"], 600) for run in runs}
+    finally:
+        requests.delete(f"{lab.simulator_url}/faults", timeout=5)
     assert sorted(states.values()) == ["COMPLETED", "FAILED"], states
     owner = next(rid for rid, state in states.items() if state == "COMPLETED")
     refused = next(rid for rid, state in states.items() if state == "FAILED")
