@@ -51,26 +51,33 @@ def fresh_inventory(path: Path, prefix: str, count: int) -> tuple[Path, list[str
 
 
 def cleanup(info: LabInfo, store_ids: list[str]) -> None:
-    """Remove what the benchmark created: VM, keys, Cobbler record (powers the 'hardware' off)."""
+    """Remove what the benchmark created: VM, keys, Cobbler record (powers the 'hardware' off);
+    a few stores at a time (one store takes seconds: a Salt job, key deletions, Cobbler)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda sid: _cleanup_store(info, sid), store_ids))
+
+
+def _cleanup_store(info: LabInfo, sid: str) -> None:
     from tasks.cobbler import CobblerClient, CobblerError
     from tasks.salt_master import SaltError, SaltMasterClient
 
     master = SaltMasterClient(info.salt_master_config)
     cobbler = CobblerClient(url=info.cobbler_url, user=info.cobbler_user,
                             password=info.cobbler_password)
-    for sid in store_ids:
-        hv, vm = f"store-{sid}-hv", f"store-{sid}-vm"
-        with suppress(SaltError):
-            master.cmd(hv, "storevirt.remove_vm", [vm], timeout=30)
-        for minion in (vm, hv):
-            master.delete_key(minion)
-            master.revoke_token(minion)
-        try:
-            if cobbler.get_system(hv) is not None:
-                cobbler.power(hv, "off")
-                cobbler.remove_system(hv)
-        except CobblerError:
-            pass
+    hv, vm = f"store-{sid}-hv", f"store-{sid}-vm"
+    with suppress(SaltError):
+        master.cmd(hv, "storevirt.remove_vm", [vm], timeout=30)
+    for minion in (vm, hv):
+        master.delete_key(minion)
+        master.revoke_token(minion)
+    try:
+        if cobbler.get_system(hv) is not None:
+            cobbler.power(hv, "off")
+            cobbler.remove_system(hv)
+    except CobblerError:
+        pass
 
 
 def percentile(values: list[float], pct: float) -> float:

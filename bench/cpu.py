@@ -80,9 +80,11 @@ def per_store(before: dict[str, float], after: dict[str, float], stores: int) ->
     """CPU seconds per store of each process group between two snapshots, and the totals of the
     control plane and of the simulated hardware. A process that was replaced between the
     snapshots (a restarted service) counts from zero."""
-    delta = {name: max(0.0, after.get(name, 0.0) - before.get(name, 0.0)) if
-             after.get(name, 0.0) >= before.get(name, 0.0) else after.get(name, 0.0)
-             for name in after}
+    def used(name: str) -> float:
+        start, end = before.get(name, 0.0), after[name]
+        return end if end < start else end - start
+
+    delta = {name: used(name) for name in after}
     per = {name: round(value / stores, 3) for name, value in sorted(delta.items())}
     return {"per_store_cpu_seconds": per,
             "control_plane_per_store": round(sum(per.get(n, 0.0) for n in CONTROL_PLANE), 3),

@@ -144,9 +144,17 @@ class MinionManager:
         self.base.mkdir(parents=True, exist_ok=True)
         self.logs = paths.logs
         self.info = info
+        # the process table, history and address book; held only for quick bookkeeping
         self.lock = threading.RLock()
+        # one per machine: a machine's power actions happen in order, and one machine's
+        # power-off (up to a few seconds) never holds up another's (ten VMs rebooting at once)
+        self.machine_locks: dict[str, threading.RLock] = {}
         self.procs: dict[str, ProcessRecord] = {}
         self.history: list[dict[str, Any]] = []
+
+    def machine_lock(self, minion_id: str) -> threading.RLock:
+        with self.lock:
+            return self.machine_locks.setdefault(minion_id, threading.RLock())
 
     def minion_dir(self, minion_id: str) -> Path:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", minion_id):
@@ -159,7 +167,7 @@ class MinionManager:
         installed on it (`salt_bin`: the bin dir of that Salt's venv)."""
         if not (salt_bin / "salt-minion").exists():
             raise FileNotFoundError(f"{salt_bin / 'salt-minion'} missing: run `make setup`")
-        with self.lock:
+        with self.machine_lock(minion_id):
             self.stop(minion_id)
             mdir = self.minion_dir(minion_id)
             if mdir.exists():
@@ -238,8 +246,9 @@ class MinionManager:
         return (self.minion_dir(minion_id) / "etc" / "minion").exists()
 
     def start(self, minion_id: str, reason: str) -> None:
-        with self.lock:
-            current = self.procs.get(minion_id)
+        with self.machine_lock(minion_id):
+            with self.lock:
+                current = self.procs.get(minion_id)
             if current and current.alive():
                 return
             mdir = self.minion_dir(minion_id)
@@ -253,10 +262,11 @@ class MinionManager:
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONWARNINGS": "ignore",
                      "STORE_ROLLOUT_LAB": "1"},
             )
-            self.procs[minion_id] = record
+            with self.lock:
+                self.procs[minion_id] = record
+                self.history.append({"minion": minion_id, "event": "start", "reason": reason,
+                                     "pid": record.pid, "at": time.time()})
             (mdir / "process.json").write_text(json.dumps(record.to_json()))
-            self.history.append({"minion": minion_id, "event": "start", "reason": reason,
-                                 "pid": record.pid, "at": time.time()})
             log.info("started minion %s (pid %s): %s", minion_id, record.pid, reason)
 
     def _apart(self, minion_id: str, mdir: Path, salt_bin: Path, argv: list[str]) -> list[str]:
@@ -276,21 +286,24 @@ class MinionManager:
                 str(REPO_ROOT / "lab" / "host_namespace.py"), *options, "--", *argv]
 
     def stop(self, minion_id: str, reason: str = "", grace: float = 1.0) -> None:
-        with self.lock:
-            record = self.procs.pop(minion_id, None)
+        with self.machine_lock(minion_id):
+            with self.lock:
+                record = self.procs.pop(minion_id, None)
             if record is None:
                 pfile = self.minion_dir(minion_id) / "process.json"
                 if pfile.exists():
                     record = ProcessRecord.from_json(json.loads(pfile.read_text()))
             if record is not None:
                 stop(record, grace=grace)
-                self.history.append({"minion": minion_id, "event": "stop", "reason": reason,
-                                     "at": time.time()})
+                with self.lock:
+                    self.history.append({"minion": minion_id, "event": "stop",
+                                         "reason": reason, "at": time.time()})
 
     def stop_all(self) -> None:
         with self.lock:
-            for minion_id in list(self.procs):
-                self.stop(minion_id, "simulator shutdown")
+            running = list(self.procs)
+        for minion_id in running:
+            self.stop(minion_id, "simulator shutdown")
 
     def status(self) -> dict[str, Any]:
         with self.lock:

@@ -26,31 +26,32 @@ def max_overlap(rows: list[dict[str, Any]]) -> int:
     return peak
 
 
-def test_batch_of_six_halts_after_threshold(lab: LabInfo, lab_dir: Path, tmp_path: Path,
+def test_batch_of_five_halts_after_threshold(lab: LabInfo, lab_dir: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    ids = [f"b{i}" for i in range(1, 7)]
+    ids = [f"b{i}" for i in range(1, 6)]
     inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:ba:00")
     raw = yaml.safe_load(inv.read_text())
-    raw["stores"][4]["hypervisor"]["cobbler_profile"] = "no-such-profile"  # b5 fails
+    raw["stores"][3]["hypervisor"]["cobbler_profile"] = "no-such-profile"  # b4 fails
     inv.write_text(yaml.safe_dump(raw))
     monkeypatch.setenv("STORE_ROLLOUT_LAB_DIR", str(lab_dir))
     with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
         from flows.batch_rollout import batch_rollout
 
-        state = batch_rollout(str(inv), ids, canary=1, wave_size=2, max_in_flight=3,
-                              halt_failure_ratio=0.1, return_state=True)
+        state = batch_rollout(str(inv), ids, canary=1, wave_size=3, max_in_flight=2,
+                              halt_failure_ratio=0.2, return_state=True)
     assert state.is_completed(), state.message
     rows = {r["store_id"]: r for r in state.result()}
-    # waves: [b1] [b2 b3] [b4 b5] [b6]; after wave 3: 1 failed / 5 finished = 0.2 > 0.1 -> halt
-    for sid in ("b1", "b2", "b3", "b4"):
+    # waves: [b1] [b2 b3 b4] [b5]; after wave 1: 1 failed / 4 finished = 0.25 > 0.2 -> halt
+    for sid in ("b1", "b2", "b3"):
         assert rows[sid]["state"] == "Completed" and rows[sid]["step_reached"] == "notify_erp"
-    assert rows["b5"]["state"] == "Failed" and rows["b5"]["step_reached"] == "validation"
-    assert "no-such-profile" in rows["b5"]["error"]
-    assert rows["b6"]["state"] == "Skipped" and "halted after wave 2" in rows["b6"]["error"]
-    assert max_overlap(list(rows.values())) <= 3
-    for sid in ("b1", "b2", "b3", "b4"):
+    assert rows["b4"]["state"] == "Failed" and rows["b4"]["step_reached"] == "validation"
+    assert "no-such-profile" in rows["b4"]["error"]
+    assert rows["b5"]["state"] == "Skipped" and "halted after wave 1" in rows["b5"]["error"]
+    # three stores in the wave, never more than max_in_flight of them at once
+    assert max_overlap(list(rows.values())) <= 2
+    for sid in ("b1", "b2", "b3"):
         check_store(lab, sid, {"erp_id": rows[sid]["erp_id"], **result_from_systems(lab, sid)})
     # the table artifact says the same
     artifacts = requests.post(f"{lab.prefect_api_url}/artifacts/latest/filter", json={

@@ -53,7 +53,7 @@ def render(tmp: Path, minion_id: str, grains: dict[str, Any],
         "file_client": "local", "root_dir": str(tmp / "root"), "id": minion_id,
         "file_roots": {"base": [str(SALT_STATES_DIR)]},
         "pillar_roots": {"base": [str(tmp / "pillar")]}, "grains": grains}))
-    # custom modules first, as the master's reactor syncs them to every starting minion
+    # custom modules first, as a highstate (autoload_dynamic_modules) syncs them on a minion
     subprocess.run([str(VENV_BIN / "salt-call"), "--local", "-c", str(tmp), "saltutil.sync_all"],
                    capture_output=True, text=True, timeout=120, check=True)
     proc = subprocess.run([str(VENV_BIN / "salt-call"), "--local", "-c", str(tmp),

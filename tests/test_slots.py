@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,14 @@ from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
 from lab.manager import Lab
 from lab.state import REPO_ROOT, LabInfo
 from tasks.cobbler import CobblerClient
-from tasks.slots import COBBLER_SYNC_LIMIT, LEASE_SECONDS, fleet_slot, limit_problem, set_limit
+from tasks.slots import (
+    COBBLER_SYNC_LIMIT,
+    IN_FLIGHT_LIMIT,
+    LEASE_SECONDS,
+    fleet_slot,
+    limit_problem,
+    set_limit,
+)
 from tests.helpers import (
     check_store,
     created_erp_notices,
@@ -107,6 +115,65 @@ def test_dead_holder_of_cobbler_sync_blocks_others_only_for_the_bound_even_acros
     assert step2 < SLOT_BOUND, result["step_seconds"]
 
 
+def flow_run_process(run_id: str) -> int:
+    """The PID of the process a worker started for this flow run (its environment names it)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"PREFECT__FLOW_RUN_ID={run_id}".encode() in environ:
+            return int(entry.name)
+    raise AssertionError(f"no process runs flow run {run_id}")
+
+
+def in_flight_taken(api: str) -> int:
+    return int(requests.get(f"{api}/v2/concurrency_limits/{IN_FLIGHT_LIMIT}",
+                            timeout=5).json()["active_slots"])
+
+
+@pytest.mark.fleet
+def test_worker_run_batch_killed_holding_stores_in_flight_frees_it_within_the_bound(
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    """A batch run by the lab's worker (created through the REST API) holds the fleet's only
+    stores-in-flight slot while its store waits in step 3; its process is killed with
+    SIGKILL. The worker reports it Crashed, and the next batch's store gets the slot within the
+    bound, then completes."""
+    api = lab.prefect_api_url
+    inv = write_inventory(tmp_path / "inv.yaml", ["slot-wa", "slot-wb"], "52:54:00:e5:10")
+    deployment = requests.get(f"{api}/deployments/name/batch-rollout/batch-rollout",
+                              timeout=10).json()
+
+    def batch(store: str) -> str:
+        run = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+            "parameters": {"inventory": str(inv), "store_ids": [store], "canary": 0,
+                           "wave_size": 1, "max_in_flight": 1}}, timeout=10).json()
+        return str(run["id"])
+
+    requests.post(f"{lab.simulator_url}/faults/pxe", json={"delay": 600}, timeout=5)
+    try:
+        first = batch("slot-wa")
+        wait_for(lambda: in_flight_taken(api) == 1, timeout=180, interval=1,
+                 what="the first batch's store holding stores-in-flight")
+        os.kill(flow_run_process(first), signal.SIGKILL)
+        killed = time.time()
+    finally:
+        requests.delete(f"{lab.simulator_url}/faults", timeout=5)
+    assert wait_state(api, first, 120) == "CRASHED"
+    second = batch("slot-wb")
+    assert wait_state(api, second, 600) == "COMPLETED"
+    store_run = requests.post(f"{api}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": ["rollout-slot-wb"]}}}, timeout=10).json()
+    assert store_run and store_run[0]["state_type"] == "COMPLETED", store_run
+    waited = datetime.fromisoformat(store_run[0]["start_time"]).timestamp() - killed
+    print(f"stores-in-flight back after the worker-run batch's kill -9: the next store started "
+          f"{waited:.1f} s after the kill (bound {SLOT_BOUND} s)")
+    assert waited < SLOT_BOUND
+    assert in_flight_taken(api) == 0
+
+
 def test_missing_cobbler_sync_limit_is_an_error_before_anything_happens(
         lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], lab_prefect: None,
         tmp_path: Path) -> None:
@@ -145,9 +212,9 @@ def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, st
     inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:e5:02")
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
-    # the owner's PXE install takes a minute: it is still running (and beating) when the
+    # the owner's PXE install takes half a minute: it is still running (and beating) when the
     # other run decides, as a rollout is while someone clicks again
-    requests.post(f"{lab.simulator_url}/faults/pxe", json={"delay": 60}, timeout=5)
+    requests.post(f"{lab.simulator_url}/faults/pxe", json={"delay": 30}, timeout=5)
     try:
         runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
             "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
