@@ -55,16 +55,20 @@ def limit_problem(name: str, limit: int) -> str | None:
     return None
 
 
-def set_limit(name: str, limit: int) -> None:
-    """Create or update the global concurrency limit `name` to `limit` slots, active."""
+def set_limit(name: str, limit: int, *, update: bool = True) -> None:
+    """Create the global concurrency limit `name` with `limit` slots, active; an existing one is
+    set to `limit` and activated, or left as it is with update=False."""
     with get_client(sync_client=True) as client:
         try:
             client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with suppress(ObjectAlreadyExists):  # another run made it in between
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=limit, active=True))
+            return
+        if update:
             client.update_global_concurrency_limit(
                 name, GlobalConcurrencyLimitUpdate(limit=limit, active=True))
-        except ObjectNotFound:
-            client.create_global_concurrency_limit(
-                GlobalConcurrencyLimitCreate(name=name, limit=limit, active=True))
 
 
 @contextmanager
@@ -83,16 +87,6 @@ class StoreBusy(RuntimeError):
 def store_limit(store_id: str) -> str:
     """The store's own limit (1 slot), held by its rollout or rollback for the whole run."""
     return f"store-{store_id}"
-
-
-def _ensure_limit(name: str, limit: int) -> None:
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            with suppress(ObjectAlreadyExists):  # another run of the store made it first
-                client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=name, limit=limit, active=True))
 
 
 def _unfinished_runs(store_id: str, this_run: UUID | None) -> list[Any]:
@@ -159,7 +153,7 @@ def store_owner(store_id: str, wait_seconds: float, this_run: UUID | None = None
     shows it Running, but it beats no more) is waited out: its slot comes back within
     DEAD_HOLDER_SECONDS."""
     name = store_limit(store_id)
-    _ensure_limit(name, 1)
+    set_limit(name, 1, update=False)
     since = datetime.now(UTC)
     started = time.monotonic()
     with ExitStack() as stack:

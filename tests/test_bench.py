@@ -31,12 +31,15 @@ BENCHES = {
     "bench_key_rotation.py": ["minions_connected", "reauthenticated_after_delete",
                               "quiet_window_auth_minions", "key_deleted"],
     "bench_image_delivery.py": ["first_over_ideal", "resumed_fraction", "rerun", "goals"],
+    "bench_api_burst.py": ["runs_created", "lost", "states", "slots_left_taken",
+                           "wall_seconds", "server_cpu_seconds_per_run"],
 }
 
 
 COVERED_BY_DEFAULT_TESTS = {"bench_resume.py", "bench_batch.py"}
-# waits past the master's 60-s maintenance loop: with the fleet tier (make test-fleet)
-FLEET = {"bench_key_rotation.py"}
+# with the fleet tier (make test-fleet): key rotation waits past the master's 60-s maintenance
+# loop; the API burst's quick run is five more rollouts through the worker
+FLEET = {"bench_key_rotation.py", "bench_api_burst.py"}
 
 
 def marks(name: str) -> list[pytest.MarkDecorator]:
@@ -65,6 +68,10 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
     if script == "bench_key_rotation.py":
         assert result["completed"] == result["stores"] and result["key_deleted"] is True
         assert result["minions_connected"] == 2 * result["stores"]
+    if script == "bench_api_burst.py":
+        assert result["lost"] == 0 and result["not_finished"] == 0, result
+        assert result["states"] == {"COMPLETED": result["stores"]}, result
+        assert result["slots_left_taken"] == {}, result
     if script == "bench_image_delivery.py":
         assert result["goals"]["resumed_at_most_55_percent"] and result["goals"]["rerun_zero_bytes"]
         assert result["goals"]["first_verified"] and result["cut"]["error"]

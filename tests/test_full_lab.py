@@ -27,10 +27,10 @@ import pytest
 import yaml
 
 from lab.manager import Lab
-from lab.state import REPO_ROOT, VENV_BIN, LabInfo
+from lab.state import REPO_ROOT, LabInfo
 from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST, GATEWAY
 from tasks.salt_client import SaltMasterClient
-from tests.helpers import check_store
+from tests.helpers import check_store, start_rollout
 
 pytestmark = [pytest.mark.full_lab, pytest.mark.timeout(1800)]
 
@@ -67,12 +67,6 @@ def inventory(path: Path, store_ids: tuple[str, ...], first_mac: int = 1) -> Pat
                "erp": {"site_code": f"FULL-{sid}"}} for n, sid in enumerate(store_ids, start=first_mac)]
     path.write_text(yaml.safe_dump({"stores": stores}))
     return path
-
-
-def rollout(store_id: str, inv: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(VENV_BIN / "store-rollout"), "rollout", store_id,
-                             "--inventory", str(inv), "--json", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, dict[str, Any], str]:
@@ -117,7 +111,7 @@ def rollouts(full_lab: LabInfo, tmp_path_factory: pytest.TempPathFactory) -> dic
     wrong_env = {**user_env(), "STORE_ROLLOUT_IMAGE_PARAMS": json.dumps(
         {"SALT_MASTER": WRONG_MASTER, "SALT_MASTER_PORT": str(full_lab.salt_ret_port)})}
     started = time.monotonic()
-    procs = {sid: rollout(sid, good_inv, user_env()) for sid in GOOD}
+    procs = {sid: start_rollout(user_env(), sid, good_inv) for sid in GOOD}
     while not good_image_cached(Path(full_lab.image_cache_dir)):
         ended = [sid for sid, proc in procs.items() if proc.poll() is not None]
         assert not ended, f"{ended} ended before their image was built: {finish(procs[ended[0]], 10)}"
@@ -125,9 +119,9 @@ def rollouts(full_lab: LabInfo, tmp_path_factory: pytest.TempPathFactory) -> dic
     wrong_started = time.monotonic() - started
 
     def wrong_outcome() -> Outcome:
-        outcome = finish(rollout(WRONG, wrong_inv, wrong_env, "--vm-contact-timeout",
-                                 str(contact_timeout(full_lab)), "--firstboot-timeout", "1800"),
-                         timeout=1500)
+        outcome = finish(start_rollout(wrong_env, WRONG, wrong_inv, "--vm-contact-timeout",
+                                       str(contact_timeout(full_lab)), "--firstboot-timeout",
+                                       "1800"), timeout=1500)
         conn = libvirt.open(full_lab.libvirt_uri)
         try:
             with contextlib.suppress(libvirt.libvirtError):
