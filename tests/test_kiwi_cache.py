@@ -22,6 +22,7 @@ from tasks.kiwi import (
     LabBuilder,
     image_key,
 )
+from tasks.kiwi.builders import HALT_BOOT_SECTOR
 from tests.kiwi_helpers import (
     DEBIAN,
     LEAP,
@@ -48,7 +49,7 @@ def test_image_key_stable_and_sensitive_to_overlay_and_params(tmp_path: Path) ->
 
     assert image_key(desc, {**PARAMS, "SALT_MASTER": "10.20.0.2"}) != k1
     assert image_key(desc, {**PARAMS, "LAB_DISK_SIZE": "128M"}) != k1
-    assert image_key(desc, PARAMS, builder="lab-v1") != k1
+    assert image_key(desc, PARAMS, builder="lab-v2") != k1
 
     # one shared overlay file changes -> the key of BOTH descriptions changes
     k_debian = image_key(tree / DEBIAN, PARAMS)
@@ -92,10 +93,15 @@ def test_cache_miss_then_hit_without_kiwi(tmp_path: Path) -> None:
         ["qemu-img", "info", "--output=json", str(first.path)],
         check=True, capture_output=True, text=True).stdout)  # fmt: skip
     assert info["format"] == "qcow2" and info["virtual-size"] == 64 * 1024 * 1024
+    # its one sector of content: a boot sector that halts the guest's CPU (an idle lab VM)
+    raw = tmp_path / "first.raw"
+    subprocess.run(["qemu-img", "convert", "-O", "raw", str(first.path), str(raw)], check=True)
+    assert raw.read_bytes()[:512] == HALT_BOOT_SECTOR
+    assert raw.read_bytes()[512:].count(0) == 64 * 1024 * 1024 - 512
 
     meta = json.loads((first.path.parent / "meta.json").read_text())
     assert meta["key"] == first.key and meta["description"] == DEBIAN
-    assert meta["params"]["SALT_MASTER"] == "10.20.0.1" and meta["builder"] == "lab-v1"
+    assert meta["params"]["SALT_MASTER"] == "10.20.0.1" and meta["builder"] == "lab-v2"
     assert {"built_at", "build_seconds", "kiwi_result"} <= set(meta)
     assert meta["kiwi_result"]["validated"]["name"] == "lab-debian12-store-server"
 
