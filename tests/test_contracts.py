@@ -358,7 +358,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "provisioning_helper/firstboot/verify.sls:14: grain set: found 'firstboot_stag'",
         "provisioning_helper/firstboot/highstate.sls:17: stage 'highstate' sets firstboot_stage "
         "to: found ['verified'], expected ['verify']",
-        "provisioning_helper/firstboot/new.sls:7: event tag: found 'store/vm/firstbot/started'",
+        "provisioning_helper/firstboot/new.sls:11: event tag: found 'store/vm/firstbot/started'",
         "defaults.yaml:38: values.ready.grain: found 'hv_ready'",
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",

@@ -1,6 +1,10 @@
+# reload_modules: this state run's own loader gets the synced modules (provisioning.reboot below);
+# without it the run relied on the loader finding the new file on a miss, and one VM of a
+# 100-run burst failed with "Unavailable function: provisioning.reboot"
 provisioning-helper-firstboot-new-saltutil-sync-modules:
   saltutil.sync_modules:
     - refresh: True
+    - reload_modules: True
 
 provisioning-helper-firstboot-new-event-send:
   event.send:
