@@ -56,10 +56,11 @@ def cleanup(info: LabInfo, store_ids: list[str]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=6) as pool:
-        list(pool.map(lambda sid: _cleanup_store(info, sid), store_ids))
+        list(pool.map(lambda sid: cleanup_store(info, sid), store_ids))
 
 
-def _cleanup_store(info: LabInfo, sid: str) -> None:
+def cleanup_store(info: LabInfo, sid: str) -> None:
+    """cleanup() of one store."""
     from tasks.cobbler import CobblerClient, CobblerError
     from tasks.salt_master import SaltError, SaltMasterClient
 
