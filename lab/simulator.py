@@ -563,11 +563,12 @@ class Simulator:
         return not marker.exists() or marker.read_text() != self._disk_identity(xml)
 
     def _boots_for_real(self, xml: ET.Element) -> bool:
-        """The disk's base image is an operating system (built by KIWI), not the lab builder's
-        empty disk: QEMU boots it and the guest is real."""
+        """The disk's base image is an operating system (built by KIWI), not a lab builder's
+        disk (any version: a VM made before the lab builder's tag changed is still a lab VM)."""
         from tasks.kiwi import LabBuilder
 
-        return self._base_meta(xml).get("builder") != LabBuilder.tag
+        lab_family = LabBuilder.tag.rsplit("-", 1)[0] + "-"  # "lab-"
+        return not str(self._base_meta(xml).get("builder", "")).startswith(lab_family)
 
     def _image_meta(self, xml: ET.Element) -> tuple[Path, dict[str, str]]:
         """The KIWI description and build parameters of the image this domain's disk is an
