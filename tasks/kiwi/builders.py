@@ -49,17 +49,8 @@ BUILDERS = ("lab", "kiwi")
 
 
 # The lab disk's boot sector: cli; hlt; jmp back to hlt. The firmware boots it and the vCPU
-# halts for good, so an idle lab VM costs QEMU nothing (an empty disk left the firmware retrying
-# the boot, and 60 such guests kept both cores of the machine busy).
+# halts for good (an empty disk left the firmware retrying the boot: twice the idle CPU).
 HALT_BOOT_SECTOR = bytes([0xFA, 0xF4, 0xEB, 0xFD]).ljust(510, b"\0") + b"\x55\xaa"
-
-
-def _parse_size(size: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    match = re.fullmatch(r"(\d+)([KMG]?)", size.strip().upper())
-    if not match:
-        raise ValueError(f"LAB_DISK_SIZE {size!r}: a number with K, M or G (e.g. 64M)")
-    return int(match[1]) * units[match[2]]
 
 
 class LabBuilder:
@@ -86,36 +77,37 @@ class LabBuilder:
         kiwi_seconds = time.monotonic() - started
         log(f"KIWI validated {info.name} {info.version} ({info.image_type}/{info.format})")
         image = work_dir / "image.qcow2"
-        try:
-            size = _parse_size(params.get("LAB_DISK_SIZE", LAB_DISK_SIZE))
-        except ValueError as exc:
-            raise KiwiBuildError(str(exc), desc_dir=desc_dir) from exc
+        size = params.get("LAB_DISK_SIZE", LAB_DISK_SIZE)
         raw = work_dir / "image.raw"
-        with raw.open("wb") as disk:  # sparse but for its first sector
+        self._qemu_img(["create", "-q", "-f", "raw", str(raw), size], desc_dir)
+        with raw.open("r+b") as disk:  # sparse but for its first sector
             disk.write(HALT_BOOT_SECTOR)
-            disk.truncate(size)
-        cmd = [self.qemu_img, "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(image)]
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=self.timeout, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise KiwiBuildTimeout(f"{cmd[0]} convert timed out", desc_dir=desc_dir) from exc
-        except OSError as exc:
-            raise KiwiBuildError(f"cannot run {cmd[0]}: {exc}", desc_dir=desc_dir) from exc
-        raw.unlink(missing_ok=True)
-        if proc.returncode != 0:
-            raise KiwiBuildError(
-                f"qemu-img convert failed: {proc.stderr.strip()}",
-                desc_dir=desc_dir,
-                returncode=proc.returncode,
-            )
+        self._qemu_img(["convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(image)],
+                       desc_dir)
+        raw.unlink()
         return BuildOutput(
             image=image,
             kiwi_seconds=kiwi_seconds,
             kiwi_result={"validated": info.model_dump()},
             image_name=info.name,
         )
+
+    def _qemu_img(self, args: Sequence[str], desc_dir: Path) -> None:
+        cmd = [self.qemu_img, *args]
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=self.timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise KiwiBuildTimeout(f"{cmd[0]} {args[0]} timed out", desc_dir=desc_dir) from exc
+        except OSError as exc:
+            raise KiwiBuildError(f"cannot run {cmd[0]}: {exc}", desc_dir=desc_dir) from exc
+        if proc.returncode != 0:
+            raise KiwiBuildError(
+                f"qemu-img {args[0]} failed: {proc.stderr.strip()}",
+                desc_dir=desc_dir,
+                returncode=proc.returncode,
+            )
 
 
 def _kiwi_ng_path() -> str:
