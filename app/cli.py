@@ -108,7 +108,7 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: floa
 
     from rich.live import Live
 
-    from flows.store_rollout import store_rollout
+    from flows.rollout import store_rollout
     from store_rollout import steps
 
     view = LiveSteps(store_ids)

@@ -43,7 +43,7 @@ class DeploymentSpec:
     """One entry of prefect.yaml's `deployments:`."""
 
     name: str
-    entrypoint: str  # "flows/store_rollout.py:store_rollout", relative to the repository
+    entrypoint: str  # "flows/rollout.py:store_rollout", relative to the repository
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     schedules: tuple[CronSpec, ...] = ()

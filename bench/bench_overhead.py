@@ -24,7 +24,7 @@ def main() -> None:
     rows = []
     try:
         with prefect_on_lab(info):
-            from flows.store_rollout import store_rollout
+            from flows.rollout import store_rollout
 
             for sid in ids:
                 with measuring() as spent:

@@ -47,7 +47,7 @@ def main() -> None:
     to_step1: list[float] = []
     try:
         with prefect_on_lab(info):
-            from flows.store_rollout import store_rollout
+            from flows.rollout import store_rollout
 
             requests.post(fault, json={"never": True}, timeout=5)
             steps.add_listener(listen)

@@ -16,7 +16,7 @@ from prefect.artifacts import (
 )
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.store_rollout import DEFAULT_INVENTORY, store_rollout
+from flows.rollout import DEFAULT_INVENTORY, store_rollout
 from store_rollout import steps
 from store_rollout.inventory import load_inventory
 from store_rollout.waves import plan_waves, should_halt

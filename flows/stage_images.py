@@ -9,7 +9,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.store_rollout import DEFAULT_INVENTORY
+from flows.rollout import DEFAULT_INVENTORY
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from tasks.kiwi import ensure_image

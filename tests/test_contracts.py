@@ -307,7 +307,7 @@ def check_python(r: Report) -> None:
                 if isinstance(node, ast.Constant) and node.value in by_value:
                     r.at(rel, node.lineno, f"spells {node.value!r} again: import "
                                            f"store_rollout.contracts.{by_value[node.value]}")
-    flow = Path("flows/store_rollout.py")
+    flow = Path("flows/rollout.py")
     steps = []
     for node in ast.walk(ast.parse(r.text(flow))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \

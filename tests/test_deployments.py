@@ -4,6 +4,8 @@ what it says, `store-rollout serve` builds its deployments from it, and the lab 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,29 @@ def test_loader_returns_what_prefect_yaml_says() -> None:
         assert spec.flow().name == raw["entrypoint"].rsplit(":", 1)[1].replace("_", "-")
     assert deployment("batch-rollout").parameters["wave_size"] == 5
     assert work_pools() == {"rollout-pool"}
+
+
+def test_a_worker_loads_every_entrypoint_of_prefect_yaml() -> None:
+    """A worker runs an entrypoint as a script (load_flow_from_entrypoint puts flows/ first on
+    sys.path), unlike `serve`, which imports flows as a package: a flow module named like a
+    top-level package (flows/store_rollout.py) shadowed the core package and broke the
+    batch-rollout deployment's import in every worker run."""
+    script = ("import json, sys\n"
+              "from prefect.flows import load_flow_from_entrypoint\n"
+              "print(json.dumps([load_flow_from_entrypoint(e).name for e in sys.argv[1:]]))\n")
+    entrypoints = [raw["entrypoint"] for raw in RAW]
+    for entrypoint in entrypoints:  # each in a fresh process, as each worker run is
+        done = subprocess.run([sys.executable, "-c", script, entrypoint], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, f"{entrypoint}: {done.stderr[-2000:]}"
+        name = entrypoint.rsplit(":", 1)[1].replace("_", "-")
+        assert json.loads(done.stdout.splitlines()[-1]) == [name]
+
+
+def test_no_flow_module_is_named_like_a_top_level_package() -> None:
+    flow_modules = {p.stem for p in (REPO_ROOT / "flows").glob("*.py")}
+    packages = {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")}
+    assert flow_modules & packages == set()
 
 
 def test_serve_builds_its_deployments_from_prefect_yaml() -> None:

@@ -32,7 +32,7 @@ def inprocess(lab: LabInfo, lab_dir: Path, monkeypatch: pytest.MonkeyPatch) -> I
 
     monkeypatch.setenv("STORE_ROLLOUT_LAB_DIR", str(lab_dir))
     with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
-        from flows.store_rollout import store_rollout
+        from flows.rollout import store_rollout
 
         def run(store_id: str, inventory: Path, **params: Any) -> Any:
             return store_rollout(store_id, str(inventory), return_state=True, **params)

@@ -62,7 +62,7 @@ def test_a_planted_violation_is_found(tmp_path: Path) -> None:
     settings = tmp_path / "store_rollout" / "settings.py"
     settings.write_text(
         settings.read_text() + "\n\ndef _late() -> None:\n"
-        "    from flows.store_rollout import store_rollout  # noqa\n"
+        "    from flows.rollout import store_rollout  # noqa\n"
     )
     (tmp_path / "tasks" / "sneaky.py").write_text("from lab.state import REPO_ROOT\n")
     (tmp_path / "flows" / "raw.py").write_text("import xmlrpc.client\n")
