@@ -78,7 +78,11 @@ class Ui:
         """Deployments → <deployment> → Run → Custom run, as a user clicks through."""
         self.goto("/")
         self.page.get_by_role("link", name="Deployments").click()
-        self.page.get_by_role("link", name=deployment, exact=True).first.click()
+        # the dashboard also links the flow's name (its recent runs): wait for the deployments
+        # page, and click a deployment's link, or a click can land on the dashboard's flow link
+        self.page.wait_for_url(re.compile(r"/deployments/?(\?.*)?$"))
+        self.page.locator('a[href*="/deployments/deployment/"]').get_by_text(
+            deployment, exact=True).first.click()
         self.page.get_by_role("button", name="Run", exact=True).click()
         self.page.get_by_role("menuitem", name="Custom run").click()
         self.page.get_by_text("Enforce Parameter Schema").wait_for()
