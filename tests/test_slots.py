@@ -130,8 +130,12 @@ def flow_run_process(run_id: str) -> int:
 
 
 def in_flight_taken(api: str) -> int:
-    return int(requests.get(f"{api}/v2/concurrency_limits/{IN_FLIGHT_LIMIT}",
-                            timeout=5).json()["active_slots"])
+    """Slots of stores-in-flight taken (0 before the first batch creates the limit)."""
+    resp = requests.get(f"{api}/v2/concurrency_limits/{IN_FLIGHT_LIMIT}", timeout=5)
+    if resp.status_code == 404:
+        return 0
+    resp.raise_for_status()
+    return int(resp.json()["active_slots"])
 
 
 @pytest.mark.fleet
