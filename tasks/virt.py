@@ -183,8 +183,8 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
-    identity seed CD-ROM, write the seed, then virt.start with backoff until virt.vm_state says
-    running (`start_domain`). An existing domain on the same base image is reused, not recreated.
+    identity seed CD-ROM, write the seed, then virt.start with backoff until the domain runs
+    (`start_domain`). An existing domain on the same base image is reused, not recreated.
 
     Prefect retries (3 attempts) only on SaltTransientError: a minion that did not answer."""
     logger = get_run_logger()
@@ -232,20 +232,28 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
 
 def start_domain(master: SaltMasterClient, store: Store, timeout: float,
                  backoff: float = 0.5, logger: logging.Logger | LoggingAdapter = log) -> None:
-    """virt.start until virt.vm_state says running, for up to `timeout` seconds (exponential
-    backoff from `backoff` s, at most 10 s apart).
+    """virt.start until the domain is running (storevirt.domain_summary), for up to `timeout`
+    seconds (exponential backoff from `backoff` s, at most 10 s apart).
 
     The one retry layer for a start libvirt refuses or a domain not running yet (VmNotRunning),
     which the task's Prefect retries do not retry. A minion that does not answer
     (SaltTransientError) is not retried here: it ends the attempt, and create_vm's Prefect retries
     (which reuse the defined domain) are that error's one layer."""
     hv, name = store.hypervisor_minion_id, store.vm_name
+
+    def running() -> bool:
+        # by name: virt.vm_state enumerates every domain of the host and fails when another
+        # one goes away meanwhile ("Domain not found: no domain with matching id")
+        summary = master.cmd(hv, "storevirt.domain_summary", [name])
+        if summary is None:
+            raise VmError(f"store {store.store_id}: domain {name} is gone from {hv}")
+        return bool(summary["active"])
+
     for attempt in Retrying(stop=stop_after_delay(timeout),
                             wait=wait_exponential(multiplier=backoff, max=10),
                             retry=retry_if_exception_type(VmNotRunning), reraise=True):
         with attempt:
-            state = master.cmd(hv, "virt.vm_state", [name]).get(name)
-            if state != "running":
+            if not running():
                 try:
                     master.cmd(hv, "virt.start", [name])
                 except SaltCommandFailed as exc:  # libvirt refused this start: retry it
@@ -253,9 +261,9 @@ def start_domain(master: SaltMasterClient, store: Store, timeout: float,
                                    exc.detail)
                     raise VmNotRunning(f"store {store.store_id}: virt.start {name} on {hv}: "
                                        f"{exc.detail}") from None
-                state = master.cmd(hv, "virt.vm_state", [name]).get(name)
-            if state != "running":
-                raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is {state!r}")
+                if not running():
+                    raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is not "
+                                       "running after virt.start")
 
 
 def vm_result(summary: dict[str, Any], hypervisor: str, reused: bool,

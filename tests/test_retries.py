@@ -16,7 +16,7 @@ from prefect import flow
 from store_rollout.inventory import Store, parse_inventory
 from tasks.erp import ERP_RETRIES, ErpUnavailable, notify_erp
 from tasks.salt_master import SaltCommandFailed, SaltMinionNoResponse
-from tasks.virt import VmNotRunning, start_domain
+from tasks.virt import VmError, VmNotRunning, start_domain
 from tests.helpers import BASE_ENV
 
 STORE = parse_inventory({"stores": [{
@@ -114,17 +114,19 @@ def test_erp_4xx_is_not_retried(prefect_harness: None, erp_with: Any) -> None:
 
 class ScriptedMaster:
     """A Salt master stand-in for start_domain: virt.start answers from `starts` in turn
-    ("refuse", "silent" or "ok"); vm_state is running once a start succeeded."""
+    ("refuse", "silent" or "ok"); the domain is active once a start succeeded, gone when
+    `gone`."""
 
-    def __init__(self, starts: list[str]) -> None:
+    def __init__(self, starts: list[str], gone: bool = False) -> None:
         self.starts = list(starts)
         self.running = False
+        self.gone = gone
         self.calls: list[str] = []
 
     def cmd(self, minion_id: str, fun: str, arg: list[Any], **_kw: Any) -> Any:
         self.calls.append(fun)
-        if fun == "virt.vm_state":
-            return {arg[0]: "running" if self.running else "shutdown"}
+        if fun == "storevirt.domain_summary":
+            return None if self.gone else {"name": arg[0], "active": self.running}
         outcome = self.starts.pop(0)
         if outcome == "refuse":
             raise SaltCommandFailed(minion_id, fun, 1, "internal error: hook refused the start")
@@ -152,3 +154,14 @@ def test_a_silent_minion_is_left_to_the_tasks_prefect_retries() -> None:
     with pytest.raises(SaltMinionNoResponse):
         start_domain(master, STORE, timeout=10, backoff=0)  # type: ignore[arg-type]
     assert master.calls.count("virt.start") == 1
+
+
+def test_the_start_loop_reads_its_domain_by_name_and_stops_when_it_is_gone() -> None:
+    """virt.vm_state enumerates every domain of the host, and failed when another store's
+    domain went away meanwhile (a 100-run burst): the loop reads its own domain by name."""
+    master = ScriptedMaster(["ok"])
+    start_domain(master, STORE, timeout=10, backoff=0)  # type: ignore[arg-type]
+    assert "virt.vm_state" not in master.calls
+    with pytest.raises(VmError, match="is gone from"):
+        start_domain(ScriptedMaster(["ok"], gone=True), STORE, timeout=10,  # type: ignore[arg-type]
+                     backoff=0)
