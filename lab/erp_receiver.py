@@ -1,8 +1,12 @@
-"""The lab ERP: records every request it gets as a JSON line, and can be told to misbehave.
+"""The lab ERP: records every notice request it gets as a JSON line, and can be told to misbehave.
 
 API (all JSON):
   POST /api/v1/store-rollouts      a rollout notice; needs `Authorization: Bearer <token>`;
                                    honours `Idempotency-Key` (same key -> same ERP id, 200)
+  GET /api/v1/store-rollouts?store_id=S
+                                   the notices the ERP holds for store S (same token):
+                                   {"notices": [{"id", "idempotency_key", "vm_uuid", "received"}]};
+                                   a read, not recorded in the log
   POST /_lab/faults                {"status": 503, "count": 3} | {"delay": 5, "count": 1} |
                                    {"drop": true, "count": 1} ; applies to the next `count` notices
   DELETE /_lab/faults              clear faults
@@ -17,6 +21,7 @@ import argparse
 import json
 import threading
 import time
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +37,7 @@ class ErpState:
         self.lock = threading.Lock()
         self.faults: list[dict[str, Any]] = []
         self.ids_by_key: dict[str, str] = {}
+        self.notices: dict[str, dict[str, Any]] = {}  # ERP id -> what a GET lists
         self._load_ids()
 
     def _load_ids(self) -> None:
@@ -45,6 +51,21 @@ class ErpState:
                 continue
             if rec.get("status") in (200, 201) and rec.get("idempotency_key") and rec.get("erp_id"):
                 self.ids_by_key[rec["idempotency_key"]] = rec["erp_id"]
+                self.remember(rec)
+
+    def remember(self, entry: dict[str, Any]) -> None:
+        """The first notice of an ERP id (a replay keeps the first one's data)."""
+        payload = entry.get("payload") or {}
+        self.notices.setdefault(entry["erp_id"], {
+            "id": entry["erp_id"], "idempotency_key": entry["idempotency_key"],
+            "store_id": payload.get("store_id"), "received": entry["received"],
+            "vm_uuid": (payload.get("vm") or {}).get("uuid")})
+
+    def notices_of(self, store_id: str) -> list[dict[str, Any]]:
+        with self.lock:
+            found = [n for n in self.notices.values() if n["store_id"] == store_id]
+        return [{k: v for k, v in n.items() if k != "store_id"}
+                for n in sorted(found, key=lambda n: n["received"])]
 
     def authorized(self, header: str | None) -> bool:
         """Any token listed in the token file (re-read per request, so tests can add one)."""
@@ -69,8 +90,18 @@ class ErpState:
 def make_handler(state: ErpState) -> type[BaseHTTPRequestHandler]:
     class Handler(JsonHandler):
         def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
             if self.path == "/_lab/health":
                 self._reply(200, "ok")
+            elif url.path == "/api/v1/store-rollouts":
+                if not state.authorized(self.headers.get("Authorization")):
+                    self._reply(401, {"error": "missing or wrong bearer token"})
+                    return
+                store_id = urllib.parse.parse_qs(url.query).get("store_id", [""])[0]
+                if not store_id:
+                    self._reply(422, {"error": "query parameter store_id is required"})
+                    return
+                self._reply(200, {"notices": state.notices_of(store_id)})
             else:
                 self._reply(404, {"error": "not found"})
 
@@ -141,6 +172,8 @@ def make_handler(state: ErpState) -> type[BaseHTTPRequestHandler]:
                     state.ids_by_key[key] = erp_id
             entry.update(status=200 if known else 201, erp_id=erp_id, replay=bool(known))
             state.record(entry)
+            with state.lock:
+                state.remember(entry)
             self._reply(200 if known else 201, {"id": erp_id, "replay": bool(known)})
 
     return Handler

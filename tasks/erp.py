@@ -104,6 +104,30 @@ class ErpClient:
         return {"erp_id": erp_id, "replay": bool(body.get("replay")),
                 "status": resp.status_code, "idempotency_key": notice.idempotency_key()}
 
+    def notices(self, store_id: str) -> list[dict[str, Any]]:
+        """The notices the ERP holds for a store, oldest first: [{id, idempotency_key, vm_uuid,
+        received}] (a read: plan and reconcile use it)."""
+        url = self.base_url + NOTICE_PATH
+        headers = {"Authorization": f"Bearer {self._token.get_secret_value()}"}
+        try:
+            with external("erp"):
+                resp = self.session.get(url, params={"store_id": store_id}, headers=headers,
+                                        timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise ErpUnavailable(f"ERP GET {url} for store {store_id} failed: "
+                                 f"{type(exc).__name__}") from None
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise ErpUnavailable(f"ERP GET {url} for store {store_id}: HTTP {resp.status_code}")
+        if resp.status_code >= 400:
+            raise ErpRejected(f"ERP GET {url} for store {store_id}: HTTP {resp.status_code} "
+                              f"{self._redact(resp.text)[:200]}")
+        try:
+            notices = resp.json()["notices"]
+        except (ValueError, TypeError, KeyError):
+            raise ErpError(f"ERP GET {url} for store {store_id}: HTTP {resp.status_code} without "
+                           f"a JSON object with notices: {self._redact(resp.text)[:100]!r}") from None
+        return [dict(n) for n in notices]
+
     def _redact(self, text: str) -> str:
         """An ERP body quoted in an error, without our token should the ERP echo it."""
         token = self._token.get_secret_value()

@@ -160,3 +160,39 @@ def test_read_timeout_uses_the_client_timeout() -> None:
     # requests' default adapter (no retries) raises the read timeout as ReadTimeout
     assert str(error) == f"ERP POST {url}{NOTICE_PATH} for store 0042 failed: ReadTimeout"
     assert 0.5 <= waited < 2.0  # timeout=(0.5, 0.5): not the default 15 s read timeout
+
+
+def test_notices_read_back_what_the_lab_erp_holds(tmp_path: Any) -> None:
+    """ErpClient.notices against the lab's ERP (lab/erp_receiver.py): the notices of one store,
+    a replay not counted twice, another store's not listed, reads not logged, the token needed."""
+    from lab.erp_receiver import ErpState, make_handler
+
+    (tmp_path / "tokens").write_text(TOKEN + "\n")
+    log = tmp_path / "requests.jsonl"
+    server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                 make_handler(ErpState(log, tmp_path / "tokens")))
+    with serving(server) as url:
+        client = client_for(url)
+        assert client.notices("0042") == []
+        first = client.notify(NOTICE)
+        assert client.notify(NOTICE)["replay"] is True
+        client.notify(ErpNotice(**{**NOTICE.__dict__, "store_id": "0043"}))
+        logged = log.read_text()
+        notices = client.notices("0042")
+        assert [(n["id"], n["idempotency_key"], n["vm_uuid"]) for n in notices] == [
+            (first["erp_id"], NOTICE.idempotency_key(), "u-1")]
+        assert log.read_text() == logged  # reads are not notices
+        with pytest.raises(ErpRejected, match="HTTP 401"):
+            ErpClient(base_url=url, token=SecretStr("wrong"), timeout=(0.5, 0.5)).notices("0042")
+    # a restarted ERP still lists what its log holds
+    server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                 make_handler(ErpState(log, tmp_path / "tokens")))
+    with serving(server) as url:
+        assert [n["id"] for n in client_for(url).notices("0042")] == [first["erp_id"]]
+
+
+def test_notices_of_an_erp_without_the_read_api_fail_with_its_status(
+        erp: tuple[ScriptedErp, ErpClient]) -> None:
+    server, client = erp
+    with pytest.raises(ErpUnavailable, match="HTTP 501"):  # http.server: no do_GET
+        client.notices("0042")
