@@ -30,6 +30,16 @@ HYPERVISOR_READY_GRAIN: Final = "store_rollout_hypervisor_ready"
 # hypervisor formula's map.jinja reads it for its checks).
 BRIDGE_GRAIN: Final = "store_rollout_bridge"
 
+# -- hypervisor domain events ----------------------------------------------------------------
+# Salt's libvirt_events engine on each hypervisor sends its store VMs' lifecycle events (started,
+# stopped, crashed) to the master as `<LIBVIRT_EVENT_TAG_PREFIX>/<uri>/domain/lifecycle`; the
+# master's store_prefect_events engine forwards them to Prefect. The engine's minion.d file:
+# AutoYaST writes it at install (so the first minion start runs the engine) and the hypervisor
+# formula's `events` concern manages the same file (defaults.yaml `events:`); test_salt_render
+# checks both write the same text.
+LIBVIRT_EVENTS_CONF: Final = "60-libvirt-events.conf"
+LIBVIRT_EVENT_TAG_PREFIX: Final = "store/libvirt"
+
 # -- store VM firstboot ----------------------------------------------------------------------
 # The image's bootstrap minion.d file runs this sls at minion start (startup_states).
 FIRSTBOOT_SLS: Final = "provisioning_helper.firstboot"

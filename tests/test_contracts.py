@@ -42,14 +42,14 @@ PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, "st
                  c.SEED_LABEL, c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}
 PROJECT_WORD_RE = re.compile(r"\b(store_rollout_[a-z_]+|STORE_[A-Z_]+)\b")
 # the hypervisor's own minion config, which its AutoYaST profile writes
-HYPERVISOR_MINION_CONF = {"50-store-rollout.conf"}
+HYPERVISOR_MINION_CONF = {"50-store-rollout.conf", c.LIBVIRT_EVENTS_CONF}
 MINION_CONF_RE = re.compile(r"\b\d\d-[a-z][a-z0-9-]*\.conf\b")
 # values distinctive enough that a Python string equal to one is a second spelling
 DISTINCT = {name: getattr(c, name) for name in (
     "AUTOSIGN_GRAIN", "HYPERVISOR_READY_TAG", "HYPERVISOR_READY_GRAIN", "BRIDGE_GRAIN",
     "FIRSTBOOT_SLS", "FIRSTBOOT_STAGE_GRAIN", "FIRSTBOOT_EVENT_PREFIX", "ROLLOUT_PROGRESS_TAG",
     "BOOTSTRAP_CONF", "IDENTITY_CONF", "SEED_LABEL", "SEED_FILE", "IDENTITY_SEED_DIR_ENV",
-    "IDENTITY_SALT_DIR_ENV")}
+    "IDENTITY_SALT_DIR_ENV", "LIBVIRT_EVENTS_CONF")}
 PYTHON_PACKAGES = ("store_rollout", "tasks", "flows", "app", "lab")
 
 
@@ -205,6 +205,28 @@ def check_hypervisor_ready(r: Report) -> None:
             r.at(ready, None, f"spells the ready contract itself: use {needed} (defaults.yaml)")
 
 
+def check_hypervisor_events(r: Report) -> None:
+    """The libvirt_events engine's minion.d file and tag prefix: formula defaults, AutoYaST
+    profile and the master's forwarding engine."""
+    text = r.text(HYPERVISOR_DEFAULTS)
+    for key, contract in (("conf", "LIBVIRT_EVENTS_CONF"), ("tag_prefix", "LIBVIRT_EVENT_TAG_PREFIX")):
+        value, line = yaml_value(text, "values", "events", key)
+        r.expect(HYPERVISOR_DEFAULTS, line, f"values.events.{key}", value, getattr(c, contract),
+                 contract)
+    paths = [(n, m.group(1)) for n, line in r.lines(AUTOYAST)
+             if (m := re.search(r"<file_path>/etc/salt/minion\.d/(6\d-[^<]+)</file_path>", line))]
+    r.expect(AUTOYAST, paths[0][0] if paths else None, "engine minion.d file",
+             [name for _, name in paths], [c.LIBVIRT_EVENTS_CONF], "LIBVIRT_EVENTS_CONF")
+    for number, line in r.lines(AUTOYAST):
+        if m := re.match(r"\s+tag_prefix: (\S+)", line):
+            r.expect(AUTOYAST, number, "engine tag_prefix", m.group(1), c.LIBVIRT_EVENT_TAG_PREFIX,
+                     "LIBVIRT_EVENT_TAG_PREFIX")
+    engine = SALT / "_engines" / "store_prefect_events.py"
+    value, line = python_constants(r.root / engine).get("LIBVIRT_EVENT_PREFIX", (None, None))
+    r.expect(engine, line, "LIBVIRT_EVENT_PREFIX", value, c.LIBVIRT_EVENT_TAG_PREFIX,
+             "LIBVIRT_EVENT_TAG_PREFIX")
+
+
 def check_reactor(r: Report) -> None:
     reactor = SALT / "reactor" / "reactor.yaml"
     tags = yaml.safe_load(r.text(reactor)) or {}
@@ -319,8 +341,9 @@ def check_python(r: Report) -> None:
              tuple(step for _, step in steps), c.STEPS, "STEPS")
 
 
-CHECKS = (check_states, check_firstboot, check_hypervisor_ready, check_reactor, check_salt_modules,
-          check_minion_d, check_identity_script, check_autoyast, check_words)
+CHECKS = (check_states, check_firstboot, check_hypervisor_ready, check_hypervisor_events,
+          check_reactor, check_salt_modules, check_minion_d, check_identity_script, check_autoyast,
+          check_words)
 
 
 def problems(root: Path, checks: tuple[Any, ...] = CHECKS) -> list[str]:
@@ -353,16 +376,21 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     plant(IDENTITY_SCRIPT, "SEED_LABEL=STORE_SEED", "SEED_LABEL=STORE-SEED")
     plant(SALT / "_modules" / "provisioning.py", '"15-identity.conf"', '"16-identity.conf"')
     plant(IMAGES / "leap-jeos" / "config.sh", "15-identity.conf", "15-identty.conf")
+    plant(AUTOYAST, "tag_prefix: store/libvirt", "tag_prefix: store/libvirt_events")
+    plant(SALT / "_engines" / "store_prefect_events.py", 'LIBVIRT_EVENT_PREFIX = "store/libvirt"',
+          'LIBVIRT_EVENT_PREFIX = "salt/engines/libvirt_events"')
     found = "\n".join(problems(tmp_path))
     for expected in (
         "provisioning_helper/firstboot/verify.sls:14: grain set: found 'firstboot_stag'",
         "provisioning_helper/firstboot/highstate.sls:17: stage 'highstate' sets firstboot_stage "
         "to: found ['verified'], expected ['verify']",
         "provisioning_helper/firstboot/new.sls:11: event tag: found 'store/vm/firstbot/started'",
-        "defaults.yaml:38: values.ready.grain: found 'hv_ready'",
+        "defaults.yaml:48: values.ready.grain: found 'hv_ready'",
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
-        "provisioning.py:17: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
+        "provisioning.py:18: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
+        "store-hypervisor.xml:216: engine tag_prefix: found 'store/libvirt_events'",
+        "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
     ):
         assert expected in found, f"{expected!r} not reported; reported:\n{found}"

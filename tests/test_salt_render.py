@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from lab.state import REPO_ROOT, SALT_STATES_DIR, VENV_BIN
+from store_rollout.contracts import LIBVIRT_EVENT_TAG_PREFIX, LIBVIRT_EVENTS_CONF
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 LEAP_15_6 = {"os": "Leap", "os_family": "Suse", "osfullname": "Leap", "osrelease": "15.6",
@@ -60,8 +62,10 @@ def render(tmp: Path, minion_id: str, grains: dict[str, Any],
                            "state.show_highstate", "--out", "json"],
                           capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # the render's private root_dir stands for / (a real minion's root_dir)
-    rendered: dict[str, Any] = json.loads(proc.stdout.replace(str(tmp / "root"), ""))["local"]
+    # the render's private root_dir stands for / (a real minion's root_dir), its config dir for
+    # /etc/salt
+    rendered: dict[str, Any] = json.loads(
+        proc.stdout.replace(str(tmp / "root"), "").replace(str(tmp), "/etc/salt"))["local"]
     assert isinstance(rendered, dict), f"render failed: {rendered}"
     return rendered
 
@@ -109,10 +113,10 @@ def test_production_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
     assert "python3-libvirt-python" in _args(
         _states(rendered, "pkg")["hypervisor-libvirt-init-pkg-installed"])["pkgs"]
     # "ready" needs dom0 and the Xen driver; nothing rewrites br0 (AutoYaST built it)
-    check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
-    assert _args(check)["storehost.check"] == [{"driver": "Xen"}, {"require_dom0": True},
-                                               {"tools": ["qemu-img", "xorriso"]},
-                                               {"bridge": BRIDGE_GRAIN}]
+    check = _args(_states(rendered, "storehost")["hypervisor-checks-init-storehost-checked"])
+    assert {k: check[k] for k in ("driver", "require_dom0", "tools", "bridge")} == {
+        "driver": "Xen", "require_dom0": True, "tools": ["qemu-img", "xorriso"],
+        "bridge": BRIDGE_GRAIN}
     assert not _states(rendered, "network")
     assert not any("virt" in body and "keys" in body["virt"] for body in rendered.values())
 
@@ -120,8 +124,30 @@ def test_production_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
 def test_lab_hypervisor_changes_nothing_on_the_host(tmp_path: Path) -> None:
     rendered = render(tmp_path, *PLATFORMS["hypervisor-lab-debian-12"])
     modules = {m for body in rendered.values() for m in body if not m.startswith("__")}
-    assert modules == {"module", "grains", "event"}, modules  # checks + ready only
-    check = _states(rendered, "module")["hypervisor-checks-init-module-run"]
-    assert _args(check)["storehost.check"] == [{"driver": "QEMU"}, {"require_dom0": False},
-                                               {"tools": ["qemu-img", "xorriso"]},
-                                               {"bridge": None}]
+    # events (its file, a restart on change), checks, ready
+    assert modules == {"file", "module", "storehost", "grains", "event"}, modules
+    # the one file it writes is in the minion's own config dir (the lab's state dir)
+    files = {_args(body)["name"] for body in _states(rendered, "file").values()}
+    assert files == {f"/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}"}, files
+    check = _args(_states(rendered, "storehost")["hypervisor-checks-init-storehost-checked"])
+    assert {k: check[k] for k in ("driver", "require_dom0", "tools", "bridge")} == {
+        "driver": "QEMU", "require_dom0": False, "tools": ["qemu-img", "xorriso"],
+        "bridge": None}
+
+
+def test_the_formula_manages_the_engine_file_autoyast_writes(tmp_path: Path) -> None:
+    """hypervisor.events manages the libvirt_events minion.d file the AutoYaST profile wrote at
+    install: the same text (for Leap 15.6's xen:///system), or the first highstate of every new
+    host would rewrite it and restart its minion."""
+    rendered = render(tmp_path, *PLATFORMS["hypervisor-leap-15.6-xen"])
+    managed = _args(_states(rendered, "file")["hypervisor-events-init-file-managed"])
+    assert managed["name"] == f"/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}"
+    profile = (REPO_ROOT / "image_builds" / "autoyast" / "store-hypervisor.xml").read_text()
+    written = re.search(rf"<file_path>/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}</file_path>.*?"
+                        r"<!\[CDATA\[(.*?)\]\]>", profile, re.S)
+    assert written is not None
+    # Cobbler fills in the virt URI it got from step 2 (Leap: the default, xen:///system)
+    text = written.group(1).replace("$getVar('virt_uri', 'xen:///system')", "xen:///system")
+    assert managed["contents"] == text
+    assert yaml.safe_load(text)["engines"][0]["libvirt_events"]["tag_prefix"] \
+        == LIBVIRT_EVENT_TAG_PREFIX

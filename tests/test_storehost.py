@@ -149,3 +149,27 @@ def test_default_boot_state_sets_the_xen_entry_once(test_mode: bool) -> None:
         again = state.xen_default_boot("/boot/grub2/grub.cfg")
         assert again["changes"] == {} and again["result"] is True
         assert grub.set_calls == ["openSUSE Leap 15.6, with Xen hypervisor"]
+
+
+def test_checked_state_reads_only_and_reports_no_change_even_in_test_mode() -> None:
+    """hypervisor.checks as a state: a plan's highstate test=True lists no pending change for
+    it (a module.run would be "set to be executed" on every dry run)."""
+    from salt.exceptions import CommandExecutionError
+
+    def fine(**kw: Any) -> dict[str, Any]:
+        return {"driver": kw["driver"], "dom0": True, "tools": [], "bridge": None}
+
+    def missing(**_kw: Any) -> dict[str, Any]:
+        raise CommandExecutionError("hypervisor not ready: not running as Xen dom0")
+
+    for test in (False, True):
+        state = load_salt_module("_states", "storehost", {"storehost.check": fine})
+        state.__opts__ = {"test": test}  # type: ignore[attr-defined]
+        ret = state.checked("ready", driver="Xen")
+        assert (ret["result"], ret["changes"]) == (True, {}), ret
+        assert ret["comment"] == "hypervisor ready: libvirt driver Xen, Xen dom0"
+        state = load_salt_module("_states", "storehost", {"storehost.check": missing})
+        state.__opts__ = {"test": test}  # type: ignore[attr-defined]
+        ret = state.checked("ready")
+        assert (ret["result"], ret["changes"]) == (False, {})
+        assert "not running as Xen dom0" in ret["comment"]

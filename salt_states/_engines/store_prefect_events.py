@@ -12,6 +12,11 @@ Each matching event becomes a Prefect event named after its tag (`store/vm/first
 `salt.minion.<id>`, with `store.id` and the related resources `store.<id>` and the run tag
 `store-<id>` when the minion id is `store-<id>-hv|vm`, so the Prefect UI's event feed shows the
 rollout's Salt side next to its flow runs.
+
+A hypervisor's libvirt_events engine (tags under LIBVIRT_EVENT_PREFIX) reports its domains'
+lifecycle: a store VM's becomes `salt.store.libvirt.domain.<event>` (started, stopped,
+crashed...) on the resource `libvirt.domain.<name>`, related to its store. Only the store's own
+hypervisor is believed (in the lab every simulated hypervisor watches the one libvirtd).
 """
 
 import datetime
@@ -25,6 +30,41 @@ import salt.utils.event
 
 log = logging.getLogger(__name__)
 STORE_MINION = re.compile(r"^store-(?P<store>[a-z0-9-]+)-(?:hv|vm)$")
+STORE_DOMAIN = re.compile(r"^store-(?P<store>[a-z0-9-]+)-vm$")
+# the hypervisors' libvirt_events tag_prefix (store_rollout.contracts.LIBVIRT_EVENT_TAG_PREFIX)
+LIBVIRT_EVENT_PREFIX = "store/libvirt"
+
+
+def _store_related(store):
+    return [{"prefect.resource.id": f"store.{store}", "prefect.resource.role": "store",
+             "prefect.resource.name": f"store {store}"},
+            {"prefect.resource.id": f"prefect.tag.store-{store}", "prefect.resource.role": "tag"}]
+
+
+def _domain_event(data):
+    """A hypervisor's libvirt lifecycle event of a store VM, or None (another domain, or a
+    hypervisor that is not the store's)."""
+    hypervisor = data.get("id") or ""
+    body = data.get("data") if isinstance(data.get("data"), dict) else {}
+    domain = body.get("domain") or {}
+    match = STORE_DOMAIN.match(str(domain.get("name") or ""))
+    if not match or hypervisor != f"store-{match.group('store')}-hv":
+        return None
+    store = match.group("store")
+    event = str(body.get("event") or "unknown").lower()
+    return {
+        "id": str(uuid.uuid4()),
+        "occurred": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "event": f"salt.store.libvirt.domain.{event}",
+        "resource": {"prefect.resource.id": f"libvirt.domain.{domain['name']}",
+                     "prefect.resource.name": domain["name"], "store.id": store},
+        "related": [*_store_related(store),
+                    {"prefect.resource.id": f"salt.minion.{hypervisor}",
+                     "prefect.resource.role": "hypervisor"}],
+        "payload": {"domain": domain["name"], "uuid": domain.get("uuid"), "event": event,
+                    "detail": body.get("detail"), "hypervisor": hypervisor,
+                    "uri": body.get("uri")},
+    }
 
 
 def _prefect_event(tag, data):
@@ -38,10 +78,7 @@ def _prefect_event(tag, data):
         resource["store.id"] = store
         # the store as a related resource (the event feed's filter) and its rollout's run tag,
         # so one store's Salt events and flow runs are found together
-        related = [{"prefect.resource.id": f"store.{store}", "prefect.resource.role": "store",
-                    "prefect.resource.name": f"store {store}"},
-                   {"prefect.resource.id": f"prefect.tag.store-{store}",
-                    "prefect.resource.role": "tag"}]
+        related = _store_related(store)
     payload = data.get("data") if isinstance(data.get("data"), dict) else {}
     payload = {k: v for k, v in payload.items() if not k.startswith("__") and "token" not in k}
     for key in ("act", "result", "fun", "retcode"):
@@ -71,7 +108,12 @@ def start(api_url, prefixes=("store/",)):
             raw = bus.get_event(full=True, wait=1)
             if not raw or not any(raw["tag"].startswith(p) for p in prefixes):
                 continue
+            data = raw.get("data") or {}
+            event = (_domain_event(data) if raw["tag"].startswith(LIBVIRT_EVENT_PREFIX + "/")
+                     else _prefect_event(raw["tag"], data))
+            if event is None:
+                continue
             try:
-                _post(api_url, [_prefect_event(raw["tag"], raw.get("data") or {})])
+                _post(api_url, [event])
             except Exception as exc:  # Prefect down: the rollout itself does not depend on this
                 log.warning("store_prefect_events: could not forward %s: %s", raw["tag"], exc)

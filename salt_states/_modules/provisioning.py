@@ -1,4 +1,5 @@
-"""Provisioning helpers for the store rollout: the reboot that firstboot asks for.
+"""Provisioning helpers for the store rollout: the reboot that firstboot asks for, and the
+minion restart a changed minion.d file needs (the hypervisor formula's events concern).
 
 On a real machine `provisioning.reboot` calls `system.reboot`. Under the store-rollout lab
 (minion config `store_rollout_lab`) it asks the lab's hardware simulator to restart this minion
@@ -43,6 +44,31 @@ def reboot(reason="firstboot", delay_minutes=1):
             "refusing to reboot: this minion is not the machine's own (private root_dir or lab)")
     __salt__["system.reboot"](at_time=delay_minutes)
     return {"requested": True, "lab": False, "reason": reason, "in_minutes": delay_minutes}
+
+
+def restart_minion(reason="configuration changed", delay_seconds=20):
+    """Restart this machine's salt-minion once the state run that asked has returned, so new
+    minion.d settings (an engine) take effect (lab: the simulator restarts the minion).
+
+    CLI Example: salt 'store-0001-hv' provisioning.restart_minion
+    """
+    lab = __opts__.get("store_rollout_lab")
+    if lab:
+        url = "{}/minions/{}/reboot".format(lab["simulator_url"].rstrip("/"), __opts__["id"])
+        req = urllib.request.Request(url, data=json.dumps({"reason": reason}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return {"requested": True, "lab": True, "reason": reason,
+                    "simulator": json.loads(resp.read())}
+    if os.path.realpath(__opts__.get("root_dir", "/")) != "/" or os.environ.get("STORE_ROLLOUT_LAB"):
+        raise CommandExecutionError(
+            "refusing to restart salt-minion: this minion is not the machine's own "
+            "(private root_dir or lab)")
+    # a transient timer unit: systemd restarts the minion after this job returned its result
+    __salt__["cmd.run_all"](["systemd-run", "--on-active={}".format(int(delay_seconds)),
+                             "systemctl", "restart", "salt-minion"],
+                            python_shell=False, raise_err=True)
+    return {"requested": True, "lab": False, "reason": reason, "in_seconds": delay_seconds}
 
 
 def bootstrap_files():

@@ -381,6 +381,23 @@ def domain_summary(name):
         conn.close()
 
 
+def inspect(wanted):
+    """Read-only: this host's part of `wanted`, {minion id: {"domains": [names],
+    "base_images": [keys]}}, as {"domains": {name: domain_summary or None},
+    "base_images": {key: cached}}. One job answers for many hypervisors (plan, reconcile):
+    each minion picks its own entry.
+
+    CLI Example: salt -L hv1,hv2 storevirt.inspect '{hv1: {domains: [store-0001-vm]}}'
+    """
+    mine = (wanted or {}).get(__opts__["id"]) or {}
+    base_dir = os.path.join(_images_dir(), "base")
+    return {
+        "domains": {name: domain_summary(name) for name in mine.get("domains", [])},
+        "base_images": {key: os.path.exists(os.path.join(base_dir, key, "image.qcow2"))
+                        for key in mine.get("base_images", [])},
+    }
+
+
 def remove_vm(name):
     """Destroy and undefine domain `name` and delete its overlay dir; the base stays.
 

@@ -1,4 +1,5 @@
-"""State: boot the Xen entry by default (GRUB's saved entry, by its exact title)."""
+"""States: boot the Xen entry by default (GRUB's saved entry, by its exact title); the host's
+readiness checks, which read only and so run under test=True too."""
 
 __virtualname__ = "storehost"
 
@@ -38,4 +39,20 @@ def xen_default_boot(name):
                    comment=f"grub2-set-default failed: {res['stderr'] or res['stdout']}")
         return ret
     ret["comment"] = f"{title!r} is now the default boot entry"
+    return ret
+
+
+def checked(name, driver="Xen", require_dom0=True, tools=(), bridge=None):
+    """The hypervisor's readiness checks (storehost.check) as a state that changes nothing:
+    True or False with what is missing, the same with test=True (a plan's dry run would
+    otherwise list a module.run of a check as a pending change)."""
+    ret = {"name": name, "changes": {}, "result": True, "comment": ""}
+    try:
+        found = __salt__["storehost.check"](driver=driver, require_dom0=require_dom0,
+                                            tools=tools, bridge=bridge)
+    except Exception as exc:  # CommandExecutionError: names everything that is missing
+        ret.update(result=False, comment=str(exc))
+        return ret
+    ret["comment"] = "hypervisor ready: libvirt driver {}{}".format(
+        found["driver"], ", Xen dom0" if found["dom0"] else "")
     return ret

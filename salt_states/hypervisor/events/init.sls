@@ -1,0 +1,23 @@
+{%- set tplroot = tpldir.split('/')[0] %}
+{%- from tplroot ~ "/map.jinja" import mapdata as hv with context %}
+{%- set conf_dir = salt['file.dirname'](opts['conf_file']) %}
+{%- set uri = salt['config.get']('virt:connection:uri', 'xen:///system') %}
+# Salt's libvirt_events engine (the Salt Virt way to see domain events): the store VMs'
+# lifecycle events reach the master's bus, whose store_prefect_events engine forwards them to
+# Prefect. AutoYaST wrote this same text at install; a change restarts the minion once.
+hypervisor-events-init-file-managed:
+  file.managed:
+    - name: {{ (conf_dir ~ '/minion.d/' ~ hv.events.conf) | json }}
+    - contents: |
+        engines:
+          - libvirt_events:
+              uri: {{ uri | yaml_squote }}
+              tag_prefix: {{ hv.events.tag_prefix }}
+              filters: {{ hv.events.filters | json }}
+
+hypervisor-events-init-module-run:
+  module.run:
+    - provisioning.restart_minion:
+      - reason: libvirt_events engine configuration changed
+    - onchanges:
+      - file: hypervisor-events-init-file-managed
