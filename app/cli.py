@@ -1,4 +1,5 @@
-"""`store-rollout` command line: rollouts, batches, staging, status, rollback, vm-xml.
+"""`store-rollout` command line: rollouts, batches, plan, reconcile, staging, status, rollback,
+vm-xml.
 
 Sub-commands other packages register (entry point group `store_rollout.commands`, e.g. the
 lab's `store-rollout lab ...`) are added without this module importing them.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -69,6 +70,14 @@ def validate_stores(store_ids: list[str], inventory: Path) -> None:
     except (InventoryError, SettingsError, PreflightError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
+
+
+def finished(state: Any, what: str, code: int = 1) -> Any:
+    """The result of a flow run the command ran, or exit `code` naming its state and message."""
+    if not state.is_completed():
+        console.print(f"[red]{what} {state.name}:[/] {state.message}")
+        raise typer.Exit(code)
+    return state.result()
 
 
 class LiveSteps:
@@ -339,6 +348,67 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
     print(json.dumps(state.result(), indent=2, default=str))
 
 
+@app.command("plan")
+def plan(
+    store_ids: Annotated[list[str], typer.Argument(help="stores to plan")],
+    inventory: Inventory = DEFAULT_INVENTORY,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
+    highstate_test: Annotated[bool, typer.Option(
+        help="run each answering hypervisor's highstate in test=True")] = True,
+) -> None:
+    """What a rollout of each store would do now, step by step; changes nothing."""
+    validate_stores(store_ids, inventory)
+    from flows.plan import store_plan
+
+    result = finished(store_plan(store_ids, str(inventory.resolve()), highstate_test,
+                                 return_state=True), "plan")
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    out = Console(width=160)
+    for sid, store in result.items():
+        todo = store["todo"]
+        table = Table(title=f"store {sid}: " + (f"{len(todo)} steps to do, from "
+                                                f"{store['resumes_at']}" if todo else
+                                                "nothing to do"), show_lines=True)
+        for col in ("step", "to do", "action", "details"):
+            table.add_column(col)
+        for step in store["steps"]:
+            table.add_row(step["step"], "[yellow]yes[/]" if step["todo"] else "no",
+                          step["action"], "\n".join(step["details"]))
+        out.print(table)
+
+
+@app.command("reconcile")
+def reconcile(
+    store_ids: Annotated[list[str] | None, typer.Argument(
+        help="stores to check (default: every store of the inventory)")] = None,
+    inventory: Inventory = DEFAULT_INVENTORY,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Every store's real state against its last rollout run; each mismatch with its fix.
+    Exits 1 when any store has a mismatch."""
+    validate_stores(store_ids or [], inventory)
+    from flows.reconcile import store_reconcile
+
+    result = finished(store_reconcile(str(inventory.resolve()), store_ids or None,
+                                      return_state=True), "reconcile", code=2)
+    stores = result["stores"]
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        table = Table(title="reconcile: " + ", ".join(
+            f"{n} {status}" for status, n in sorted(result["counts"].items())), show_lines=True)
+        for col in ("store", "status", "last run", "systems", "mismatch → fix"):
+            table.add_column(col)
+        for sid, s in stores.items():
+            table.add_row(sid, s["status"], s["last_run"], s["real"], "\n".join(
+                f"{m['what']} → {m['fix']}" for m in s["mismatches"]))
+        Console(width=180).print(table)
+    if any(s["mismatches"] for s in stores.values()):
+        raise typer.Exit(1)
+
+
 @app.command("stage")
 def stage(
     store_ids: Annotated[
@@ -351,11 +421,8 @@ def stage(
     validate_stores(store_ids or [], inventory)
     from flows.stage_images import stage_images
 
-    state = stage_images(tuple(store_ids or ()), str(inventory), return_state=True)
-    if not state.is_completed():
-        console.print(f"[red]staging failed:[/] {state.message}")
-        raise typer.Exit(1)
-    result = state.result()
+    result = finished(stage_images(tuple(store_ids or ()), str(inventory), return_state=True),
+                      "staging")
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

@@ -13,7 +13,7 @@ from prefect import get_run_logger, task
 
 from store_rollout.contracts import AUTOSIGN_GRAIN
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings import RolloutSettings, load_settings
 from tasks.cobbler import (
     CobblerRejected,
     CobblerUnavailable,
@@ -24,6 +24,28 @@ from tasks.cobbler import (
 from tasks.retry import retry_on
 from tasks.salt_client import hypervisor_ready, master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
+
+
+def system_spec(store: Store, settings: RolloutSettings, token: str) -> SystemSpec:
+    """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
+    autosign token)."""
+    hv = store.hypervisor
+    bmc = bmc_credentials(store, settings)
+    system = store.cobbler_system
+    return SystemSpec(
+        name=system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
+        ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
+        autoinstall_meta={
+            "salt_master": settings.salt_master_address,
+            "salt_master_port": str(settings.salt_ret_port),
+            "salt_publish_port": str(settings.salt_publish_port),
+            "minion_id": store.hypervisor_minion_id, "store_id": store.store_id,
+            "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
+            "virt_uri": settings.hypervisor_libvirt_uri,
+            "vm_images_dir": settings.vm_images_dir,
+        },
+        power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
+        power_user=bmc.username, power_pass=bmc.password, power_id=system)
 
 
 @task(name="pxe_install_hypervisor", task_run_name="pxe-install-{store.store_id}",
@@ -52,22 +74,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
                               "exist; create it or fix hypervisor.cobbler_profile")
     master.delete_key(minion)  # a stale key of a previous install would be 'denied'
     token = master.issue_token(minion)
-    hv = store.hypervisor
-    bmc = bmc_credentials(store, settings)
-    spec = SystemSpec(
-        name=system, hostname=hv.hostname, mac=hv.mac, profile=profile,
-        ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
-        autoinstall_meta={
-            "salt_master": settings.salt_master_address,
-            "salt_master_port": str(settings.salt_ret_port),
-            "salt_publish_port": str(settings.salt_publish_port),
-            "minion_id": minion, "store_id": store.store_id,
-            "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
-            "virt_uri": settings.hypervisor_libvirt_uri,
-            "vm_images_dir": settings.vm_images_dir,
-        },
-        power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
-        power_user=bmc.username, power_pass=bmc.password, power_id=system)
+    spec = system_spec(store, settings, token)
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")

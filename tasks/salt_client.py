@@ -84,6 +84,16 @@ class SaltCommandFailed(SaltError):
         self.minion_id, self.fun, self.retcode, self.detail = minion_id, fun, retcode, detail
 
 
+def key_state_in(keys: dict[str, list[str]], minion_id: str) -> str | None:
+    """A minion's key state in a `key.list_all` answer: 'accepted', 'pending', 'rejected',
+    'denied' or None."""
+    for state, bucket in (("accepted", "minions"), ("pending", "minions_pre"),
+                          ("rejected", "minions_rejected"), ("denied", "minions_denied")):
+        if minion_id in keys.get(bucket, []):
+            return state
+    return None
+
+
 def check_minion_id(minion_id: str) -> str:
     """Minion ids are plain names: no glob or regex characters, so an exact match is exact."""
     if not MINION_ID_RE.fullmatch(minion_id):
@@ -210,12 +220,7 @@ class SaltMasterClient:
 
     def key_state(self, minion_id: str) -> str | None:
         """'accepted', 'pending', 'rejected', 'denied' or None."""
-        keys = self._wheel("key.list_all")
-        for state, bucket in (("accepted", "minions"), ("pending", "minions_pre"),
-                              ("rejected", "minions_rejected"), ("denied", "minions_denied")):
-            if minion_id in keys.get(bucket, []):
-                return state
-        return None
+        return key_state_in(self._wheel("key.list_all"), minion_id)
 
     def list_keys(self) -> dict[str, list[str]]:
         return dict(self._wheel("key.list_all"))
@@ -336,6 +341,28 @@ class SaltMasterClient:
         if retcode != 0:
             raise SaltCommandFailed(minion_id, fun, retcode, summarize_failure(ret.get("ret")))
         return ret.get("ret")
+
+    def cmd_many(self, minion_ids: list[str], fun: str, arg: list[Any] | tuple[Any, ...] = (),
+                 kwarg: dict[str, Any] | None = None,
+                 timeout: float = 10) -> dict[str, Any]:
+        """One job for many minions (a list target); returns {minion: ret} for those that
+        answered with retcode 0 and {minion: SaltCommandFailed} for those that failed. A minion
+        that did not answer within `timeout` is absent."""
+        if not minion_ids:
+            return {}
+        system = "libvirt" if fun.startswith(("virt.", "storevirt.")) else "salt"
+        with external(system), self._master_call(f"{fun} for {len(minion_ids)} minions"):
+            result = self._local().cmd(list(minion_ids), fun, list(arg), timeout=timeout,
+                                       tgt_type="list", kwarg=kwarg, full_return=True,
+                                       gather_job_timeout=min(timeout, 2))
+        answers: dict[str, Any] = {}
+        for minion, ret in result.items():
+            if not isinstance(ret, dict):  # "Minion did not return" on a find_job miss
+                continue
+            retcode = int(ret.get("retcode", 0) or 0)
+            answers[minion] = (ret.get("ret") if retcode == 0 else SaltCommandFailed(
+                minion, fun, retcode, summarize_failure(ret.get("ret"))))
+        return answers
 
     def cmd_async(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = ()) -> str:
         """Publish `fun` to one minion without waiting for it; returns the job id."""

@@ -33,6 +33,8 @@ BENCHES = {
     "bench_image_delivery.py": ["first_over_ideal", "resumed_fraction", "rerun", "goals"],
     "bench_api_burst.py": ["runs_created", "lost", "states", "slots_left_taken",
                            "wall_seconds", "server_cpu_seconds_per_run"],
+    "bench_plan_reconcile.py": ["plan_seconds_median", "reconcile_seconds_median",
+                                "plan_salt_jobs", "reconcile_salt_jobs", "goals"],
 }
 
 
@@ -72,6 +74,12 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
         assert result["lost"] == 0 and result["not_finished"] == 0, result
         assert result["states"] == {"COMPLETED": result["stores"]}, result
         assert result["slots_left_taken"] == {}, result
+    if script == "bench_plan_reconcile.py":
+        assert result["completed"] == result["stores"] and result["plan_cli_rc"] == 0, result
+        assert result["plan_todo_after_rollout"] == [], result
+        assert result["reconcile_counts"] == {"ok": result["stores"]}, result
+        # one job per kind, whatever the number of stores
+        assert all(n == 1 for n in result["reconcile_salt_jobs"].values()), result
     if script == "bench_image_delivery.py":
         assert result["goals"]["resumed_at_most_55_percent"] and result["goals"]["rerun_zero_bytes"]
         assert result["goals"]["first_verified"] and result["cut"]["error"]

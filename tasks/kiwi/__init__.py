@@ -69,7 +69,7 @@ from tasks.kiwi.params import (
     render_minion_d,
     resolve_params,
 )
-from tasks.kiwi.task import ensure_image
+from tasks.kiwi.task import ensure_image, image_status
 from tasks.kiwi.validate import (
     IMAGE_BUILDS_DIR,
     SAMPLE_VALUE,
@@ -133,4 +133,5 @@ __all__ = [
     "image_key",
     # task
     "ensure_image",
+    "image_status",
 ]

@@ -131,6 +131,13 @@ class ImageCache:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def lookup(self, desc_dir: Path, params: Mapping[str, str], builder: Builder) -> tuple[
+            str, dict[str, Any] | None]:
+        """The key `ensure` would use and its meta.json, None on a miss; builds nothing."""
+        desc_dir = Path(desc_dir)
+        key = image_key(desc_dir, resolve_params(desc_dir, params), builder=builder.tag)
+        return key, self.meta(key)
+
     def ensure(
         self,
         desc_dir: Path,

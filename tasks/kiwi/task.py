@@ -13,7 +13,7 @@ from tasks.kiwi.cache import ImageCache
 from tasks.kiwi.errors import KiwiTaskError
 from tasks.kiwi.validate import resolve_description
 
-__all__ = ["ensure_image"]
+__all__ = ["ensure_image", "image_status"]
 
 
 @task(task_run_name="image-{description}")
@@ -62,3 +62,14 @@ def ensure_image(
         "build_seconds": round(ref.build_seconds, 3),
         "kiwi_seconds": round(ref.kiwi_seconds, 3),
     }
+
+
+def image_status(description: str, params: dict[str, str], cache_dir: str,
+                 builder: str = "lab") -> dict[str, Any]:
+    """What the image step would do now, without doing it: ``{"key", "cached", "builder"}``."""
+    if builder not in BUILDERS:
+        raise ValueError(f"unknown builder {builder!r}; expected one of {', '.join(BUILDERS)}")
+    cache = Path(cache_dir)
+    key, meta = ImageCache(cache).lookup(resolve_description(description), params,
+                                         make_builder(builder, cache))
+    return {"key": key, "cached": meta is not None, "builder": builder}

@@ -1,0 +1,49 @@
+"""Plan: what a rollout of each store would do now, step by step, changing nothing.
+
+Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet_state.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run
+
+from flows.rollout import DEFAULT_INVENTORY
+from store_rollout.fleet_state import first_todo, plan_markdown, plan_store
+from store_rollout.inventory import load_inventory
+from tasks.observe import observe_stores
+
+ARTIFACT_KEY = "store-plan"
+
+
+def _run_name() -> str:
+    store_ids = flow_run.parameters.get("store_ids") or []
+    return f"plan-{store_ids[0]}" if len(store_ids) == 1 else f"plan-{len(store_ids)}-stores"
+
+
+@flow(name="store-plan", flow_run_name=_run_name)
+def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
+               highstate_test: bool = True) -> dict[str, Any]:
+    """What a rollout of each store started now would do, without changing anything: Cobbler
+    record (field by field), netboot and power cycle, the hypervisor's states in test=True,
+    keys, domain, image and ERP notice.
+
+    Args:
+        store_ids: Stores to plan, as written in the inventory (e.g. ["0001", "0002"]).
+        inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
+            the store-rollout checkout the worker runs in.
+        highstate_test: Also run each answering hypervisor's highstate with test=True and list
+            the states that would change (a few seconds per host).
+    """
+    stores = load_inventory(inventory).select(store_ids)  # validated before any call
+    facts = observe_stores(stores, highstate_test=highstate_test)
+    plans = {sid: plan_store(f) for sid, f in facts.items()}
+    create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
+                             description=f"rollout plan of {len(plans)} store(s)")
+    return {sid: {"todo": [p.step for p in plan if p.todo],
+                  "resumes_at": (first_todo(plan) or (None, None))[1],
+                  "steps": [p.model_dump() for p in plan]}
+            for sid, plan in plans.items()}

@@ -1,0 +1,47 @@
+"""Reconcile: every store's real state (Cobbler, Salt, libvirt, ERP) against Prefect's last
+rollout run of it; each mismatch named with the command that settles it. Changes nothing but a
+table artifact and a Prefect event per store whose result changed since the last reconcile.
+
+Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet_state.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+
+from flows.rollout import DEFAULT_INVENTORY
+from store_rollout.fleet_state import reconcile_store, reconcile_table
+from store_rollout.inventory import load_inventory
+from tasks.observe import emit_store_changes, observe_stores, previous_reconcile
+from tasks.run_health import ZOMBIE_AFTER_SECONDS
+
+ARTIFACT_KEY = "store-reconcile"
+
+
+@flow(name="store-reconcile", flow_run_name="reconcile")
+def store_reconcile(inventory: str = DEFAULT_INVENTORY,
+                    store_ids: list[str] | None = None) -> dict[str, Any]:
+    """Compare every store of the inventory (or `store_ids`) on the real systems with its last
+    rollout run in Prefect, and say how to settle each difference.
+
+    Args:
+        inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
+            the store-rollout checkout the worker runs in.
+        store_ids: Only these stores (default: every store of the inventory).
+    """
+    stores = load_inventory(inventory).select(store_ids)
+    facts = observe_stores(stores, last_runs=True)
+    statuses = [reconcile_store(facts[s.store_id], ZOMBIE_AFTER_SECONDS) for s in stores]
+    changed = emit_store_changes(statuses, previous_reconcile(ARTIFACT_KEY))
+    create_table_artifact(key=ARTIFACT_KEY, table=reconcile_table(statuses),
+                          description=f"reconcile of {len(statuses)} store(s)")
+    counts: dict[str, int] = {}
+    for status in statuses:
+        counts[status.status] = counts.get(status.status, 0) + 1
+    get_run_logger().info("reconciled %d stores: %s; changed since the last reconcile: %s",
+                          len(statuses), counts, changed or "none")
+    return {"counts": counts, "changed": changed,
+            "stores": {s.store_id: s.model_dump() for s in statuses}}

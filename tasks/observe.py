@@ -1,0 +1,244 @@
+"""Read the real systems for `plan` and `reconcile`, changing nothing: Cobbler (records), the
+Salt master (keys; hypervisor and VM grains; the hypervisor's highstate in test=True), each
+hypervisor's libvirt (through `storevirt.inspect`), the image cache, the ERP (its notices) and
+Prefect (each store's last rollout run and its heartbeats).
+
+One batched call per kind for all the stores asked about (one Salt job per function over a
+list target, one key listing, one Prefect query), so 25 stores cost about what one does.
+The facts go to store_rollout/fleet_state.py, which draws the conclusions.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from store_rollout.contracts import FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_NEW, HYPERVISOR_READY_GRAIN
+from store_rollout.fleet_state import LastRun, StoreFacts, StoreStatus
+from store_rollout.inventory import Store
+from store_rollout.settings import RolloutSettings, load_settings
+from tasks.cobbler import CobblerError, cobbler_client, system_changes
+from tasks.erp import ErpError, erp_client
+from tasks.kiwi import image_status
+from tasks.pxe_install import system_spec
+from tasks.salt_client import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
+
+READ_TIMEOUT = 3  # seconds a minion gets to answer a read (a silent one is reported as such)
+HIGHSTATE_TEST_TIMEOUT = 60
+# test=True reports an event state as "would fire" on every run: an announcement, not drift
+_NOT_DRIFT = ("event_|-",)
+
+
+def highstate_changes(ret: Any) -> list[str]:
+    """States of a test=True highstate return that would change something, in run order."""
+    if not isinstance(ret, dict):
+        return [str(ret)[:300]]
+    found = [(v.get("__run_num__", 0), k, v) for k, v in ret.items() if isinstance(v, dict)
+             and not k.startswith(_NOT_DRIFT) and (v.get("result") is None or v.get("changes"))]
+    return [f"{v.get('__id__', key)}: {str(v.get('comment', '')).strip()[:200]}"
+            for _, key, v in sorted(found, key=lambda t: t[0])]
+
+
+def _answers(master: SaltMasterClient, minions: list[str], fun: str, arg: list[Any],
+             timeout: float = READ_TIMEOUT) -> tuple[dict[str, Any], dict[str, str]]:
+    """({minion: ret} of those that answered, {minion: error} of those whose call failed)."""
+    ok: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    for minion, ret in master.cmd_many(minions, fun, arg, timeout=timeout).items():
+        if isinstance(ret, SaltCommandFailed):
+            failed[minion] = ret.detail
+        else:
+            ok[minion] = ret
+    return ok, failed
+
+
+def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: bool = False,
+            last_runs: bool = False) -> dict[str, StoreFacts]:
+    """The facts of each store, keyed by store id. `highstate_test`: also run each answering
+    hypervisor's highstate in test=True (plan); `last_runs`: also read Prefect (reconcile)."""
+    master = master_client(settings.salt_master_config)
+    image = image_status(settings.image_description, settings.image_params,
+                         settings.image_cache_dir, settings.image_builder)
+    keys = master.list_keys()
+    hv_keys = {s.store_id: key_state_in(keys, s.hypervisor_minion_id) for s in stores}
+    vm_keys = {s.store_id: key_state_in(keys, s.vm_minion_id) for s in stores}
+
+    hypervisors = [s.hypervisor_minion_id for s in stores if hv_keys[s.store_id] == "accepted"]
+    vms = [s.vm_minion_id for s in stores if vm_keys[s.store_id] == "accepted"]
+    # one job reads both minions' grains of every store
+    grains, _ = _answers(master, hypervisors + vms, "grains.item",
+                         [HYPERVISOR_READY_GRAIN, FIRSTBOOT_STAGE_GRAIN])
+    ready = {hv: (grains[hv] or {}).get(HYPERVISOR_READY_GRAIN) for hv in hypervisors
+             if hv in grains}
+    stages = {vm: (grains[vm] or {}).get(FIRSTBOOT_STAGE_GRAIN) for vm in vms if vm in grains}
+    answering = [hv for hv in hypervisors if hv in ready]
+    wanted = {s.hypervisor_minion_id: {"domains": [s.vm_name], "base_images": [image["key"]]}
+              for s in stores if s.hypervisor_minion_id in ready}
+    inspected, inspect_failed = _answers(master, answering, "storevirt.inspect", [wanted],
+                                         timeout=15)
+    tested: dict[str, Any] = {}
+    test_failed: dict[str, str] = {}
+    if highstate_test and answering:
+        tested, test_failed = _highstate_test(master, answering)
+
+    cobbler = cobbler_client(settings)
+    erp = erp_client(settings)
+    runs = last_rollout_runs([s.store_id for s in stores]) if last_runs else {}
+    facts: dict[str, StoreFacts] = {}
+    for store in stores:
+        sid, hv, vm = store.store_id, store.hypervisor_minion_id, store.vm_minion_id
+        try:
+            record = cobbler.get_system(store.cobbler_system)
+            changes = [c.describe() for c in system_changes(
+                system_spec(store, settings, token=""), record)]
+        except CobblerError as exc:
+            raise CobblerError(f"store {sid}: reading Cobbler system {store.cobbler_system}: "
+                               f"{exc}") from exc
+        try:
+            notices, erp_error = erp.notices(sid), None
+        except ErpError as exc:
+            notices, erp_error = [], str(exc)
+        found = inspected.get(hv) or {}
+        domain = (found.get("domains") or {}).get(store.vm_name)
+        note = None
+        if hv in inspect_failed:
+            note = f"storevirt.inspect failed on {hv}: {inspect_failed[hv]}"
+        elif not highstate_test:
+            note = "not run"
+        elif hv in test_failed:
+            note = test_failed[hv]
+        elif hv not in tested:
+            note = f"{hv} does not answer"
+        facts[sid] = StoreFacts(
+            store_id=sid, hypervisor=hv, vm=vm, domain_name=store.vm_name,
+            cobbler_system=store.cobbler_system, image_key=image["key"],
+            image_cached=image["cached"], image_builder=image["builder"],
+            cobbler_record=record is not None,
+            cobbler_netboot=None if record is None else bool(record.get("netboot_enabled")),
+            cobbler_changes=changes,
+            hypervisor_key=hv_keys[sid], hypervisor_answering=hv in ready,
+            hypervisor_ready=bool(ready.get(hv)),
+            highstate_changes=tested.get(hv), highstate_note=note,
+            base_image_on_hypervisor=(found.get("base_images") or {}).get(image["key"])
+            if hv in inspected else None,
+            domain=domain, domain_known=hv in inspected,
+            vm_key=vm_keys[sid], vm_answering=vm in stages,
+            firstboot_stage=str(stages[vm] or FIRSTBOOT_STAGE_NEW) if vm in stages else None,
+            erp_notices=notices, erp_error=erp_error, last_run=runs.get(sid))
+    return facts
+
+
+def _highstate_test(master: SaltMasterClient,
+                    minions: list[str]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Each hypervisor's highstate in test=True (one job): the states that would change."""
+    changes: dict[str, list[str]] = {}
+    failed: dict[str, str] = {}
+    answers = master.cmd_many(minions, "state.highstate", [], kwarg={"test": True},
+                              timeout=HIGHSTATE_TEST_TIMEOUT)
+    for minion in minions:
+        ret = answers.get(minion)
+        if ret is None:
+            failed[minion] = "highstate test=True: no answer"
+        elif isinstance(ret, SaltCommandFailed):
+            # test=True reports would-be changes with retcode 0; a failure is a real error
+            # (a state run in progress, a render error)
+            failed[minion] = f"highstate test=True failed: {ret.detail[:300]}"
+        else:
+            changes[minion] = highstate_changes(ret)
+    return changes, failed
+
+
+def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:
+    """Each store's newest store-rollout run (one query), with its last heartbeat's age when
+    it is Running."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+    from prefect.events.filters import (
+        EventFilter,
+        EventNameFilter,
+        EventOccurredFilter,
+        EventResourceFilter,
+    )
+
+    names = {f"rollout-{sid}": sid for sid in store_ids}
+    newest: dict[str, Any] = {}
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=list(names))),
+            sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=max(200, 4 * len(names)))
+        for run in runs:  # newest first: the first of each name wins
+            newest.setdefault(names[run.name], run)
+        running = [r for r in newest.values() if r.state and r.state.name == "Running"]
+        beats: dict[str, datetime] = {}
+        if running:
+            now = datetime.now(UTC)
+            page = client.read_events(filter=EventFilter(
+                occurred=EventOccurredFilter.model_validate(
+                    {"since": now - timedelta(hours=6), "until": now + timedelta(minutes=1)}),
+                event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+                resource=EventResourceFilter(id=[f"prefect.flow-run.{r.id}" for r in running])),
+                limit=50 * len(running))
+            for event in page.events:
+                rid = event.resource.id.removeprefix("prefect.flow-run.")
+                beats[rid] = max(beats.get(rid, event.occurred), event.occurred)
+    now = datetime.now(UTC)
+    return {sid: LastRun(
+        id=str(run.id), name=run.name, state=run.state.name if run.state else "?",
+        started=run.start_time.isoformat(timespec="seconds") if run.start_time else None,
+        heartbeat_age=(now - beats[str(run.id)]).total_seconds()
+        if str(run.id) in beats else None) for sid, run in newest.items()}
+
+
+@task(name="observe_stores", task_run_name="observe-stores")
+def observe_stores(stores: list[Store], highstate_test: bool = False,
+                   last_runs: bool = False) -> dict[str, StoreFacts]:
+    """The read-only step of plan and reconcile: every store's facts, one call per kind."""
+    facts = observe(stores, load_settings(), highstate_test=highstate_test, last_runs=last_runs)
+    get_run_logger().info("observed %d stores", len(facts))
+    return facts
+
+
+def previous_reconcile(key: str) -> dict[str, str]:
+    """{store id: fingerprint} from the newest reconcile table artifact `key` ({} if none)."""
+    import json
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+            sort=ArtifactSort.CREATED_DESC, limit=1)
+    if not found or not found[0].data:
+        return {}
+    data = found[0].data
+    rows = json.loads(data) if isinstance(data, str) else data
+    return {str(r["store"]): str(r.get("fingerprint", "")) for r in rows if isinstance(r, dict)}
+
+
+def emit_store_changes(statuses: list[StoreStatus], previous: dict[str, str]) -> list[str]:
+    """A Prefect event per store whose reconcile result changed since the last one, on the
+    resource `store.<id>` (where the Salt engine's events of the store are related too)."""
+    from prefect.events import emit_event
+
+    changed = []
+    for status in statuses:
+        before = previous.get(status.store_id)
+        if before == status.fingerprint():
+            continue
+        changed.append(status.store_id)
+        emit_event(
+            event=f"store.reconcile.{status.status}",
+            resource={"prefect.resource.id": f"store.{status.store_id}",
+                      "prefect.resource.name": f"store {status.store_id}",
+                      "store.id": status.store_id},
+            related=[{"prefect.resource.id": f"prefect.tag.store-{status.store_id}",
+                      "prefect.resource.role": "tag"}],
+            payload={"previous": before, "now": status.fingerprint(), "systems": status.real,
+                     "last_run": status.last_run,
+                     "mismatches": [m.model_dump() for m in status.mismatches]})
+    return changed

@@ -1,0 +1,231 @@
+"""plan and reconcile rules (store_rollout/fleet_state.py) on facts built by hand, and the pure
+helpers of tasks/observe.py and tasks/cobbler.py they rest on. The lab tests
+(tests/test_plan_reconcile.py) check the same conclusions on real systems."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import SecretStr
+
+from store_rollout.contracts import (
+    STEP_CREATE_VM,
+    STEP_FIRSTBOOT,
+    STEP_NOTIFY_ERP,
+    STEPS,
+)
+from store_rollout.fleet_state import (
+    LastRun,
+    StoreFacts,
+    base_key_of,
+    first_todo,
+    plan_markdown,
+    plan_store,
+    reconcile_store,
+    reconcile_table,
+)
+from tasks.cobbler import SystemSpec, record_fields, spec_fields, system_changes
+from tasks.observe import highstate_changes
+
+KEY = "ab" * 32
+UUID = "6f1c0d7e-0000-4000-8000-000000000042"
+ZOMBIE = 90.0
+
+
+def fresh(**changes: Any) -> StoreFacts:
+    """A store nothing has happened to yet (image built, ERP empty)."""
+    facts = StoreFacts(store_id="0042", hypervisor="store-0042-hv", vm="store-0042-vm",
+                       domain_name="store-0042-vm", cobbler_system="store-0042-hv",
+                       image_key=KEY, image_cached=True, image_builder="lab",
+                       cobbler_record=False, cobbler_changes=["profile: None -> 'leap'"])
+    return facts.model_copy(update=changes)
+
+
+def rolled_out(**changes: Any) -> StoreFacts:
+    """A store whose rollout completed: everything in place, the ERP notified of this VM."""
+    domain = {"name": "store-0042-vm", "uuid": UUID, "active": True,
+              "disk": "/srv/images/store-0042-vm/system.qcow2",
+              "backing": f"/srv/images/base/{KEY}/image.qcow2",
+              "seed": {"minion_id": "store-0042-vm", "state": "retired", "attached": False}}
+    facts = fresh(cobbler_record=True, cobbler_netboot=False, cobbler_changes=[],
+                  hypervisor_key="accepted", hypervisor_answering=True, hypervisor_ready=True,
+                  highstate_changes=[], base_image_on_hypervisor=True, domain=domain,
+                  domain_known=True, vm_key="accepted", vm_answering=True,
+                  firstboot_stage="done",
+                  erp_notices=[{"id": "ERP-1", "idempotency_key": "k", "vm_uuid": UUID}],
+                  last_run=LastRun(id="r1", name="rollout-0042", state="Completed"))
+    return facts.model_copy(update=changes)
+
+
+def todo(facts: StoreFacts) -> list[str]:
+    return [p.step for p in plan_store(facts) if p.todo]
+
+
+def test_a_fresh_store_has_all_seven_steps_to_do() -> None:
+    plan = plan_store(fresh())
+    assert [p.step for p in plan] == list(STEPS)
+    assert todo(fresh()) == list(STEPS)
+    assert "transfer to the hypervisor" in plan[0].action  # cached, but not on the host yet
+    assert plan[1].action.startswith("create Cobbler system store-0042-hv")
+    assert plan[6].action == "new notice"
+    assert first_todo(plan) == (1, "image")
+
+
+def test_a_rolled_out_store_has_nothing_to_do() -> None:
+    plan = plan_store(rolled_out())
+    assert todo(rolled_out()) == [], plan
+    assert plan[6].action == "none: replay keeps ERP id ERP-1"
+    assert first_todo(plan) is None
+    assert "nothing to do" in plan_markdown({"0042": plan})
+
+
+def test_a_vm_destroyed_by_hand_has_only_vm_and_firstboot_to_do() -> None:
+    stopped = rolled_out(domain={**rolled_out().domain, "active": False},  # type: ignore[dict-item]
+                         vm_answering=False, firstboot_stage=None)
+    assert todo(stopped) == [STEP_CREATE_VM, STEP_FIRSTBOOT]
+    assert plan_store(stopped)[4].action == "reuse store-0042-vm: start it (virt.start)"
+
+
+def test_an_image_change_builds_and_transfers_but_an_existing_vm_keeps_its_disk() -> None:
+    new_key = "cd" * 32
+    facts = rolled_out(image_key=new_key, image_cached=False, base_image_on_hypervisor=False)
+    plan = plan_store(facts)
+    assert plan[0].todo and plan[0].action.startswith(f"build {new_key[:12]}")
+    assert "transfer: no, domain store-0042-vm exists" in plan[0].details[1]
+    assert any("reused as is" in d for d in plan[4].details)
+    assert base_key_of(f"/x/base/{KEY}/image.qcow2") == KEY
+
+
+def test_an_installed_host_is_not_reinstalled_and_drift_is_only_reported() -> None:
+    facts = rolled_out(highstate_changes=["hypervisor-checks: would change"],
+                       cobbler_netboot=True)
+    plan = plan_store(facts)
+    assert not plan[1].todo and not plan[2].todo
+    assert "netboot is on: a power cycle would reinstall this host" in plan[1].details
+    assert "hypervisor-checks: would change" in plan[2].details
+
+
+def test_reconcile_of_a_complete_rollout_finds_nothing() -> None:
+    status = reconcile_store(rolled_out(), ZOMBIE)
+    assert (status.status, status.mismatches) == ("ok", [])
+    assert status.real == "hypervisor ready; VM running, firstboot done; ERP notified"
+
+
+def test_reconcile_of_a_rollout_killed_after_step_5() -> None:
+    killed = rolled_out(vm_answering=True, firstboot_stage="highstate", erp_notices=[],
+                        last_run=LastRun(id="r1", name="rollout-0042", state="Crashed"))
+    killed.domain["seed"]["attached"] = True  # type: ignore[index]
+    status = reconcile_store(killed, ZOMBIE)
+    assert [m.code for m in status.mismatches] == ["run-not-completed"]
+    assert status.mismatches[0].fix == "`store-rollout rollout 0042` resumes at step 6 (firstboot)"
+
+
+def test_reconcile_of_a_vm_destroyed_by_hand() -> None:
+    stopped = rolled_out(domain={**rolled_out().domain, "active": False},  # type: ignore[dict-item]
+                         vm_answering=False, firstboot_stage=None)
+    status = reconcile_store(stopped, ZOMBIE)
+    assert [m.code for m in status.mismatches] == ["vm-stopped"]
+    assert "starts it (step 5)" in status.mismatches[0].fix
+    gone = rolled_out(domain=None, vm_answering=False, firstboot_stage=None)
+    status = reconcile_store(gone, ZOMBIE)
+    assert [m.code for m in status.mismatches] == ["domain-missing"]
+    assert "the ERP was notified (ERP-1)" in status.mismatches[0].what
+    assert "resumes at step 4 (prepare_vm_keys)" in status.mismatches[0].fix
+
+
+def test_reconcile_of_a_missing_erp_notice() -> None:
+    status = reconcile_store(rolled_out(erp_notices=[]), ZOMBIE)
+    assert [m.code for m in status.mismatches] == ["erp-not-notified"]
+    assert status.mismatches[0].what == "VM running, firstboot done, ERP not notified of this VM"
+    assert status.mismatches[0].fix == "`store-rollout rollout 0042` resumes at step 7 (notify_erp)"
+    crashed = rolled_out(erp_notices=[], last_run=LastRun(id="r", name="rollout-0042",
+                                                          state="Crashed"))
+    status = reconcile_store(crashed, ZOMBIE)
+    assert status.mismatches[0].what == "VM running, firstboot done, ERP not notified"
+    assert status.mismatches[0].fix.endswith("resumes at step 7 (notify_erp)")
+
+
+def test_reconcile_of_runs_without_a_process_and_systems_without_a_run() -> None:
+    zombie = rolled_out(last_run=LastRun(id="r", name="rollout-0042", state="Running",
+                                         heartbeat_age=400))
+    assert [m.code for m in reconcile_store(zombie, ZOMBIE).mismatches] == ["zombie-run"]
+    alive = zombie.model_copy(update={"last_run": zombie.last_run.model_copy(  # type: ignore[union-attr]
+        update={"heartbeat_age": 12})})
+    assert reconcile_store(alive, ZOMBIE).status == "running"
+    orphan = rolled_out(last_run=None)
+    status = reconcile_store(orphan, ZOMBIE)
+    assert [m.code for m in status.mismatches] == ["no-run"]
+    assert "finds nothing to do" in status.mismatches[0].fix
+    assert reconcile_store(fresh(), ZOMBIE).status == "not-started"
+    done_but_failed = rolled_out(last_run=LastRun(id="r", name="rollout-0042", state="Failed"))
+    assert [m.code for m in reconcile_store(done_but_failed, ZOMBIE).mismatches] == [
+        "complete-run-not-completed"]
+
+
+def test_reconcile_fingerprint_changes_with_the_store() -> None:
+    ok = reconcile_store(rolled_out(), ZOMBIE)
+    broken = reconcile_store(rolled_out(erp_notices=[]), ZOMBIE)
+    assert ok.fingerprint() == "ok" and broken.fingerprint() == "mismatch/erp-not-notified"
+    row = reconcile_table([broken])[0]
+    assert row["fix"].endswith("step 7 (notify_erp)") and row["fingerprint"] == broken.fingerprint()
+
+
+def test_a_new_notice_names_the_earlier_vms_notice() -> None:
+    facts = rolled_out(domain={**rolled_out().domain, "uuid": "new-uuid"})  # type: ignore[dict-item]
+    erp = plan_store(facts)[6]
+    assert (erp.step, erp.todo, erp.action) == (STEP_NOTIFY_ERP, True, "new notice for the new VM")
+    assert erp.details == [f"ERP id ERP-1 is for an earlier VM (uuid {UUID})"]
+
+
+# -- Cobbler's field-by-field diff -------------------------------------------------------------
+
+SPEC = SystemSpec(name="store-0042-hv", hostname="hv42.example", mac="52:54:00:AA:00:42",
+                  profile="leap", ip="10.0.42.2", netmask="255.255.255.0", gateway="10.0.42.1",
+                  autoinstall_meta={"minion_id": "store-0042-hv", "autosign_token": "t-1"},
+                  power_type="lab", power_user="admin", power_pass=SecretStr("s3cret"),
+                  power_id="store-0042-hv")
+
+
+def as_record(spec: SystemSpec) -> dict[str, Any]:
+    """What Cobbler's get_system returns for a record upsert_system wrote from `spec`."""
+    return {"name": spec.name, "profile": spec.profile, "hostname": spec.hostname,
+            "gateway": spec.gateway, "netboot_enabled": True, "power_type": spec.power_type,
+            "power_address": "", "power_user": spec.power_user, "power_pass": "s3cret",
+            "power_id": spec.power_id, "autoinstall_meta": dict(spec.autoinstall_meta),
+            "interfaces": {"eth0": {"mac_address": spec.mac.lower(), "dns_name": spec.hostname,
+                                    "static": True, "ip_address": spec.ip,
+                                    "netmask": spec.netmask, "virt_bridge": "xenbr0"}}}
+
+
+def test_cobbler_diff_is_field_by_field_and_never_shows_secrets() -> None:
+    assert system_changes(SPEC, as_record(SPEC)) == []
+    record = as_record(SPEC)
+    record["profile"] = "old"
+    record["power_pass"] = "other"
+    record["autoinstall_meta"]["autosign_token"] = "an-older-token"  # one-time: not a change
+    record["interfaces"]["eth0"]["ip_address"] = "10.0.42.9"
+    described = [c.describe() for c in system_changes(SPEC, record)]
+    assert described == ["profile: 'old' -> 'leap'",
+                         "interfaces.eth0.ip_address: '10.0.42.9' -> '10.0.42.2'",
+                         "power_pass: changes (secret, not shown)"]
+    assert not any("s3cret" in d or "other" in d for d in described)
+    created = system_changes(SPEC, None)
+    assert {c.field for c in created} == set(spec_fields(SPEC)) - {"autoinstall_meta.autosign_token"}
+    assert record_fields(as_record(SPEC))["interfaces.eth0.mac_address"] == "52:54:00:aa:00:42"
+
+
+def test_highstate_changes_lists_would_be_changes_but_not_announcements() -> None:
+    ret = {
+        "grains_|-hypervisor-ready-init-grains-present_|-g_|-present": {
+            "__id__": "hypervisor-ready-init-grains-present", "result": True, "changes": {},
+            "comment": "Grain is already set", "__run_num__": 2},
+        "event_|-hypervisor-ready-init-event-send_|-store/hypervisor/ready_|-send": {
+            "__id__": "hypervisor-ready-init-event-send", "result": None, "changes": {},
+            "comment": "Event would have been fired", "__run_num__": 3},
+        "file_|-hypervisor-libvirt-conf_|-/etc/libvirt/x_|-managed": {
+            "__id__": "hypervisor-libvirt-conf", "result": None, "changes": {"diff": "+a"},
+            "comment": "The file /etc/libvirt/x is set to be changed", "__run_num__": 1},
+    }
+    assert highstate_changes(ret) == [
+        "hypervisor-libvirt-conf: The file /etc/libvirt/x is set to be changed"]
+    assert highstate_changes(["Rendering SLS failed"]) == ["['Rendering SLS failed']"]
