@@ -6,6 +6,7 @@ Prefect tasks built on it live in tasks/salt_master.py.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -82,6 +83,12 @@ class SaltCommandFailed(SaltError):
     def __init__(self, minion_id: str, fun: str, retcode: int, detail: str) -> None:
         super().__init__(f"{fun} on {minion_id!r} failed (retcode {retcode}): {detail}")
         self.minion_id, self.fun, self.retcode, self.detail = minion_id, fun, retcode, detail
+
+
+# Salt's loader is not thread-safe: a batch's stores (threads of one process) that built their
+# clients at once failed in salt.grains.core ("'NoneType' object has no attribute 'copy'") while
+# the wheel client loaded the master's grains. Clients are built, and used first, one at a time.
+_SALT_LOADING = threading.Lock()
 
 
 def key_state_in(keys: dict[str, list[str]], minion_id: str) -> str | None:
@@ -210,13 +217,16 @@ class SaltMasterClient:
 
     def _wheel(self, fun: str, **kwarg: Any) -> Any:
         with external("salt"), self._master_call(fun):
-            if self._wheel_client is None:  # loading the wheel modules costs ~0.2 s: once
-                self._wheel_client = self._new_wheel()
-            try:
-                return self._wheel_client.cmd(fun, kwarg=kwarg or None, print_event=False)
-            except Exception:
-                self.close()
-                raise
+            first = self._wheel_client is None
+            # a new client loads the wheel modules (~0.2 s: once) and, at its first call, grains
+            with _SALT_LOADING if first else contextlib.nullcontext():
+                if self._wheel_client is None:
+                    self._wheel_client = self._new_wheel()
+                try:
+                    return self._wheel_client.cmd(fun, kwarg=kwarg or None, print_event=False)
+                except Exception:
+                    self.close()
+                    raise
 
     def key_state(self, minion_id: str) -> str | None:
         """'accepted', 'pending', 'rejected', 'denied' or None."""
@@ -375,7 +385,8 @@ class SaltMasterClient:
     def _local(self) -> Any:
         """Salt's LocalClient, built on first use and kept (it holds the master connection)."""
         if self._local_client is None:
-            self._local_client = self._new_local()
+            with _SALT_LOADING:
+                self._local_client = self._new_local()
         return self._local_client
 
     def _salt_local_client(self) -> Any:

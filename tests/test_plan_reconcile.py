@@ -200,8 +200,8 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
         f"`store-rollout rollout {killed}` resumes at step 6 (firstboot)")
 
     # each fix, run, settles its store
-    for sid in (done, killed, rejected):
-        assert finish(start_rollout(lab_env, sid, inv))["state"] == "Completed"
+    reruns = [start_rollout(lab_env, sid, inv) for sid in (done, killed, rejected)]
+    assert [finish(proc)["state"] for proc in reruns] == ["Completed"] * 3
     statuses = reconciled(lab_env, inv, done, killed, rejected)
     assert {sid: s["status"] for sid, s in statuses.items()} == {
         done: "ok", killed: "ok", rejected: "ok"}, statuses

@@ -150,3 +150,37 @@ def test_missing_master_config_is_not_transient() -> None:
         SaltMasterClient(CONFIG).cmd("hv", "test.ping")
     assert type(info.value) is SaltError
     assert str(info.value) == f"Salt master config {CONFIG} not found (setting salt_master_config)"
+
+
+def test_new_clients_load_salt_one_at_a_time() -> None:
+    """Salt's loader is not thread-safe: stores of one batch (threads) that built their wheel
+    clients at once failed loading grains. Building a client and its first call are serialised;
+    later calls run in parallel."""
+    import threading
+    import time
+
+    busy = {"now": 0, "most": 0, "first_calls": 0}
+    lock = threading.Lock()
+
+    class SlowFirstWheel:
+        def __init__(self) -> None:
+            self.used = False
+
+        def cmd(self, fun: str, **_kw: object) -> dict[str, list[str]]:
+            with lock:
+                busy["now"] += 1
+                busy["most"] = max(busy["most"], busy["now"]) if not self.used else busy["most"]
+                busy["first_calls"] += not self.used
+            time.sleep(0.05)  # the grains a real first call loads
+            with lock:
+                busy["now"] -= 1
+            self.used = True
+            return {"minions": []}
+
+    clients = [SaltMasterClient("unused", wheel_client=SlowFirstWheel) for _ in range(8)]
+    threads = [threading.Thread(target=c.list_keys) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert busy["first_calls"] == 8 and busy["most"] == 1, busy
