@@ -98,6 +98,9 @@ class StepPlan(BaseModel):
     todo: bool
     action: str
     details: list[str] = Field(default_factory=list)
+    # False when the step's work happens in a later step (a cached image's transfer: step 5),
+    # so a rerun is not said to resume here
+    resumes_here: bool = True
 
 
 def _short(key: str | None) -> str:
@@ -126,7 +129,7 @@ def _image(f: StoreFacts) -> StepPlan:
                        + ("" if f.hypervisor_answering else " (host not answering now)"))
     return StepPlan(step=STEP_IMAGE, todo=not f.image_cached or transfer,
                     action=built + ("; transfer to the hypervisor" if transfer else ""),
-                    details=details)
+                    details=details, resumes_here=not f.image_cached)
 
 
 def _pxe(f: StoreFacts) -> StepPlan:
@@ -256,8 +259,10 @@ def plan_store(f: StoreFacts) -> list[StepPlan]:
 
 
 def first_todo(plan: list[StepPlan]) -> tuple[int, str] | None:
-    """(1-based number, name) of the first step with something to do; None when none has."""
-    return next(((STEPS.index(p.step) + 1, p.step) for p in plan if p.todo), None)
+    """(1-based number, name) of the first step with something to do there (where a rerun
+    resumes); None when none has."""
+    return next(((STEPS.index(p.step) + 1, p.step) for p in plan if p.todo and p.resumes_here),
+                None)
 
 
 def _cell(text: str) -> str:

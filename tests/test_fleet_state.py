@@ -68,7 +68,9 @@ def test_a_fresh_store_has_all_seven_steps_to_do() -> None:
     assert "transfer to the hypervisor" in plan[0].action  # cached, but not on the host yet
     assert plan[1].action.startswith("create Cobbler system store-0042-hv")
     assert plan[6].action == "new notice"
-    assert first_todo(plan) == (1, "image")
+    # the image is cached: its transfer happens in step 5, so a rerun resumes at step 2
+    assert first_todo(plan) == (2, "pxe_install_hypervisor")
+    assert first_todo(plan_store(fresh(image_cached=False))) == (1, "image")
 
 
 def test_a_rolled_out_store_has_nothing_to_do() -> None:
