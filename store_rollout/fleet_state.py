@@ -147,10 +147,9 @@ def _pxe(f: StoreFacts) -> StepPlan:
         record = f"update Cobbler system {f.cobbler_system} ({len(f.cobbler_changes)} fields)"
     else:
         record = f"Cobbler system {f.cobbler_system} unchanged"
-    details = [*f.cobbler_changes] if f.cobbler_record else [
-        f"new record: {len(f.cobbler_changes)} fields"]
-    details += [f"netboot: on (now {netboot})", f"sync system {f.cobbler_system}",
-                "power cycle through Cobbler (PXE install)"]
+    details = [*f.cobbler_changes,
+               f"netboot: on (now {netboot})" if f.cobbler_record else "netboot: on",
+               f"sync system {f.cobbler_system}", "power cycle through Cobbler (PXE install)"]
     if f.hypervisor_key:
         details.append(f"delete hypervisor key {f.hypervisor} ({f.hypervisor_key})")
     details.append(f"issue a one-time autosign token for {f.hypervisor}")
@@ -308,7 +307,7 @@ def real_summary(f: StoreFacts) -> str:
     hv = ("ready" if f.installed else "answering" if f.hypervisor_answering
           else f"key {f.hypervisor_key}" if f.hypervisor_key else "not installed")
     if not f.domain_known:
-        vm = "unknown"
+        vm = "unknown (hypervisor not answering)" if f.hypervisor_key else "none"
     elif f.domain is None:
         vm = "no domain"
     else:
