@@ -30,7 +30,7 @@ MEASURED_SECONDS = {
     "tests/test_bench.py::test_benchmark_quick[bench_overhead.py]": 48,
     "tests/test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun": 122,
     "tests/test_faults.py::test_flow_process_killed_mid_step5_then_rerun": 107,
-    "tests/test_slots.py": 100, "tests/test_plan_reconcile.py": 150,
+    "tests/test_slots.py": 100, "tests/test_plan_reconcile.py": 170,
     "tests/test_faults.py": 45,
 }
 

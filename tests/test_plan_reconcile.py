@@ -1,13 +1,14 @@
 """Issue 18: `plan` and `reconcile` in the lab, on the real systems, through the CLI.
 
-One test walks four stores through the cases the issue names, interleaved so the 90 s the
+One test walks two stores through the cases the issue names, interleaved so the 90 s the
 zombie automation needs for the killed run are spent on the other cases:
 - plan of a fresh store: all seven steps to do, and no system changes during any plan;
+- (d) the ERP notice missing (the ERP rejected it): reconcile says "resumes at step 7", and that
+  rerun is
 - (a) a complete rollout: plan has nothing to do, reconcile finds nothing;
-- (b) a rollout killed after step 5: reconcile names the run and where a rerun resumes;
 - (c) the VM destroyed by hand: plan lists only the VM and firstboot steps, reconcile says the
   VM is stopped, and the lifecycle event reaches Prefect naming the store;
-- (d) the ERP notice missing (the ERP rejected it): reconcile says "resumes at step 7";
+- (b) a rollout killed after step 5: reconcile names the run and where a rerun resumes;
 and each fix it names, run, settles the store.
 """
 
@@ -106,8 +107,8 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     # stores no earlier run of this test used (a lab keeps its stores): the plan of a fresh
     # store must find nothing of it anywhere
     stamp = int(time.time()) % 0xFFFF
-    done, killed, rejected = (f"pr{stamp:04x}-{s}" for s in ("done", "kill", "erp"))
-    inv = write_inventory(tmp_path / "inv.yaml", [done, killed, rejected],
+    done, killed = f"pr{stamp:04x}-done", f"pr{stamp:04x}-kill"
+    inv = write_inventory(tmp_path / "inv.yaml", [done, killed],
                           f"52:54:e6:{stamp >> 8:02x}:{stamp & 0xFF:02x}")
 
     # a fresh store: all seven steps to do; nothing changes
@@ -134,9 +135,21 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     proc.wait()
     killed_at = time.monotonic()
 
-    # (a) a complete rollout: nothing to do, nothing to reconcile
+    # (d) the ERP rejects the notice (400: not retried): the run fails in step 7
+    requests.post(f"{lab.erp_url}/_lab/faults", json={"status": 400, "count": 1}, timeout=5)
+    proc = start_rollout(lab_env, done, inv)
+    proc.communicate(timeout=600)
+    assert proc.returncode == 1 and run_state(lab, f"rollout-{done}") == "Failed"
+    status = reconciled(lab_env, inv, done)[done]
+    assert [m["code"] for m in status["mismatches"]] == ["run-not-completed"], status
+    assert status["mismatches"][0]["what"] == "VM running, firstboot done, ERP not notified"
+    assert status["mismatches"][0]["fix"] == (
+        f"`store-rollout rollout {done}` resumes at step 7 (notify_erp)")
+
+    # the fix, run: (a) a complete rollout, nothing to do, nothing to reconcile
     result = finish(start_rollout(lab_env, done, inv))
     assert result["state"] == "Completed"
+    assert list(result["step_seconds"]) == list(STEPS)
     after = planned(lab_env, lab, inv, done)
     assert after["todo"] == [], after
     assert after["steps"][6]["action"] == f"none: replay keeps ERP id {result['erp_id']}"
@@ -146,17 +159,6 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     status = reconciled(lab_env, inv, done)[done]
     assert (status["status"], status["mismatches"]) == ("ok", []), status
     assert status["real"] == "hypervisor ready; VM running, firstboot done; ERP notified"
-
-    # (d) the ERP rejects the notice (400: not retried): the run fails in step 7
-    requests.post(f"{lab.erp_url}/_lab/faults", json={"status": 400, "count": 1}, timeout=5)
-    proc = start_rollout(lab_env, rejected, inv)
-    proc.communicate(timeout=600)
-    assert proc.returncode == 1 and run_state(lab, f"rollout-{rejected}") == "Failed"
-    status = reconciled(lab_env, inv, rejected)[rejected]
-    assert [m["code"] for m in status["mismatches"]] == ["run-not-completed"], status
-    assert status["mismatches"][0]["what"] == "VM running, firstboot done, ERP not notified"
-    assert status["mismatches"][0]["fix"] == (
-        f"`store-rollout rollout {rejected}` resumes at step 7 (notify_erp)")
 
     # (c) the VM destroyed by hand (virsh destroy: powered off, still defined)
     conn = libvirt.open(lab.libvirt_uri)
@@ -200,8 +202,7 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
         f"`store-rollout rollout {killed}` resumes at step 6 (firstboot)")
 
     # each fix, run, settles its store
-    reruns = [start_rollout(lab_env, sid, inv) for sid in (done, killed, rejected)]
-    assert [finish(proc)["state"] for proc in reruns] == ["Completed"] * 3
-    statuses = reconciled(lab_env, inv, done, killed, rejected)
-    assert {sid: s["status"] for sid, s in statuses.items()} == {
-        done: "ok", killed: "ok", rejected: "ok"}, statuses
+    reruns = [start_rollout(lab_env, sid, inv) for sid in (done, killed)]
+    assert [finish(proc)["state"] for proc in reruns] == ["Completed"] * 2
+    statuses = reconciled(lab_env, inv, done, killed)
+    assert {sid: s["status"] for sid, s in statuses.items()} == {done: "ok", killed: "ok"}, statuses
