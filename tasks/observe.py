@@ -201,8 +201,10 @@ def observe_stores(stores: list[Store], highstate_test: bool = False,
     return facts
 
 
-def previous_reconcile(key: str) -> dict[str, str]:
-    """{store id: fingerprint} from the newest reconcile table artifact `key` ({} if none)."""
+def previous_reconcile(key: str, depth: int = 50) -> dict[str, str]:
+    """{store id: fingerprint} as the newest reconcile that checked each store left it, from
+    the last `depth` table artifacts `key` (a reconcile of a few stores, or of another
+    inventory, does not make the others look new)."""
     import json
 
     from prefect.client.orchestration import get_client
@@ -212,12 +214,15 @@ def previous_reconcile(key: str) -> dict[str, str]:
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-            sort=ArtifactSort.CREATED_DESC, limit=1)
-    if not found or not found[0].data:
-        return {}
-    data = found[0].data
-    rows = json.loads(data) if isinstance(data, str) else data
-    return {str(r["store"]): str(r.get("fingerprint", "")) for r in rows if isinstance(r, dict)}
+            sort=ArtifactSort.CREATED_DESC, limit=depth)
+    fingerprints: dict[str, str] = {}
+    for artifact in found:  # newest first: the first fingerprint of a store wins
+        data = artifact.data
+        rows = json.loads(data) if isinstance(data, str) else (data or [])
+        for row in rows:
+            if isinstance(row, dict) and "store" in row:
+                fingerprints.setdefault(str(row["store"]), str(row.get("fingerprint", "")))
+    return fingerprints
 
 
 def emit_store_changes(statuses: list[StoreStatus], previous: dict[str, str]) -> list[str]:

@@ -231,3 +231,27 @@ def test_highstate_changes_lists_would_be_changes_but_not_announcements() -> Non
     assert highstate_changes(ret) == [
         "hypervisor-libvirt-conf: The file /etc/libvirt/x is set to be changed"]
     assert highstate_changes(["Rendering SLS failed"]) == ["['Rendering SLS failed']"]
+
+
+def test_previous_fingerprints_come_from_the_newest_reconcile_of_each_store(
+        prefect_harness: None) -> None:
+    """A reconcile of a few stores (or the schedule's of another inventory) leaves the other
+    stores' last fingerprints where they were: a later reconcile must not take them for new."""
+    from prefect import flow
+    from prefect.artifacts import create_table_artifact
+
+    from tasks.observe import previous_reconcile
+
+    @flow
+    def reconciles() -> None:
+        create_table_artifact(key="reconcile-under-test", table=[
+            {"store": "a", "fingerprint": "ok"}, {"store": "b", "fingerprint": "ok"}])
+        create_table_artifact(key="reconcile-under-test", table=[
+            {"store": "a", "fingerprint": "mismatch/vm-stopped"}])
+        create_table_artifact(key="reconcile-under-test", table=[
+            {"store": "other-inventory", "fingerprint": "not-started"}])
+
+    reconciles()
+    assert previous_reconcile("reconcile-under-test") == {
+        "a": "mismatch/vm-stopped", "b": "ok", "other-inventory": "not-started"}
+    assert previous_reconcile("no-such-key") == {}

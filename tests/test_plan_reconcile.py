@@ -182,9 +182,12 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     status = reconciled(lab_env, inv, done)[done]
     assert [m["code"] for m in status["mismatches"]] == ["vm-stopped"], status
     # the reconcile's event for the store that changed (stored by the server a moment later)
-    changed = wait_for(lambda: store_events(lab, done, "store.reconcile.mismatch"), timeout=20,
-                       interval=1, what=f"a store.reconcile.mismatch event of store {done}")
-    assert changed[0]["payload"]["now"] == "mismatch/vm-stopped", changed[0]["payload"]
+    # (the store's earlier reconciles sent theirs: not-started -> run-not-completed -> ok)
+    changed = wait_for(lambda: [e for e in store_events(lab, done, "store.reconcile.mismatch")
+                                if e["payload"]["now"] == "mismatch/vm-stopped"],
+                       timeout=20, interval=1,
+                       what=f"the store.reconcile.mismatch event of store {done}'s stopped VM")
+    assert [e["payload"]["previous"] for e in changed] == ["ok"], changed
 
     # (b) once Prefect marked the killed run Crashed and its VM finished firstboot by itself
     wait_for(lambda: run_state(lab, f"rollout-{killed}") == "Crashed",
