@@ -156,6 +156,8 @@ class FieldChange:
     def describe(self) -> str:
         if self.field in SECRET_FIELDS:
             return f"{self.field}: changes (secret, not shown)"
+        if self.current is None:
+            return f"{self.field}: {self.wanted!r} (new)"
         return f"{self.field}: {self.current!r} -> {self.wanted!r}"
 
 

@@ -37,7 +37,7 @@ def fresh(**changes: Any) -> StoreFacts:
     facts = StoreFacts(store_id="0042", hypervisor="store-0042-hv", vm="store-0042-vm",
                        domain_name="store-0042-vm", cobbler_system="store-0042-hv",
                        image_key=KEY, image_cached=True, image_builder="lab",
-                       cobbler_record=False, cobbler_changes=["profile: None -> 'leap'"])
+                       cobbler_record=False, cobbler_changes=["profile: 'leap' (new)"])
     return facts.model_copy(update=changes)
 
 
@@ -213,6 +213,7 @@ def test_cobbler_diff_is_field_by_field_and_never_shows_secrets() -> None:
     assert not any("s3cret" in d or "other" in d for d in described)
     created = system_changes(SPEC, None)
     assert {c.field for c in created} == set(spec_fields(SPEC)) - {"autoinstall_meta.autosign_token"}
+    assert "profile: 'leap' (new)" in [c.describe() for c in created]
     assert record_fields(as_record(SPEC))["interfaces.eth0.mac_address"] == "52:54:00:aa:00:42"
 
 
