@@ -42,11 +42,12 @@ def highstate_changes(ret: Any) -> list[str]:
 
 
 def _answers(master: SaltMasterClient, minions: list[str], fun: str, arg: list[Any],
-             timeout: float = READ_TIMEOUT) -> tuple[dict[str, Any], dict[str, str]]:
+             timeout: float = READ_TIMEOUT,
+             kwarg: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """({minion: ret} of those that answered, {minion: error} of those whose call failed)."""
     ok: dict[str, Any] = {}
     failed: dict[str, str] = {}
-    for minion, ret in master.cmd_many(minions, fun, arg, timeout=timeout).items():
+    for minion, ret in master.cmd_many(minions, fun, arg, kwarg=kwarg, timeout=timeout).items():
         if isinstance(ret, SaltCommandFailed):
             failed[minion] = ret.detail
         else:
@@ -132,22 +133,15 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
 
 def _highstate_test(master: SaltMasterClient,
                     minions: list[str]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Each hypervisor's highstate in test=True (one job): the states that would change."""
-    changes: dict[str, list[str]] = {}
-    failed: dict[str, str] = {}
-    answers = master.cmd_many(minions, "state.highstate", [], kwarg={"test": True},
-                              timeout=HIGHSTATE_TEST_TIMEOUT)
-    for minion in minions:
-        ret = answers.get(minion)
-        if ret is None:
-            failed[minion] = "highstate test=True: no answer"
-        elif isinstance(ret, SaltCommandFailed):
-            # test=True reports would-be changes with retcode 0; a failure is a real error
-            # (a state run in progress, a render error)
-            failed[minion] = f"highstate test=True failed: {ret.detail[:300]}"
-        else:
-            changes[minion] = highstate_changes(ret)
-    return changes, failed
+    """Each hypervisor's highstate in test=True (one job): the states that would change.
+    test=True reports would-be changes with retcode 0; a failure is a real error (a state run
+    in progress, a render error)."""
+    answered, failed = _answers(master, minions, "state.highstate", [],
+                                timeout=HIGHSTATE_TEST_TIMEOUT, kwarg={"test": True})
+    failed = {m: f"highstate test=True failed: {detail[:300]}" for m, detail in failed.items()}
+    failed.update({m: "highstate test=True: no answer" for m in minions
+                   if m not in answered and m not in failed})
+    return {m: highstate_changes(ret) for m, ret in answered.items()}, failed
 
 
 def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:

@@ -26,22 +26,36 @@ def _config_dir():
     return os.path.dirname(__opts__["conf_file"])
 
 
+def _lab_restart(reason):
+    """Under the lab, ask its hardware simulator to restart this minion (a reboot there);
+    None on a real machine."""
+    lab = __opts__.get("store_rollout_lab")
+    if not lab:
+        return None
+    url = "{}/minions/{}/reboot".format(lab["simulator_url"].rstrip("/"), __opts__["id"])
+    req = urllib.request.Request(url, data=json.dumps({"reason": reason}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return {"requested": True, "lab": True, "reason": reason,
+                "simulator": json.loads(resp.read())}
+
+
+def _refuse_unless_own_machine(what):
+    if os.path.realpath(__opts__.get("root_dir", "/")) != "/" or os.environ.get("STORE_ROLLOUT_LAB"):
+        raise CommandExecutionError(
+            "refusing to {}: this minion is not the machine's own (private root_dir or "
+            "lab)".format(what))
+
+
 def reboot(reason="firstboot", delay_minutes=1):
     """Reboot this machine (lab: restart this minion). Returns what was requested.
 
     CLI Example: salt 'store-0001-vm' provisioning.reboot reason=firstboot
     """
-    lab = __opts__.get("store_rollout_lab")
+    lab = _lab_restart(reason)
     if lab:
-        url = "{}/minions/{}/reboot".format(lab["simulator_url"].rstrip("/"), __opts__["id"])
-        req = urllib.request.Request(url, data=json.dumps({"reason": reason}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return {"requested": True, "lab": True, "reason": reason,
-                    "simulator": json.loads(resp.read())}
-    if os.path.realpath(__opts__.get("root_dir", "/")) != "/" or os.environ.get("STORE_ROLLOUT_LAB"):
-        raise CommandExecutionError(
-            "refusing to reboot: this minion is not the machine's own (private root_dir or lab)")
+        return lab
+    _refuse_unless_own_machine("reboot")
     __salt__["system.reboot"](at_time=delay_minutes)
     return {"requested": True, "lab": False, "reason": reason, "in_minutes": delay_minutes}
 
@@ -52,18 +66,10 @@ def restart_minion(reason="configuration changed", delay_seconds=20):
 
     CLI Example: salt 'store-0001-hv' provisioning.restart_minion
     """
-    lab = __opts__.get("store_rollout_lab")
+    lab = _lab_restart(reason)
     if lab:
-        url = "{}/minions/{}/reboot".format(lab["simulator_url"].rstrip("/"), __opts__["id"])
-        req = urllib.request.Request(url, data=json.dumps({"reason": reason}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return {"requested": True, "lab": True, "reason": reason,
-                    "simulator": json.loads(resp.read())}
-    if os.path.realpath(__opts__.get("root_dir", "/")) != "/" or os.environ.get("STORE_ROLLOUT_LAB"):
-        raise CommandExecutionError(
-            "refusing to restart salt-minion: this minion is not the machine's own "
-            "(private root_dir or lab)")
+        return lab
+    _refuse_unless_own_machine("restart salt-minion")
     # a transient timer unit: systemd restarts the minion after this job returned its result
     __salt__["cmd.run_all"](["systemd-run", "--on-active={}".format(int(delay_seconds)),
                              "systemctl", "restart", "salt-minion"],
