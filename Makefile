@@ -13,6 +13,12 @@ STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
 # the Salt of a Leap 15.6 store host (3006, built-in virt): the lab's hypervisor minions run it
 HOST_SALT_VENV ?= $(CURDIR)/.venv-salt3006
 STAMP_HOST_SALT := $(HOST_SALT_VENV)/.setup.stamp
+# the interpreter and Salt a Leap 15.6 store host runs (Python 3.6.15, Salt 3006.0): host-side
+# code is called under it (tests/test_host_python36.py); any CPython 3.6 will do (README)
+HOST_PY36_VENV ?= $(CURDIR)/.venv-host-py36
+STAMP_HOST_PY36 := $(HOST_PY36_VENV)/.setup.stamp
+PYTHON36 ?= $(shell for p in "$$(pyenv prefix 3.6 2>/dev/null)/bin/python3.6" python3.6; do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 6))' 2>/dev/null && command -v "$$p" && break; done)
 
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
@@ -25,7 +31,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
 SALT3006_SHA256 := ee2c38b34ea861409013c81cf0aa85297d69cf10773b73ee7a0710b5c942dcca
 
-setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(STAMP_HOST_SALT) $(SALT3006_SDIST)
+setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(STAMP_HOST_SALT) $(STAMP_HOST_PY36) $(SALT3006_SDIST)
 
 $(SALT3006_SDIST): $(STAMP_VENV)
 	mkdir -p $(dir $@)
@@ -61,11 +67,23 @@ $(STAMP_HOST_SALT): requirements-salt3006.lock $(STAMP_APT)
 	$(HOST_SALT_VENV)/bin/salt-call --version
 	touch $@
 
+$(STAMP_HOST_PY36): requirements-host-py36.lock $(STAMP_APT)
+	@test -x "$(PYTHON36)" || { echo "CPython 3.6 not found (python3.6 on PATH or 'pyenv install 3.6.15'; or make PYTHON36=/path/to/python3.6)"; exit 1; }
+	test -x $(HOST_PY36_VENV)/bin/python || $(PYTHON36) -m venv $(HOST_PY36_VENV)
+	$(HOST_PY36_VENV)/bin/pip install -q 'pip==21.3.1'
+	$(HOST_PY36_VENV)/bin/pip install -q --no-deps -r requirements-host-py36.lock
+	$(HOST_PY36_VENV)/bin/salt-call --version
+	touch $@
+
 demo: setup
 	$(VENV)/bin/store-rollout lab up
 	$(VENV)/bin/store-rollout lab demo --inventory examples/inventory.yaml
 
+# what runs on a store host under its Python 3.6 (the master's engine runs on the master: not here)
+HOST_PYTHON_PATHS := salt_states/_modules salt_states/_states tests/host36
+
 lint: setup
+	$(VENV)/bin/vermin -q -t=3.6- --violations --no-tips $(HOST_PYTHON_PATHS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/salt-lint $$(find salt_states -name '*.sls' | sort)

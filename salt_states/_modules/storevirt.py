@@ -53,6 +53,9 @@ def _connect():
     return libvirt.open(uri)
 
 
+# capture_output= and text= are Python 3.7: a Leap 15.6 minion runs 3.6 (store-stack.md)
+_CAPTURE_TEXT = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "universal_newlines": True}
+
 DOWNLOAD_CHUNK = 256 * 1024
 DOWNLOAD_CUT = "download cut"  # the orchestrator retries (resumes) on this
 
@@ -185,7 +188,7 @@ def create_overlay(name, base, size_mib=None):
     if os.path.exists(disk):
         info = json.loads(subprocess.run(
             ["qemu-img", "info", "--force-share", "--output=json", disk],
-            check=True, capture_output=True, text=True).stdout)
+            check=True, **_CAPTURE_TEXT).stdout)
         if info.get("full-backing-filename", info.get("backing-filename")) != base:
             raise CommandExecutionError(
                 f"{disk} exists on another base image ({info.get('backing-filename')}); "
@@ -195,7 +198,7 @@ def create_overlay(name, base, size_mib=None):
     argv = ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, disk]
     if size_mib:
         argv.append(f"{int(size_mib)}M")
-    subprocess.run(argv, check=True, capture_output=True)
+    subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return {"path": disk, "created": True}
 
 
@@ -235,7 +238,7 @@ def write_seed(path, identity):
         iso = os.path.join(tmp, SEED_ISO)
         # -R: Rock Ridge keeps the 0600 mode and the file name as is
         proc = subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-R", "-V", SEED_LABEL,
-                               "-o", iso, tree], capture_output=True, text=True, check=False)
+                               "-o", iso, tree], check=False, **_CAPTURE_TEXT)
         if proc.returncode != 0:
             raise CommandExecutionError(f"xorriso could not write the seed ISO: {proc.stderr}")
         os.chmod(iso, 0o600)
@@ -364,12 +367,13 @@ def domain_summary(name):
         if disk and os.path.exists(disk):
             info = json.loads(subprocess.run(
                 ["qemu-img", "info", "--force-share", "--output=json", disk],
-                check=True, capture_output=True, text=True).stdout)
+                check=True, **_CAPTURE_TEXT).stdout)
             backing = info.get("full-backing-filename", info.get("backing-filename"))
         graphics = root.find("./devices/graphics")
         seed_disk = _seed_cdrom(root, seed_path(name))
         return {
             "name": name, "uuid": dom.UUIDString(), "active": bool(dom.isActive()),
+            "autostart": bool(dom.autostart()),
             "disk": disk, "backing": backing,
             "graphics": None if graphics is None else {
                 "type": graphics.get("type"), "listen": graphics.get("listen")},
