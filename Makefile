@@ -80,7 +80,7 @@ demo: setup
 	$(VENV)/bin/store-rollout lab demo --inventory examples/inventory.yaml
 
 # what runs on a store host under its Python 3.6 (the master's engine runs on the master: not here)
-HOST_PYTHON_PATHS := salt_states/_modules salt_states/_states tests/host36
+HOST_PYTHON_PATHS := salt_states/_modules salt_states/_states tests/host36 lab/host_namespace.py
 
 lint: setup
 	$(VENV)/bin/vermin -q -t=3.6- --violations --no-tips $(HOST_PYTHON_PATHS)

@@ -8,16 +8,16 @@ libvirt socket, the VM images dir that libvirtd shares with it).
 Run under `unshare --net [--mount --propagation private]` (nothing reaches the host):
     python host_namespace.py [--network-pid P --network-inode I --bridge B --link L
                               --address A/N] [--hide <lab dir> --keep <path>...] -- <command>...
-Standard library only: it runs with the machine's Python (the Salt 3006 venv for hosts).
+Standard library only: it runs with the machine's Python (the Salt 3006 venv for hosts, Python
+3.6 for a Leap 15.6 host's Salt 3006.0), so it stays 3.6 syntax (`make lint` checks).
 """
-
-from __future__ import annotations
 
 import argparse
 import ctypes
 import os
 import socket
 import subprocess
+from typing import List
 
 MS_BIND = 4096
 
@@ -33,7 +33,7 @@ def join_network(args: argparse.Namespace) -> None:
                          "is gone: run `store-rollout lab up`")
     at_gateway = ["nsenter", f"--net=/proc/self/fd/{gateway}"]
 
-    def run(argv: list[str], check: bool = True) -> None:
+    def run(argv: List[str], check: bool = True) -> None:
         subprocess.run(argv, check=check, pass_fds=(gateway,),
                        stderr=None if check else subprocess.DEVNULL)
 
@@ -47,7 +47,7 @@ def join_network(args: argparse.Namespace) -> None:
     os.close(gateway)
 
 
-def hide(lab_dir: str, keep: list[str]) -> None:
+def hide(lab_dir: str, keep: List[str]) -> None:
     # hold the kept directories open: after the tmpfs covers their path, /proc/self/fd/N still
     # reaches them and the kernel binds them back (a path string would name the empty tmpfs)
     kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}

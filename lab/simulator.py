@@ -50,13 +50,19 @@ import yaml
 from lab.autoyast import parse_autoyast
 from lab.jsonhttp import JsonHandler
 from lab.procs import ProcessRecord, spawn, stop
-from lab.state import HOST_SALT_BIN, REPO_ROOT, VENV_BIN, LabInfo, LabPaths
+from lab.state import HOST_PY36_SALT_BIN, HOST_SALT_BIN, REPO_ROOT, VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork, machine_address
-from store_rollout.contracts import IDENTITY_SALT_DIR_ENV, IDENTITY_SEED_DIR_ENV, SEED_LABEL
+from store_rollout.contracts import (
+    IDENTITY_SALT_DIR_ENV,
+    IDENTITY_SEED_DIR_ENV,
+    SEED_LABEL,
+    SEED_METADATA_NS,
+)
 
 log = logging.getLogger("lab.simulator")
 
-STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start")
+# old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6
+STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start", "old_host_salt")
 
 
 # what the installer's curl does; run on the store network (StoreNetwork.run)
@@ -357,9 +363,42 @@ class Simulator:
         return marker.read_text().strip() if marker.exists() else None
 
     def _stop_system(self, system_name: str) -> None:
+        """Power off: the host's OS stops at once, its minion and its store's domains with it."""
         minion_id = self._system_minion(system_name)
         if minion_id:
-            self.minions.stop(minion_id, f"power off {system_name}")
+            self.minions.stop(minion_id, f"power off {system_name}", grace=0.0)
+        for dom in self._host_domains(system_name, active=True):
+            with contextlib.suppress(Exception):  # gone meanwhile: nothing left to stop
+                dom.destroy()
+                log.info("power off %s: its domain %s stops", system_name, dom.name())
+
+    def _host_domains(self, system_name: str, active: bool) -> list[Any]:
+        """The domains that run on this store host (the lab's one libvirtd holds every host's):
+        those seeded with its store's identity."""
+        import libvirt
+
+        marker = self.paths.simulator / "systems" / f"{system_name}.store"
+        if not marker.exists():
+            return []
+        store_id = marker.read_text().strip()
+        flag = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE if active else 0
+        conn = libvirt.open(self.info.libvirt_uri)
+        mine = []
+        for dom in conn.listAllDomains(flag):
+            with contextlib.suppress(libvirt.libvirtError, ET.ParseError):
+                seed = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).find(
+                    f"./metadata/{{{SEED_METADATA_NS}}}seed")
+                if seed is not None and seed.get("store_id") == store_id:
+                    mine.append(dom)
+        return mine
+
+    def _autostart_domains(self, system_name: str) -> None:
+        """What the host's libvirt does at boot: start its domains marked autostart."""
+        for dom in self._host_domains(system_name, active=False):
+            with contextlib.suppress(Exception):
+                if dom.autostart() and not dom.isActive():
+                    dom.create()
+                    log.info("%s boots: autostart domain %s started", system_name, dom.name())
 
     def _pxe_config(self, mac: str) -> str | None:
         name = "01-" + mac.lower().replace(":", "-")
@@ -383,6 +422,7 @@ class Simulator:
                 minion_id = self._system_minion(system_name)
                 if minion_id and self.minions.installed(minion_id):
                     self.minions.start(minion_id, f"{system_name} boots from disk")
+                    self._autostart_domains(system_name)
                 else:
                     log.warning("%s: no PXE config and no installed OS", system_name)
         except Exception:
@@ -401,6 +441,9 @@ class Simulator:
                     if p.startswith("/etc/salt/minion.d/")}
         (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
         (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
+        grains = yaml.safe_load(minion_d.get("50-store-rollout.conf", "")) or {}
+        store_id = str((grains.get("grains") or {}).get("store_id", ""))
+        (self.paths.simulator / "systems" / f"{system_name}.store").write_text(store_id)
         # the virt URI and images dir come from the profile (Cobbler's autoinstall_meta), as on
         # a real host: the lab adds nothing there
         extra: dict[str, Any] = {}
@@ -408,13 +451,28 @@ class Simulator:
             # the installed host comes up without its first highstate (lost or crashed run)
             log.warning("fault knob: %s starts without its startup highstate", system_name)
             extra["startup_states"] = ""
-        # a Leap 15.6 host runs the distribution's Salt 3006 (built-in virt module)
-        self.minions.install(minion_id, minion_d, extra, salt_bin=HOST_SALT_BIN, store_host=True)
+        # a Leap 15.6 host runs the distribution's Salt 3006 (built-in virt module); on request
+        # its stock 3006.0 on Python 3.6, whose auth protocol 2 the master refuses
+        salt_bin = HOST_SALT_BIN
+        if self.faults.take("old_host_salt")[1]:
+            log.warning("fault knob: %s runs Salt 3006.0 on Python 3.6", system_name)
+            salt_bin = HOST_PY36_SALT_BIN
+        self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True)
         # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
         # the one Cobbler rendered (the profile's http_server carries the port)
         if rendered.nopxe_url:
-            self._fetch(rendered.nopxe_url)
+            self._nopxe(rendered.nopxe_url)
         self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
+
+    def _nopxe(self, url: str) -> None:
+        """Cobbler's nopxe answers 200 with "True" or "False" (pxe_just_once off, no such
+        system): with "False" netboot stays on and the host reinstalls at its next boot, so the
+        install stops here, logged, instead of looking done."""
+        answer = self._fetch(url).strip()
+        if answer != "True":
+            raise RuntimeError(f"installer: Cobbler answered {answer!r} to {url}, not 'True': "
+                               "netboot stays on; check Cobbler's pxe_just_once setting and "
+                               "that the system exists")
 
     def _fetch(self, url: str) -> str:
         """GET as the installing machine does: from the store network, by the address Cobbler

@@ -20,6 +20,10 @@ VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bi
 # minions run it, the VMs' minions and the master run the project's Salt (VENV_BIN)
 HOST_SALT_BIN = Path(os.environ.get("STORE_ROLLOUT_HOST_SALT_VENV",
                                     REPO_ROOT / ".venv-salt3006")) / "bin"
+# Leap 15.6's own salt-minion: Salt 3006.0 on Python 3.6.15 (auth protocol 2, which the lab's
+# master refuses): the simulator installs a host with it on request (fault knob old_host_salt)
+HOST_PY36_SALT_BIN = Path(os.environ.get("STORE_ROLLOUT_HOST_PY36_VENV",
+                                         REPO_ROOT / ".venv-host-py36")) / "bin"
 COBBLER_VENV = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV", REPO_ROOT / ".venv-cobbler"))
 
 

@@ -20,6 +20,15 @@ from typing import Final
 # writes it to 15-identity.conf; hypervisor: the AutoYaST profile's grains file).
 AUTOSIGN_GRAIN: Final = "store_rollout_token"
 
+# -- AutoYaST profile inputs -----------------------------------------------------------------
+# Cobbler autoinstall_meta keys step 2 (tasks/pxe_install.system_spec) sets and the profile
+# (image_builds/autoyast/store-hypervisor.xml) reads with $getVar; tests/test_lab_cobbler.py
+# renders the profile with them in a real Cobbler.
+# crypt(3) SHA-512 of root's password (its Prefect Secret block); without it root is locked
+ROOT_PASSWORD_HASH_META: Final = "root_password_hash"
+# the update repositories, space-separated `alias=url` (settings.hypervisor_update_repos)
+UPDATE_REPOS_META: Final = "update_repos"
+
 # -- hypervisor ready ------------------------------------------------------------------------
 # The last state of a hypervisor's highstate sets this grain and fires this event
 # (salt_states/hypervisor/ready via parameters/defaults.yaml `ready:`); step 3
@@ -77,10 +86,20 @@ BOOTSTRAP_FILES: Final = (BOOTSTRAP_CONF, IDENTITY_CONF)
 SEED_LABEL: Final = "STORE_SEED"
 SEED_FILE: Final = "identity.env"
 SEED_KEYS: Final = ("minion_id", "store_id", "autosign_token")
+# the namespace of the <seed minion_id store_id state/> element storevirt keeps in the domain's
+# <metadata> (never the token): whose identity a domain was seeded with
+SEED_METADATA_NS: Final = "https://github.com/store-rollout/seed"
 # store-identity reads a seed already at hand and writes elsewhere than /etc/salt when these are
 # set (the lab's simulator and the tests run the image's own script this way).
 IDENTITY_SEED_DIR_ENV: Final = "STORE_IDENTITY_SEED_DIR"
 IDENTITY_SALT_DIR_ENV: Final = "STORE_IDENTITY_SALT_DIR"
+
+# -- store VM network ------------------------------------------------------------------------
+# The guest's name for the VM's one NIC (tasks/virt.interfaces_for gives it one): both images
+# pass net.ifnames=0 on the kernel command line and configure DHCP on this name (leap-jeos:
+# wicked's ifcfg-<VM_NIC> in config.sh; lab-debian: a systemd-networkd file in config.sh);
+# tests/test_kiwi_images.py reads both descriptions and checks both against it.
+VM_NIC: Final = "eth0"
 
 # -- rollout steps ---------------------------------------------------------------------------
 # One store's steps in order: the flow runs them under these names (its task runs are named

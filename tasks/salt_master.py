@@ -18,6 +18,7 @@ from store_rollout.settings import load_settings
 from tasks.retry import retry_on
 from tasks.salt_client import (
     MINION_ID_RE,
+    AuthRefusal,
     SaltCommandFailed,
     SaltError,
     SaltEvent,
@@ -43,7 +44,7 @@ __all__ = [
     "failed_states", "hypervisor_ready", "hypervisor_state", "master_client",
     "new_autosign_token", "summarize_failure",
     # the tasks and their helpers
-    "prepare_vm_keys", "reapply_highstate", "remove_vm_key", "wait_for_hypervisor",
+    "HypervisorMinionRefused", "prepare_vm_keys", "reapply_highstate", "remove_vm_key", "wait_for_hypervisor",
 ]
 
 
@@ -54,6 +55,21 @@ def reapply_highstate(master: SaltMasterClient, minion_id: str) -> str | None:
     if any(str(job.get("fun", "")).startswith("state.") for job in running):
         return None
     return master.cmd_async(minion_id, "state.highstate")
+
+
+class HypervisorMinionRefused(SaltError):
+    """The master refuses the hypervisor's minion: no wait can end well (not retried)."""
+
+    def __init__(self, store_id: str, refusal: AuthRefusal, master_config: str) -> None:
+        super().__init__(
+            f"store {store_id}: the Salt master refuses hypervisor minion {refusal.minion}: it "
+            f"signs in with auth protocol {refusal.version}, the master requires at least "
+            f"{refusal.minimum} (minimum_auth_version). Fix one of: run a minion that speaks "
+            f"protocol {refusal.minimum} on the host (Salt 3006.10 or later, e.g. "
+            f"the upstream 3006 LTS onedir; docs/production.md, 'Salt on the store hosts'), or "
+            f"set `minimum_auth_version: {refusal.version}` in {master_config} and restart the "
+            "master (it then accepts the older protocol from every minion)")
+        self.refusal = refusal
 
 
 def _describe(event: SaltEvent | None) -> str:
@@ -93,8 +109,13 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
     answering_since: float | None = None
     reapplied: str | None = None
 
+    master_log = master.log_tail()
+
     def check() -> bool:
         nonlocal answering_since, reapplied
+        refused = master_log.auth_refusals(minion)
+        if refused:
+            raise HypervisorMinionRefused(store.store_id, refused[-1], master.master_config)
         state = hypervisor_state(master, minion)
         now = time.monotonic()
         answering_since = None if state == "silent" else answering_since or now
@@ -122,7 +143,7 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
                         ready = True
                     except SaltEventTimeout:
                         ready = check()
-        except SaltEventTimeout:
+        except (SaltEventTimeout, HypervisorMinionRefused):
             raise
         except Exception as exc:  # the master's bus went away (restart): subscribe again
             logger.warning("store %s: event bus lost (%s); resubscribing", store.store_id, exc)

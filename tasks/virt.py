@@ -220,6 +220,11 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
                    [name, {"minion_id": vm_minion, "store_id": store.store_id,
                            "autosign_token": master.token_for(vm_minion) or ""}])
         summary = master.cmd(hv, "storevirt.domain_summary", [name])
+    if not summary.get("autostart"):
+        # the store comes back by itself after a power cut: the host's libvirt starts it at
+        # boot (Salt 3006's virt.init has no autostart argument)
+        master.cmd(hv, "virt.set_autostart", [name], kwarg={"state": "on"})
+        logger.info("store %s: domain %s marked autostart on %s", store.store_id, name, hv)
     if summary["active"]:  # a rerun: already running, nothing to start
         logger.info("store %s: domain %s already running", store.store_id, name)
         return vm_result(summary, hv, reused, delivered)

@@ -139,6 +139,10 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any],
         live, config = dom.XMLDesc(0), dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
     finally:
         conn.close()
+    # marked autostart: the host's libvirt starts it after a power cut, as `virsh dominfo` says
+    dominfo = subprocess.run(["virsh", "-c", lab.libvirt_uri, "dominfo", vm], check=True,
+                             capture_output=True, text=True).stdout
+    assert re.search(r"^Autostart:\s+enable$", dominfo, re.MULTILINE), dominfo
     # the identity seed: the VM booted from it, then it was ejected (live and persistent) and
     # deleted on the hypervisor; the domain's metadata says whose it was, never the token
     for xml in (live, config):

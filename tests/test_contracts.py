@@ -242,7 +242,7 @@ def check_reactor(r: Report) -> None:
 
 def check_salt_modules(r: Report) -> None:
     for module, names in (("provisioning", ("BOOTSTRAP_FILES",)),
-                          ("storevirt", ("SEED_LABEL", "SEED_FILE", "SEED_KEYS"))):
+                          ("storevirt", ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS"))):
         path = SALT / "_modules" / f"{module}.py"
         constants = python_constants(r.root / path)
         for name in names:

@@ -165,6 +165,34 @@ def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inproc
     check_store(lab, "f-nohs", result)
 
 
+def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
+        lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path) -> None:
+    """Leap 15.6's stock salt-minion (Salt 3006.0 on Python 3.6) signs in with auth protocol 2,
+    which the 3008 master refuses, firing no event: step 3 fails soon after the refusal, not at
+    its timeout, naming the minion, both protocol versions and the two fixes; not retried."""
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-proto2"], "52:54:00:fd:00")
+    faults("old_host_salt", {"fail": 1})
+    started = time.monotonic()
+    try:
+        failed = inprocess("f-proto2", inv, hypervisor_timeout=600)
+        elapsed = time.monotonic() - started
+    finally:  # the host's minion would keep signing in: its power goes off
+        requests.post(f"{lab.simulator_url}/power", json={"action": "off",
+                      "plug": "store-f-proto2-hv"}, auth=(lab.power_user, lab.power_password),
+                      timeout=30)
+    assert failed.is_failed()
+    assert faults_taken(lab)["old_host_salt"]["failed"] == 1
+    message = str(failed.message) + repr(failed)
+    for said in ("the Salt master refuses hypervisor minion store-f-proto2-hv",
+                 "auth protocol 2, the master requires at least 3",
+                 "Salt 3006.10 or later", "minimum_auth_version: 2"):
+        assert said in message, message
+    assert elapsed < 120, elapsed
+    runs = requests.post(f"{lab.prefect_api_url}/task_runs/filter", json={
+        "task_runs": {"name": {"any_": ["wait_for_hypervisor-f-proto2"]}}}, timeout=10).json()
+    assert [r["run_count"] for r in runs] == [1], runs  # a refusal is not waited out twice
+
+
 def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
                                   tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-start"], "52:54:00:f4:00")

@@ -40,6 +40,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     check_hypervisor_sees_no_orchestrator_state(lab, "e2e1", first["image_key"])
     check_machines_on_the_store_network(lab, "e2e1")
     check_salt_events_in_prefect(lab, "e2e1")
+    check_store_comes_back_after_a_power_cut(lab, lab_env, inventory, "e2e1")
     # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
     bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
     status = subprocess.run([str(VENV_BIN / "store-rollout"), "status", "--json"], env=bare_env,
@@ -62,6 +63,44 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
+
+
+def bmc_power(lab: LabInfo, system: str, action: str) -> None:
+    """The store host's BMC (the simulator's), with the lab's BMC login, as Cobbler's agent."""
+    answer = requests.post(f"{lab.simulator_url}/power", json={"action": action, "plug": system},
+                           auth=(lab.power_user, lab.power_password), timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def check_store_comes_back_after_a_power_cut(lab: LabInfo, lab_env: dict[str, str],
+                                             inventory: Path, store_id: str) -> None:
+    """The hypervisor loses power (its OS, minion and domains stop at once), then boots from
+    disk: its libvirt starts the store VM marked autostart, the VM's minion comes back, and
+    reconcile finds the store ok, with no rollout run in between."""
+    import libvirt
+
+    hv, vm = f"store-{store_id}-hv", f"store-{store_id}-vm"
+    master = SaltMasterClient(lab.salt_master_config)
+
+    def vm_active() -> bool:
+        conn = libvirt.open(lab.libvirt_uri)
+        try:
+            return bool(conn.lookupByName(vm).isActive())
+        finally:
+            conn.close()
+
+    bmc_power(lab, hv, "off")
+    assert not vm_active()
+    assert not master.ping(hv, timeout=3) and not master.ping(vm, timeout=3)
+    bmc_power(lab, hv, "on")
+    wait_for(vm_active, timeout=60, what=f"{vm} started by its host's autostart")
+    wait_for(lambda: master.ping(vm, timeout=3) and master.ping(hv, timeout=3), timeout=90,
+             what=f"the minions of {hv} and {vm} back after the power cut")
+    done = subprocess.run([str(VENV_BIN / "store-rollout"), "reconcile", store_id, "--inventory",
+                           str(inventory), "--json"], env=lab_env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads(done.stdout)["stores"][store_id]["status"] == "ok", done.stdout
 
 
 def check_image_server_answers_ranges_on_the_store_network(lab: LabInfo, key: str) -> None:

@@ -4,6 +4,7 @@ exceptions they raise are Salt's own."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,3 +185,28 @@ def test_new_clients_load_salt_one_at_a_time() -> None:
     for t in threads:
         t.join()
     assert busy["first_calls"] == 8 and busy["most"] == 1, busy
+
+
+def test_master_log_tail_finds_a_refused_auth_protocol_from_now_on(tmp_path: Path) -> None:
+    """The master logs a refused auth protocol and fires no event: step 3 reads the lines it
+    logs from the moment it starts waiting, a line still being written next time, and a
+    rotated log from its start."""
+    from tasks.salt_client import AuthRefusal, MasterLogTail
+
+    line = ("2026-11-25 10:00:00,000 [salt.channel.server:340 ][WARNING ][77] Rejected "
+            "authentication attempt from minion '{}' using protocol version 2 (minimum "
+            "required: 3)\n")
+    log = tmp_path / "master.log"
+    log.write_text(line.format("store-0001-hv"))  # before the wait: not this wait's business
+    tail = MasterLogTail(log)
+    assert tail.auth_refusals("store-0001-hv") == []
+    with log.open("a") as fh:
+        fh.write(line.format("store-0002-hv"))
+        fh.write(line.format("store-0001-hv")[:40])  # half a line so far
+    assert tail.auth_refusals("store-0001-hv") == []
+    with log.open("a") as fh:
+        fh.write(line.format("store-0001-hv")[40:])
+    assert tail.auth_refusals("store-0001-hv") == [AuthRefusal("store-0001-hv", 2, 3)]
+    log.write_text(line.format("store-0001-hv").replace("version 2", "version 1"))  # rotated
+    assert tail.auth_refusals("store-0001-hv") == [AuthRefusal("store-0001-hv", 1, 3)]
+    assert MasterLogTail(None).auth_refusals("store-0001-hv") == []

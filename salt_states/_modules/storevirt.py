@@ -34,7 +34,7 @@ SEED_FILE = "identity.env"
 SEED_ISO = "seed.iso"
 SEED_KEYS = ("minion_id", "store_id", "autosign_token")
 SEED_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-METADATA_NS = "https://github.com/store-rollout/seed"
+SEED_METADATA_NS = "https://github.com/store-rollout/seed"
 METADATA_PREFIX = "storerollout"
 
 
@@ -279,7 +279,7 @@ def _set_seed_metadata(dom, identity, state, flags):
 
     xml = (f"<seed minion_id='{identity.get('minion_id', '')}' "
            f"store_id='{identity.get('store_id', '')}' state='{state}'/>")
-    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, METADATA_PREFIX, METADATA_NS,
+    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, METADATA_PREFIX, SEED_METADATA_NS,
                     flags)
 
 
@@ -346,7 +346,7 @@ def retire_seed(name):
 
 
 def _seed_metadata(root):
-    element = root.find(f"./metadata/{{{METADATA_NS}}}seed")
+    element = root.find(f"./metadata/{{{SEED_METADATA_NS}}}seed")
     return {} if element is None else dict(element.attrib)
 
 
