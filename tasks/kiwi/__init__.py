@@ -12,7 +12,8 @@ Modules, bottom-up (each imports only the ones above it):
   image from a ``build-params`` file that :class:`KiwiBuilder` writes into its copy of the
   description; :func:`render_minion_d` is the same substitution in Python.
 * :mod:`~tasks.kiwi.inprocess`: KIWI as a library (``XMLDescription``, ``XMLState``, the
-  ``RuntimeChecker`` checks ``kiwi-ng system build`` runs), with its temp files moved.
+  ``RuntimeChecker`` checks ``kiwi-ng system build`` runs), with its temp files moved; the
+  repository options a local build of a description made for OBS needs (:func:`local_repo_args`).
 * :mod:`~tasks.kiwi.validate`: :func:`resolve_description` and
   :func:`validate_description` (KIWI's checks + ``bash -n`` + the overlay contract, every
   failure collected into one :class:`KiwiDescriptionError`).
@@ -47,7 +48,12 @@ from tasks.kiwi.errors import (
     KiwiDescriptionError,
     KiwiTaskError,
 )
-from tasks.kiwi.inprocess import RUNTIME_CHECKS, explain_schema_errors
+from tasks.kiwi.inprocess import (
+    OBS_REPOSITORIES,
+    RUNTIME_CHECKS,
+    explain_schema_errors,
+    local_repo_args,
+)
 from tasks.kiwi.models import Builder, BuildOutput, DescriptionInfo, ImageRef, LineSink
 from tasks.kiwi.overlay import (
     APPLY_PARAMS_SCRIPT,
@@ -110,8 +116,10 @@ __all__ = [
     "render_minion_d",
     "resolve_params",
     # inprocess
+    "OBS_REPOSITORIES",
     "RUNTIME_CHECKS",
     "explain_schema_errors",
+    "local_repo_args",
     # validate
     "IMAGE_BUILDS_DIR",
     "SAMPLE_VALUE",

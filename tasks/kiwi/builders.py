@@ -2,7 +2,9 @@
 
 * :class:`LabBuilder`: KIWI validation + a qcow2 that only halts, from ``qemu-img``; for the lab, where
   the VM's minion is started with :func:`render_minion_d` output.
-* :class:`KiwiBuilder`: ``kiwi-ng system build`` on a copy of the description (needs root).
+* :class:`KiwiBuilder`: ``kiwi-ng system build`` on a copy of the description (needs root); a
+  description made for OBS (``obsrepositories:/``) builds from its ``imageonly`` repositories
+  (:func:`~tasks.kiwi.inprocess.local_repo_args`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from kiwi.version import __version__ as KIWI_VERSION
 
 from tasks.kiwi.errors import KiwiBuildError, KiwiBuildTimeout
+from tasks.kiwi.inprocess import local_repo_args
 from tasks.kiwi.models import Builder, BuildOutput, LineSink
 from tasks.kiwi.overlay import BUILD_PARAMS_FILE, MINION_LOCK, MINION_WHEELHOUSE
 from tasks.kiwi.params import kiwi_profile
@@ -134,8 +137,10 @@ class KiwiBuilder:
         """``kiwi-<version>``: a KIWI upgrade makes new cache entries."""
         return f"kiwi-{KIWI_VERSION}"
 
-    def command(self, desc_copy: Path, profile: str | None, work_dir: Path) -> list[str]:
-        """The kiwi-ng command line (global options before the subcommand)."""
+    def command(self, desc_copy: Path, profile: str | None, work_dir: Path,
+                repo_args: Sequence[str] = ()) -> list[str]:
+        """The kiwi-ng command line (global options before the subcommand, ``repo_args``
+        from :func:`local_repo_args` after it)."""
         cmd = [self.kiwi_ng]
         if profile:
             cmd += ["--profile", profile]
@@ -144,6 +149,7 @@ class KiwiBuilder:
             "--temp-dir", str(work_dir / "kiwi-tmp"),
             "--shared-cache-dir", str(self.shared_cache_dir),
             "system", "build",
+            *repo_args,
             "--description", str(desc_copy),
             "--target-dir", str(work_dir / "target"),
         ]  # fmt: skip
@@ -204,7 +210,8 @@ class KiwiBuilder:
             log(f"wheelhouse for {MINION_LOCK}: {len(list(wheelhouse.glob('*.whl')))} wheels")
         (work_dir / "kiwi-tmp").mkdir(exist_ok=True)
         self.shared_cache_dir.mkdir(parents=True, exist_ok=True)
-        cmd = self.command(desc_copy, profile, work_dir)
+        repo_args = local_repo_args(desc_copy / "config.xml", profile, work_dir / "kiwi-tmp")
+        cmd = self.command(desc_copy, profile, work_dir, repo_args)
         log("running: " + " ".join(cmd))
         returncode, tail = self._run(cmd, desc_dir, log)
         kiwi_seconds = time.monotonic() - started

@@ -2,7 +2,8 @@
 
 :func:`kiwi_problems` loads a ``config.xml`` with KIWI's own ``XMLDescription`` (XSLT upgrade +
 RelaxNG + Schematron), selects the profile with ``XMLState`` and runs the ``RuntimeChecker``
-checks; :func:`explain_schema_errors` says *what* broke the schema when KIWI only says "invalid".
+checks; :func:`explain_schema_errors` says *what* broke the schema when KIWI only says "invalid";
+:func:`local_repo_args` is what a local ``kiwi-ng`` needs to build a description made for OBS.
 
 KIWI temp files: KIWI writes its XSLT/markup temp files under ``kiwi.defaults.TEMP_DIR``
 (hard-coded ``/var/tmp``, no environment variable; ``TMPDIR`` is ignored because KIWI passes
@@ -29,9 +30,16 @@ from kiwi.xml_description import XMLDescription
 from kiwi.xml_state import XMLState
 from lxml import etree, isoschematron
 
+from tasks.kiwi.errors import KiwiDescriptionError
 from tasks.kiwi.models import DescriptionInfo
 
-__all__ = ["RUNTIME_CHECKS", "explain_schema_errors", "kiwi_problems"]
+__all__ = [
+    "OBS_REPOSITORIES",
+    "RUNTIME_CHECKS",
+    "explain_schema_errors",
+    "kiwi_problems",
+    "local_repo_args",
+]
 
 RUNTIME_CHECKS = (
     # kiwi/tasks/system_build.py checks_before/after_command_args, minus host-only checks
@@ -62,6 +70,13 @@ RUNTIME_CHECKS = (
     "check_repositories_configured",
     "check_image_include_repos_publicly_resolvable",
 )
+OBS_REPOSITORIES = "obsrepositories:/"
+"""A build repository only an OBS worker resolves (KIWI elsewhere: "Only the buildservice can
+use the obsrepositories schema")."""
+_REPO_CHECKS_AFTER_ARGS = ("check_repositories_configured",
+                           "check_image_include_repos_publicly_resolvable")
+"""kiwi/tasks/base.py checks_after_command_args: what ``system build`` checks once the
+repository options are applied."""
 _GENERIC_RNG_ERRORS = frozenset(
     {"RELAXNG_ERR_INTEREXTRA", "RELAXNG_ERR_CONTENTVALID", "RELAXNG_ERR_INTERSEQ"}
 )
@@ -174,3 +189,65 @@ def kiwi_problems(
             bootstrap_packages=sorted(state.get_bootstrap_packages()),
         )
     return problems, info
+
+
+def local_repo_args(
+    config_xml: Path, profile: str | None, temp_dir: Path | None = None
+) -> list[str]:
+    """The ``kiwi-ng system build`` options a local build of ``config_xml`` needs.
+
+    A description that builds on OBS has :data:`OBS_REPOSITORIES` as its build repository
+    (OBS refuses a plain URL as one) and the distribution's repositories as ``imageonly`` (the
+    image's zypper configuration). A local build drops the build repositories
+    (``--ignore-repos-used-for-build``) and builds from the ``imageonly`` ones
+    (``--add-repo``, not marked for the image: it carries them once, as ``imageonly``; same
+    alias, which keeps KIWI's shared cache of them from one build to the next: without one
+    KIWI makes up a random alias per build). Any other description needs no option.
+
+    Args:
+        config_xml: The description's ``config.xml``.
+        profile: KIWI profile to select (``None``: the ``import="true"`` profiles).
+        temp_dir: Where KIWI may write its temp files (default: a private temp dir).
+
+    Returns:
+        E.g. ``["--ignore-repos-used-for-build", "--add-repo",
+        "https://download.opensuse.org/distribution/leap/15.6/repo/oss,rpm-md,repo-oss", ...]``,
+        or ``[]``.
+
+    Raises:
+        KiwiDescriptionError: KIWI cannot load the description, it builds only from
+            :data:`OBS_REPOSITORIES` and has no ``imageonly`` repository, or KIWI's checks of
+            the repositories fail once the options are applied.
+    """
+    where = str(config_xml)
+    with _kiwi_session(temp_dir):
+        try:
+            state = XMLState(XMLDescription(str(config_xml)).load(), [profile] if profile else [])
+        except KiwiError as exc:
+            raise KiwiDescriptionError(config_xml.parent, [
+                f"{where}: {type(exc).__name__}: {exc}"]) from exc
+        build = [r.get_source().get_path() for r in state.get_repository_sections_used_for_build()]
+        if OBS_REPOSITORIES not in build:
+            return []
+        image_only = [r for r in state.get_repository_sections() if r.get_imageonly()]
+        if not image_only:
+            raise KiwiDescriptionError(config_xml.parent, [
+                f"{where}: builds from {OBS_REPOSITORIES} (OBS only) and has no imageonly "
+                "repository a local build could use instead"])
+        args = ["--ignore-repos-used-for-build"]
+        state.delete_repository_sections_used_for_build()
+        for repo in image_only:
+            source, repo_type, alias = (repo.get_source().get_path(), repo.get_type(),
+                                        repo.get_alias())
+            args += ["--add-repo", ",".join([source, repo_type or "", alias or ""]).rstrip(",")]
+            state.add_repository(source, repo_type, alias)
+        checker = RuntimeChecker(state)
+        problems = []
+        for name in _REPO_CHECKS_AFTER_ARGS:
+            try:
+                getattr(checker, name)()
+            except KiwiError as exc:
+                problems.append(f"{where}: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        if problems:
+            raise KiwiDescriptionError(config_xml.parent, problems)
+    return args
