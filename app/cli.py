@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from store_rollout.settings import prefect_settings_of_lab
+from store_rollout.settings import SettingsError, prefect_settings_of_lab
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -60,16 +61,38 @@ DEFAULT_INVENTORY = Path("examples/inventory.yaml")
 def validate_stores(store_ids: list[str], inventory: Path) -> None:
     """Inventory, store ids and settings, checked before anything is touched."""
     from store_rollout.inventory import InventoryError, load_inventory
-    from store_rollout.settings import SettingsError, load_settings
+    from store_rollout.settings import load_settings
     from tasks.preflight import PreflightError, preflight
 
     try:
         inv = load_inventory(inventory)
         stores = inv.select(store_ids) if store_ids else list(inv.stores)
         preflight(stores, load_settings())
-    except (InventoryError, SettingsError, PreflightError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+    except SettingsError as exc:
+        refuse_settings(exc)
+    except (InventoryError, PreflightError) as exc:
+        refuse(str(exc))
+
+
+def refuse(message: str, *more: str) -> NoReturn:
+    """Exit 2 with the error as one line: rich would cut it at 80 columns where stderr is not a
+    terminal (a log, a CI job); a terminal wraps it itself."""
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    for line in more:
+        console.print(escape(line), soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def refuse_settings(exc: SettingsError) -> NoReturn:
+    """The settings' one-line error and, when settings are missing, no lab is named and a lab
+    runs on this machine, the line that names it: the person decides, the CLI never picks it."""
+    from store_rollout.settings import active_lab_dir, running_labs
+
+    labs = running_labs() if exc.missing and active_lab_dir() is None else []
+    if not labs:
+        refuse(exc.brief)
+    refuse(exc.brief, f"export STORE_ROLLOUT_LAB_DIR={labs[0]}  # the lab running on this machine"
+           + (f" (also running: {', '.join(map(str, labs[1:]))})" if labs[1:] else ""))
 
 
 def finished(state: Any, what: str, code: int = 1) -> Any:
@@ -333,12 +356,15 @@ def prefect_setup() -> None:
 def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
     """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
     from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import load_settings
 
     try:
         load_inventory(inventory).get(store_id)
+        load_settings()  # refused here, not as a failed flow run once the rollback has begun
     except InventoryError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        refuse(str(exc))
+    except SettingsError as exc:
+        refuse_settings(exc)
     from flows.store_rollback import store_rollback
 
     state = store_rollback(store_id, str(inventory.resolve()), return_state=True)
@@ -453,7 +479,7 @@ def vm_xml(
 ) -> None:
     """Print the domain XML step 5 would define for a store (virt.init's own generator)."""
     from store_rollout.inventory import InventoryError, load_inventory
-    from store_rollout.settings import RolloutSettings, SettingsError, load_settings
+    from store_rollout.settings import RolloutSettings, load_settings
     from tasks.virt import DEVICE_MODELS, domain_xml
 
     if hypervisor not in DEVICE_MODELS:
@@ -464,8 +490,7 @@ def vm_xml(
     try:
         store = load_inventory(inventory).select([store_id])[0]
     except InventoryError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        refuse(str(exc))
     if images_dir is None:
         try:
             images_dir = load_settings().vm_images_dir

@@ -6,6 +6,7 @@ Everything is validated before any side effect; errors name the store, the field
 from __future__ import annotations
 
 import csv
+import io
 import ipaddress
 import re
 from pathlib import Path
@@ -63,8 +64,17 @@ class HypervisorSpec(_Strict):
         if not MAC_RE.fullmatch(norm):
             raise ValueError(f"invalid MAC {v!r}: use six hex pairs like 52:54:00:12:34:56")
         norm = norm.replace("-", ":")
+        # Cobbler and DHCP key the host on this MAC: an address no NIC sends from would leave
+        # the PXE boot unanswered (or answer every machine)
+        if norm == "00:00:00:00:00:00":
+            raise ValueError(f"MAC {v!r} is all zeros (an empty ERP field or a placeholder): "
+                             "use the MAC printed on the hypervisor's PXE NIC")
+        if norm == "ff:ff:ff:ff:ff:ff":
+            raise ValueError(f"MAC {v!r} is the broadcast address, not a NIC's: use the MAC "
+                             "printed on the hypervisor's PXE NIC")
         if int(norm[:2], 16) & 1:
-            raise ValueError(f"MAC {v!r} is a multicast address: use the NIC's unicast MAC")
+            raise ValueError(f"MAC {v!r} is a multicast address (the low bit of its first octet "
+                             "is set; no NIC has one): use the NIC's unicast MAC")
         return norm
 
     @field_validator("ip")
@@ -276,18 +286,52 @@ CSV_COLUMNS = {
 }
 
 
+# a spreadsheet saves ',' or, where ',' is the decimal separator (Excel in much of Europe), ';';
+# "Text (tab delimited)" saves tabs
+CSV_DELIMITERS = {",": "','", ";": "';'", "\t": "tab"}
+
+
+def _csv_delimiter(header_line: str) -> str:
+    """The delimiter that splits the header into the most known columns (then the most frequent,
+    then ','): no column name contains one, so the header line decides."""
+    def score(delimiter: str) -> tuple[int, int]:
+        names = next(csv.reader([header_line], delimiter=delimiter), [])
+        return sum(name.strip() in CSV_COLUMNS for name in names), header_line.count(delimiter)
+
+    return max(CSV_DELIMITERS, key=score)
+
+
 def _csv_to_raw(text: str, source: str) -> dict[str, Any]:
-    reader = csv.DictReader(text.splitlines())
-    unknown = set(reader.fieldnames or []) - set(CSV_COLUMNS)
+    delimiter = _csv_delimiter(text.split("\n", 1)[0])
+    rows = csv.reader(io.StringIO(text), delimiter=delimiter)
+    header = [name.strip() for name in next(rows, [])]
+    unknown = [name for name in header if name and name not in CSV_COLUMNS]
     if unknown:
-        raise InventoryError(f"{source}: unknown CSV column(s) {sorted(unknown)}; "
-                             f"known: {', '.join(CSV_COLUMNS)}")
+        raise InventoryError(f"{source}: unknown CSV column(s) {unknown} (header split at "
+                             f"{CSV_DELIMITERS[delimiter]}; columns are separated by ',', ';' or "
+                             f"tab): fix their names or the delimiter; known: {', '.join(CSV_COLUMNS)}")
+    repeated = sorted({name for name in header if name and header.count(name) > 1})
+    if repeated:
+        raise InventoryError(f"{source}: CSV column(s) {repeated} appear more than once in the "
+                             "header: keep one of each")
     stores = []
-    for row in reader:
+    for row in rows:
+        # a blank line, or a row of empty cells as a spreadsheet saves a cleared row
+        if not any(cell.strip() for cell in row):
+            continue
+        extra = [cell for cell in row[len(header):] if cell.strip()]
+        if extra:
+            raise InventoryError(f"{source}: line {rows.line_num}: {len(row)} cells but the header "
+                                 f"names {len(header)} columns (extra: {extra}): remove them or "
+                                 "name their column in the header")
         store: dict[str, Any] = {}
-        for column, value in row.items():
-            if value is None or value.strip() == "":
+        for position, (column, value) in enumerate(zip(header, row, strict=False), start=1):
+            if value.strip() == "":
                 continue
+            if not column:  # an unnamed (trailing) header cell is harmless while its column is empty
+                raise InventoryError(f"{source}: line {rows.line_num}: a value in column "
+                                     f"{position}, which has no name in the header: name it "
+                                     "or clear the column")
             path = CSV_COLUMNS[column]
             target = store
             for part in path[:-1]:
@@ -300,11 +344,26 @@ def _csv_to_raw(text: str, source: str) -> dict[str, Any]:
 def load_inventory(path: str | Path) -> Inventory:
     """Load an inventory from .yaml/.yml or .csv (ERP export)."""
     p = Path(path)
-    if not p.exists():
-        where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
-        raise InventoryError(f"inventory file {p} not found{where}: pass an existing file "
-                             "(--inventory on the command line, the inventory parameter of a run)")
-    text = p.read_text()
+    try:
+        if not p.exists():
+            where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
+            raise InventoryError(f"inventory file {p} not found{where}: pass an existing file "
+                                 "(--inventory on the command line, the inventory parameter of a "
+                                 "run)")
+        if p.is_dir():
+            raise InventoryError(f"inventory {p} is a directory: pass the inventory file in it "
+                                 "(.yaml, .yml or .csv), not the directory")
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark, which would
+        # otherwise become part of the first column's name
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"inventory file {p} is not UTF-8 text (byte "
+                             f"0x{exc.object[exc.start]:02x} at offset {exc.start}): save it as "
+                             "UTF-8 (in a spreadsheet: 'CSV UTF-8')") from None
+    except OSError as exc:  # no permission on the file or a directory above it, an I/O error
+        raise InventoryError(f"inventory file {p} cannot be read ({exc.strerror or exc}): give the "
+                             "user running store-rollout read access to it, or pass a readable "
+                             "copy") from None
     if p.suffix.lower() == ".csv":
         return parse_inventory(_csv_to_raw(text, str(p)), str(p))
     try:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
@@ -24,6 +25,7 @@ from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     InitSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -34,10 +36,25 @@ SECRET_FIELDS = ("cobbler_password", "erp_token", "power_password")
 BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user", "cobbler_password"),
                   "erp_credentials_block": ("erp_url", "erp_token")}
 _REPLACED_BY = {name: block for block, names in BLOCK_REPLACES.items() for name in names}
+# openSUSE Leap 15.6's update repositories for what a Xen host installs: oss, SLE's updates of
+# the packages Leap takes from SLE (Xen, libvirt, Salt among them) and backports (non-oss has
+# nothing a hypervisor installs)
+LEAP_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/15.6/oss/",
+                     "https://download.opensuse.org/update/leap/15.6/sle/",
+                     "https://download.opensuse.org/update/leap/15.6/backports/")
+_REPO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>&\"']+")
 
 
 class SettingsError(ValueError):
-    """Settings are missing or invalid; the message names the field and where to set it."""
+    """Settings are missing or invalid; the message names the field and where to set it.
+
+    `missing`: the environment variables of the required settings nobody set; `brief`: all of it
+    in one line for a person at a terminal (the message, for logs, has each field's detail)."""
+
+    def __init__(self, message: str, missing: tuple[str, ...] = (), brief: str = "") -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.brief = brief or message
 
 
 class RolloutSettings(BaseSettings):
@@ -59,6 +76,12 @@ class RolloutSettings(BaseSettings):
     hypervisor_libvirt_uri: str = "xen:///system"
     vm_type: Literal["xen", "kvm", "qemu"] = "xen"
     vm_images_dir: str = "/srv/salt-images"
+    # added to each hypervisor's install (AutoYaST add-ons): it installs from them, not from the
+    # GA tree alone, and keeps them for its updates; [] installs GA packages only
+    hypervisor_update_repos: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(LEAP_UPDATE_REPOS),
+        description="repository URLs (space-separated or a JSON list), e.g. a mirror of Leap "
+                    "15.6's update repositories")
     erp_url: str = Field("", validate_default=True)
     erp_token: SecretStr = Field(SecretStr(""), validate_default=True)
     erp_timeout_seconds: float = Field(15.0, gt=0, le=300, description="ERP read timeout")
@@ -94,6 +117,30 @@ class RolloutSettings(BaseSettings):
             raise ValueError(f"{value!r} is not an http(s) URL (hypervisors download images "
                              "from it)")
         return value.rstrip("/")
+
+    @field_validator("hypervisor_update_repos", mode="before")
+    @classmethod
+    def _repo_list(cls, value: Any) -> Any:
+        if isinstance(value, str):  # the environment's: a JSON list or space-separated URLs
+            if value.strip().startswith("["):
+                try:
+                    return json.loads(value)
+                except ValueError as exc:
+                    raise ValueError(f"not a JSON list of URLs ({exc})") from None
+            return value.split()
+        return value
+
+    @field_validator("hypervisor_update_repos")
+    @classmethod
+    def _repo_urls(cls, value: list[str]) -> list[str]:
+        # they travel space-separated in Cobbler's autoinstall_meta and land in the profile's XML
+        bad = [url for url in value if not _REPO_URL.fullmatch(url)]
+        if bad:
+            raise ValueError(f"{bad} not repository URLs: scheme://host/path, no spaces and none "
+                             "of <>&\"' (percent-encode them)")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{value} lists a repository twice")
+        return value
 
     def public(self) -> dict[str, Any]:
         """For logs and artifacts: secrets masked."""
@@ -131,6 +178,40 @@ def active_lab_dir(environ: dict[str, str] | None = None) -> Path | None:
     """The lab the settings come from: the one STORE_ROLLOUT_LAB_DIR names, else None."""
     explicit = (os.environ if environ is None else environ).get("STORE_ROLLOUT_LAB_DIR")
     return Path(explicit) if explicit else None
+
+
+def running_labs(homes: tuple[Path, ...] | None = None) -> list[Path]:
+    """Labs running on this machine where labs live by default: `.lab` (`lab up`) and `.lab-*`
+    (the tests' `.lab-test*`) in the checkout and in the current directory. A lab runs when a
+    process its lab.json records is alive. Only ever named to a person (the CLI's hint when
+    settings are missing): settings come from a lab only when STORE_ROLLOUT_LAB_DIR names it."""
+    found: list[Path] = []
+    for home in dict.fromkeys(h.resolve() for h in (homes or (REPO_ROOT, Path.cwd()))):
+        for state_dir in sorted(home.glob(".lab*")):
+            if state_dir not in found and _lab_alive(state_dir / "lab.json"):
+                found.append(state_dir)
+    return found
+
+
+def _lab_alive(lab_json: Path) -> bool:
+    """Any service of lab.json alive, judged as lab/procs.py's ProcessRecord.alive does (the
+    start time guards against a reused PID); production code does not import lab/."""
+    import psutil
+
+    try:
+        services = json.loads(lab_json.read_text()).get("services") or {}
+        records = [(int(s["pid"]), float(s["create_time"])) for s in services.values()]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return False  # no lab.json, or not one a lab wrote
+    for pid, create_time in records:
+        try:
+            proc = psutil.Process(pid)
+            if (abs(proc.create_time() - create_time) < 0.05
+                    and proc.status() != psutil.STATUS_ZOMBIE):
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def prefect_settings_of_lab(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -204,14 +285,23 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     try:
         return RolloutSettings.model_validate(Sourced().model_dump())  # type: ignore[call-arg]
     except ValidationError as exc:
-        problems = []
+        problems, missing, invalid = [], [], []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"])
             hint = (f"set STORE_ROLLOUT_{field.upper()}" +
                     (f" or STORE_ROLLOUT_{field.upper()}_BLOCK (a Prefect Secret block)"
                      if field in SECRET_FIELDS else "") +
                     (f", or name a Credentials Block with STORE_ROLLOUT_{_REPLACED_BY[field].upper()}"
-                     if field in _REPLACED_BY else "") +
-                    ", or name a running lab with STORE_ROLLOUT_LAB_DIR")
+                     if field in _REPLACED_BY else ""))
             problems.append(f"{field}: {err['msg']} ({hint})")
-        raise SettingsError("settings invalid: " + "; ".join(problems)) from None
+            if err["type"] == "missing":
+                missing.append(f"STORE_ROLLOUT_{field.upper()}")
+            else:
+                invalid.append(problems[-1])
+        lab = "or name a running lab with STORE_ROLLOUT_LAB_DIR"
+        # a shell without any settings misses eight of them: one line, not eight times the advice
+        brief = "; ".join(([f"settings missing: {', '.join(missing)} (export them; secrets and "
+                            "logins may come from Prefect blocks instead, see README; " + lab + ")"]
+                           if missing else []) + invalid)
+        raise SettingsError(f"settings invalid: {'; '.join(problems)}; {lab}",
+                            tuple(missing), brief) from None

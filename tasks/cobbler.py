@@ -23,6 +23,7 @@ from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from store_rollout.contracts import ROOT_PASSWORD_HASH_META
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
@@ -84,7 +85,8 @@ class SystemSpec:
     netmask: str | None = None
     gateway: str | None = None
     interface: str = "eth0"
-    autoinstall_meta: dict[str, str] = field(default_factory=dict)
+    # not in repr: the one-time token and the root password's hash
+    autoinstall_meta: dict[str, str] = field(default_factory=dict, repr=False)
     power_type: str = ""
     power_address: str = ""
     power_user: str = ""
@@ -102,8 +104,10 @@ class SystemSpec:
         return fields
 
 
-# never shown in a plan: the BMC password, and the one-time token each install gets anew
-SECRET_FIELDS = frozenset({"power_pass"})
+# never shown in a plan: the BMC password and the hash of root's password (at most "changes";
+# a plan's spec has no hash, it never reads the password), and the one-time token each install
+# gets anew
+SECRET_FIELDS = frozenset({"power_pass", f"autoinstall_meta.{ROOT_PASSWORD_HASH_META}"})
 ONE_TIME_FIELDS = frozenset({"autoinstall_meta.autosign_token"})
 
 
@@ -250,6 +254,14 @@ class CobblerClient:
         return str(self._call("generate_autoinstall",
                               lambda: self._proxy.generate_autoinstall("", name)))
 
+    def render_profile_autoinstall(self, profile: str) -> str:
+        """The profile's autoinstall file as Cobbler renders it for no particular system."""
+        return str(self._call(f"generate_autoinstall {profile}",
+                              lambda: self._proxy.generate_autoinstall(profile, "")))
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._call("get_settings", lambda: self._proxy.get_settings()) or {})
+
     # -- writes ------------------------------------------------------------------------
     def upsert_system(self, spec: SystemSpec) -> bool:
         """Create or update the record; True when it was created. Never a second record."""
@@ -277,7 +289,10 @@ class CobblerClient:
             if value:
                 self._modify(handle, key, value)
         self._modify(handle, "netboot_enabled", True)
-        self._call(f"save_system {spec.name}", lambda: self._proxy.save_system(handle, tok))
+        self._confirmed(f"save_system {spec.name}",
+                        self._call(f"save_system {spec.name}",
+                                   lambda: self._proxy.save_system(handle, tok)),
+                        f"system {spec.name!r} was not saved; see Cobbler's log")
         return existing is None
 
     def _modify(self, handle: str, key: str, value: Any) -> None:
@@ -287,11 +302,19 @@ class CobblerClient:
         if ok is False:
             raise CobblerRejected(f"Cobbler refused system field {key!r}")
 
+    @staticmethod
+    def _confirmed(what: str, answer: Any, why: str) -> None:
+        """Some calls answer False, not a fault, when Cobbler did not do what was asked: going on
+        would report done what was not (netboot still on, a host never power-cycled)."""
+        if answer is False:
+            raise CobblerRejected(f"Cobbler answered False to {what}: {why}")
+
     def sync(self) -> None:
         """Full sync. It deletes and rewrites every PXE config, so a machine PXE-booting
         meanwhile finds none: a rollout syncs only its own system (`sync_system`)."""
         tok = self.token()
-        self._call("sync", lambda: self._proxy.sync(tok))
+        self._confirmed("sync", self._call("sync", lambda: self._proxy.sync(tok)),
+                        "the PXE configs were not written; see Cobbler's log")
 
     def sync_system(self, name: str, timeout: float = 120) -> None:
         """Sync this system's PXE (and DHCP/DNS when Cobbler manages them) and wait for it."""
@@ -311,6 +334,8 @@ class CobblerClient:
                                        f"log for task {task_id}")
 
     def power(self, name: str, action: str) -> Any:
+        """`status`: True when the host is on. Any other action: True, or CobblerRejected when
+        Cobbler answers False (its fence agent did not carry it out)."""
         if action not in ("on", "off", "reboot", "status"):
             raise ValueError(f"power action {action!r}: use on, off, reboot or status")
         tok = self.token()
@@ -319,17 +344,32 @@ class CobblerClient:
             handle = self._proxy.get_system_handle(name, tok)
             return self._proxy.power_system(handle, action, tok)
 
-        return self._call(f"power {action} {name}", call)
+        answer = self._call(f"power {action} {name}", call)
+        if action != "status":  # for status, False only means the host is off
+            self._confirmed(f"power {action} {name}", answer,
+                            f"the fence agent did not power-{action} system {name!r}: check its "
+                            "power_type, power_address and BMC login, and Cobbler's log")
+        return answer
 
     def disable_netboot(self, name: str) -> None:
         tok = self.token()
-        self._call(f"disable_netboot {name}", lambda: self._proxy.disable_netboot(name, tok))
+        answer = self._call(f"disable_netboot {name}",
+                            lambda: self._proxy.disable_netboot(name, tok))
+        # Cobbler 3.3 answers False, and changes nothing, when its pxe_just_once setting is off
+        # or the system is gone
+        self._confirmed(f"disable_netboot {name}", answer,
+                        f"netboot of system {name!r} is still on: set pxe_just_once: true in "
+                        f"Cobbler's settings (restart cobblerd), or check the system exists "
+                        f"(cobbler system report --name {name})")
 
     def remove_system(self, name: str) -> bool:
         if self.get_system(name) is None:
             return False
         tok = self.token()
-        self._call(f"remove_system {name}", lambda: self._proxy.remove_system(name, tok))
+        self._confirmed(f"remove_system {name}",
+                        self._call(f"remove_system {name}",
+                                   lambda: self._proxy.remove_system(name, tok)),
+                        f"system {name!r} was not removed; see Cobbler's log")
         return True
 
 

@@ -6,9 +6,11 @@ answers with a chosen status or body run on 127.0.0.1 in a thread of the test.
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
 
@@ -21,11 +23,14 @@ from tasks.cobbler import (
     CobblerNotFound,
     CobblerRejected,
     CobblerUnavailable,
+    SystemSpec,
 )
 from tests.local_servers import refused_url, resetting_url, serving, silent_url
 
 USER, PASSWORD = "rollout", "s3cret-Pa55"
 TIMEOUT = 0.5
+SPEC = SystemSpec(name="hv-2", hostname="hv-2.example", mac="52:54:00:00:00:02",
+                  profile="store-hypervisor")
 
 
 class CX(Exception):
@@ -40,6 +45,10 @@ class FakeCobbler:
         self.token = "tok-1"
         self.logins = 0
         self.systems = {"hv-1": {"name": "hv-1", "netboot_enabled": True}}
+        # Cobbler 3.3 answers False, not a fault, where it did nothing (remote.py): its setting
+        # pxe_just_once off makes disable_netboot do nothing; `answers` the other calls' answers
+        self.pxe_just_once = True
+        self.answers: dict[str, bool] = {}
 
     def _dispatch(self, method: str, params: tuple[Any, ...]) -> Any:
         return getattr(self, f"do_{method}")(*params)
@@ -64,11 +73,33 @@ class FakeCobbler:
 
     def do_disable_netboot(self, name: str, token: str) -> bool:
         self.check(token)
+        if not self.pxe_just_once or name not in self.systems:
+            return False
         self.systems[name]["netboot_enabled"] = False
         return True
 
     def do_modify_system(self, handle: str, key: str, value: Any, token: str) -> bool:
-        raise CX(f"invalid MAC address format ({value})")
+        if key == "mac_address":
+            raise CX(f"invalid MAC address format ({value})")
+        return True
+
+    def do_find_system(self, criteria: dict[str, str]) -> list[str]:
+        return []
+
+    def do_new_system(self, token: str) -> str:
+        return "___NEW___system::1"
+
+    def do_save_system(self, handle: str, token: str) -> bool:
+        return self.answers.get("save_system", True)
+
+    def do_sync(self, token: str) -> bool:
+        return self.answers.get("sync", True)
+
+    def do_power_system(self, handle: str, power: str, token: str) -> bool:
+        return self.answers.get(f"power_{power}", True)
+
+    def do_remove_system(self, name: str, token: str) -> bool:
+        return self.answers.get("remove_system", True)
 
     def check(self, token: str) -> None:
         if token != self.token:
@@ -164,6 +195,80 @@ def test_expired_token_is_retryable_and_renewed(cobbler: tuple[FakeCobbler, Cobb
         client.disable_netboot("hv-1")
     client.disable_netboot("hv-1")  # the next attempt logs in again
     assert fake.logins == 2
+
+
+def test_disable_netboot_answered_false_is_an_error(
+        cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    fake, client = cobbler
+    fake.pxe_just_once = False
+    with pytest.raises(CobblerRejected, match=r"^Cobbler answered False to disable_netboot hv-1: "
+                                              r"netboot of system 'hv-1' is still on: set "
+                                              r"pxe_just_once: true in Cobbler's settings"):
+        client.disable_netboot("hv-1")
+    assert fake.systems["hv-1"]["netboot_enabled"] is True
+    with pytest.raises(CobblerRejected, match="netboot of system 'hv-9' is still on"):
+        client.disable_netboot("hv-9")  # removed since it was looked up
+
+
+def test_rollback_fails_when_cobbler_leaves_netboot_on(
+        cobbler: tuple[FakeCobbler, CobblerClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rollback's Cobbler step (flows/store_rollback.py) fails, not "netboot: False"."""
+    import tasks.cobbler
+    from store_rollout.inventory import parse_inventory
+
+    fake, client = cobbler
+    store = parse_inventory({"stores": [{
+        "store_id": "s1", "erp": {"site_code": "S1"},
+        "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
+    fake.systems[store.cobbler_system] = {"name": store.cobbler_system, "netboot_enabled": True}
+    fake.pxe_just_once = False
+    monkeypatch.setattr(tasks.cobbler, "cobbler_client", lambda settings=None: client)
+    with pytest.raises(CobblerRejected, match="netboot of system 'store-s1-hv' is still on"):
+        tasks.cobbler.disable_hypervisor_netboot.fn(store)
+    # not a transient failure: the task's retries do not wait it out
+    assert not issubclass(CobblerRejected, CobblerUnavailable)
+
+
+@pytest.mark.parametrize(("answer", "call", "message"), [
+    ("save_system", lambda c: c.upsert_system(SPEC),
+     "save_system hv-2: system 'hv-2' was not saved"),
+    ("sync", lambda c: c.sync(), "sync: the PXE configs were not written"),
+    ("power_reboot", lambda c: c.power("hv-1", "reboot"),
+     "power reboot hv-1: the fence agent did not power-reboot system 'hv-1'"),
+    ("power_on", lambda c: c.power("hv-1", "on"), "power on hv-1: the fence agent did not"),
+    ("remove_system", lambda c: c.remove_system("hv-1"),
+     "remove_system hv-1: system 'hv-1' was not removed"),
+])
+def test_false_answer_is_an_error(cobbler: tuple[FakeCobbler, CobblerClient], answer: str,
+                                  call: Callable[[CobblerClient], Any], message: str) -> None:
+    fake, client = cobbler
+    call(client)  # True: done
+    fake.answers[answer] = False
+    with pytest.raises(CobblerRejected, match=f"^Cobbler answered False to {re.escape(message)}"):
+        call(client)
+
+
+def test_power_status_false_means_off(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    fake, client = cobbler
+    fake.answers["power_status"] = False
+    assert client.power("hv-1", "status") is False
+
+
+@pytest.mark.parametrize(("body", "ok"), [("True", True), ("True\n", True), ("False", False),
+                                          ("", False)])
+def test_simulated_installer_checks_the_nopxe_answer(body: str, ok: bool) -> None:
+    """Cobbler's nopxe answers 200 with "False" when netboot stays on: the lab's installer
+    (lab/simulator.py) stops there instead of starting the host as if installed."""
+    from lab.simulator import Simulator
+
+    url = "http://10.77.0.1:80/cblr/svc/op/nopxe/system/store-s1-hv"
+    firmware = SimpleNamespace(_fetch={url: body}.__getitem__)
+    if ok:
+        Simulator._nopxe(firmware, url)  # type: ignore[arg-type]
+        return
+    with pytest.raises(RuntimeError, match=f"Cobbler answered {body!r} to {re.escape(url)}, "
+                                           "not 'True': netboot stays on"):
+        Simulator._nopxe(firmware, url)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("status", "expected"), [

@@ -1,12 +1,15 @@
-"""The inventory's host addressing is checked as one network (no lab needed)."""
+"""The inventory's host addressing is checked as one network; files as a store technician saves
+them are read or refused naming the fix (no lab needed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
-from store_rollout.inventory import InventoryError, parse_inventory
+from store_rollout.inventory import InventoryError, load_inventory, parse_inventory
 
 
 def inventory(**hypervisor: str) -> dict[str, Any]:
@@ -62,3 +65,109 @@ def test_a_store_given_twice_is_refused_naming_it() -> None:
     assert [s.store_id for s in inv.select(["s2", "s1"])] == ["s2", "s1"]
     with pytest.raises(InventoryError, match="store_ids: 's1' given more than once"):
         inv.select(["s1", "s2", "s1"])
+
+
+@pytest.mark.parametrize(("mac", "message"), [
+    ("00:00:00:00:00:00", "MAC '00:00:00:00:00:00' is all zeros"),
+    ("00-00-00-00-00-00", "MAC '00-00-00-00-00-00' is all zeros"),
+    ("FF:FF:FF:FF:FF:FF", "MAC 'FF:FF:FF:FF:FF:FF' is the broadcast address"),
+    ("01:00:5e:00:00:01", "MAC '01:00:5e:00:00:01' is a multicast address (the low bit of its "
+                          "first octet is set"),
+    ("33:33:00:00:00:01", "MAC '33:33:00:00:00:01' is a multicast address"),  # IPv6 multicast
+])
+def test_macs_no_nic_has_are_refused_naming_store_and_field(mac: str, message: str) -> None:
+    with pytest.raises(InventoryError) as err:
+        parse_inventory(inventory(mac=mac), "inv.yaml")
+    assert str(err.value).startswith(f"inv.yaml: store 's1': hypervisor.mac: {message}")
+    assert "use the" in str(err.value)  # the fix
+
+
+CSV_HEADER = ["store_id", "hv_hostname", "hv_mac", "erp_site_code", "vm_disk_gib"]
+CSV_ROWS = [["c1", "hv-c1.x.invalid", "52:54:00:c0:00:01", "C-1", "4"],
+            ["c2", "hv-c2.x.invalid", "52:54:00:c0:00:02", "C-2", ""]]
+
+
+def spreadsheet_csv(path: Path, delimiter: str, bom: bool = True, newline: str = "\r\n",
+                    rows: list[list[str]] = CSV_ROWS) -> Path:
+    """A CSV as a spreadsheet saves it: "CSV UTF-8" starts with a byte-order mark, lines end in
+    CRLF, and ';' separates cells where ',' is the decimal separator."""
+    text = newline.join(delimiter.join(cells) for cells in [CSV_HEADER, *rows]) + newline
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode())
+    return path
+
+
+@pytest.mark.parametrize("delimiter", [";", ",", "\t"])
+def test_spreadsheet_csv_is_read(tmp_path: Path, delimiter: str) -> None:
+    inv = load_inventory(spreadsheet_csv(tmp_path / "stores.csv", delimiter))
+    assert [s.store_id for s in inv.stores] == ["c1", "c2"]  # not '\ufeffstore_id'
+    assert inv.get("c1").hypervisor.mac == "52:54:00:c0:00:01"
+    assert (inv.get("c1").vm.disk_gib, inv.get("c2").vm.disk_gib) == (4, 20)
+    assert inv.get("c2").erp.site_code == "C-2"  # no '\r' left at the end of a line
+
+
+def test_spreadsheet_leftovers_are_ignored_or_named(tmp_path: Path) -> None:
+    # a cleared row stays behind as a row of empty cells; a formatted empty column as ';;'
+    rows = [[*CSV_ROWS[0], "", ""], ["", "", "", "", "", "", ""]]
+    path = spreadsheet_csv(tmp_path / "stores.csv", ";", rows=rows)
+    path.write_bytes(path.read_bytes().replace(b"vm_disk_gib", b"vm_disk_gib;;", 1))
+    assert [s.store_id for s in load_inventory(path).stores] == ["c1"]
+    path.write_bytes(path.read_bytes().replace(b"4;;", b"4;;oops", 1))
+    with pytest.raises(InventoryError, match=r"line 2: a value in column 7, which has no name"):
+        load_inventory(path)
+    spreadsheet_csv(path, ";", rows=[[*CSV_ROWS[0], "extra"]])
+    with pytest.raises(InventoryError, match=r"line 2: 6 cells but the header names 5 columns "
+                                             r"\(extra: \['extra'\]\)"):
+        load_inventory(path)
+
+
+def test_csv_with_another_delimiter_is_refused_naming_it(tmp_path: Path) -> None:
+    path = spreadsheet_csv(tmp_path / "stores.csv", "|")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    assert str(err.value).startswith(f"{path}: unknown CSV column(s) ['{'|'.join(CSV_HEADER)}'] "
+                                     "(header split at ','; columns are separated by ',', ';' or "
+                                     "tab): fix their names or the delimiter")
+
+
+def test_csv_not_utf8_is_refused_naming_the_encoding_fix(tmp_path: Path) -> None:
+    path = tmp_path / "stores.csv"  # Excel's plain "CSV" is the Windows code page
+    path.write_bytes("store_id;erp_cost_center\nc1;Münster\n".encode("cp1252"))
+    with pytest.raises(InventoryError, match=r"is not UTF-8 text \(byte 0xfc at offset 29\): save "
+                                             r"it as UTF-8 \(in a spreadsheet: 'CSV UTF-8'\)"):
+        load_inventory(path)
+
+
+def test_directory_as_inventory_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError) as err:
+        load_inventory(tmp_path)
+    assert str(err.value) == (f"inventory {tmp_path} is a directory: pass the inventory file in "
+                              "it (.yaml, .yml or .csv), not the directory")
+
+
+def test_unreadable_inventory_is_refused_naming_it(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = spreadsheet_csv(tmp_path / "stores.csv", ",")
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+        # chmod cannot show it: the tests run as root, who reads any file
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    assert str(err.value) == (f"inventory file {path} cannot be read (Permission denied): give "
+                              "the user running store-rollout read access to it, or pass a "
+                              "readable copy")
+
+
+@pytest.mark.parametrize("command", [["rollout", "0001"], ["plan", "0001"], ["rollback", "0001"],
+                                     ["vm-xml", "0001"]])
+def test_cli_refuses_a_directory_in_one_line_without_traceback(tmp_path: Path,
+                                                               command: list[str]) -> None:
+    from app.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--inventory", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [f"error: inventory {tmp_path} is a directory: pass the "
+                                          "inventory file in it (.yaml, .yml or .csv), not the "
+                                          "directory"]

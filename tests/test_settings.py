@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
+from typer.testing import CliRunner
 
 from lab.state import REPO_ROOT, VENV_BIN
-from store_rollout.settings import SettingsError, load_settings
+from store_rollout import settings as settings_module
+from store_rollout.settings import SettingsError, load_settings, running_labs
 
 BASE = {"STORE_ROLLOUT_COBBLER_URL": "http://cobbler/", "STORE_ROLLOUT_COBBLER_USER": "u",
         "STORE_ROLLOUT_COBBLER_PASSWORD": "p", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
@@ -56,10 +60,94 @@ def test_cli_never_picks_a_lab_by_itself(tmp_path: Path) -> None:
         if made_dir:
             stale.parent.rmdir()
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    message = " ".join(proc.stderr.split())
+    # issue 27 item 10: one line naming what is missing (not ~20 lines of the same advice), and
+    # at most the line naming a lab that runs here (never one whose processes are gone)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("error: settings missing: STORE_ROLLOUT_COBBLER_URL, "), lines
     for field in ("cobbler_url", "salt_master_config", "erp_url", "image_base_url"):
-        assert f"{field}: Field required (set STORE_ROLLOUT_{field.upper()}" in message, field
-    assert "or name a running lab with STORE_ROLLOUT_LAB_DIR" in message
+        assert lines[0].count(f"STORE_ROLLOUT_{field.upper()}") == 1, field
+    assert lines[0].count("STORE_ROLLOUT_LAB_DIR") == 1 and "Field required" not in lines[0]
+    assert lines[1:] == [] or (len(lines) == 2 and lines[1].startswith(
+        "export STORE_ROLLOUT_LAB_DIR=")), lines
+    if made:  # the stale lab.json of this test records no live process
+        assert str(stale.parent) not in re.split(r"[=\s,()]+", proc.stderr)
+
+
+def test_missing_settings_are_named_once_in_one_line() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings({})
+    brief, missing = err.value.brief, err.value.missing
+    assert {"STORE_ROLLOUT_COBBLER_URL", "STORE_ROLLOUT_COBBLER_PASSWORD",
+            "STORE_ROLLOUT_SALT_MASTER_CONFIG", "STORE_ROLLOUT_ERP_TOKEN",
+            "STORE_ROLLOUT_IMAGE_BASE_URL"} <= set(missing)
+    assert brief.startswith(f"settings missing: {', '.join(missing)} (export them")
+    assert "\n" not in brief and brief.count("STORE_ROLLOUT_LAB_DIR") == 1
+    assert all(brief.count(name) == 1 for name in missing)
+    # the message for logs keeps each field's own advice, the lab's once
+    assert "cobbler_url: Field required (set STORE_ROLLOUT_COBBLER_URL" in str(err.value)
+    assert str(err.value).count("STORE_ROLLOUT_LAB_DIR") == 1
+    # a wrong value keeps its reason beside the missing ones
+    with pytest.raises(SettingsError) as err:
+        load_settings({"STORE_ROLLOUT_IMAGE_BASE_URL": "file:///var/cache/images"})
+    assert "STORE_ROLLOUT_IMAGE_BASE_URL" not in err.value.missing
+    assert "; image_base_url: " in err.value.brief
+    assert "'file:///var/cache/images' is not an http(s) URL" in err.value.brief
+
+
+def lab_state(home: Path, name: str, *processes: tuple[int, float]) -> Path:
+    """A lab state dir whose lab.json records these (pid, create_time) as its services."""
+    state_dir = home / name
+    state_dir.mkdir()
+    (state_dir / "lab.json").write_text(json.dumps({"services": {
+        f"service-{i}": {"address": "-", "pid": pid, "create_time": started, "log": "-"}
+        for i, (pid, started) in enumerate(processes)}}))
+    return state_dir.resolve()
+
+
+def test_a_lab_runs_while_a_process_it_recorded_lives(tmp_path: Path) -> None:
+    me = psutil.Process()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    running = lab_state(tmp_path, ".lab", (gone.pid, 1.0), (me.pid, me.create_time()))
+    lab_state(tmp_path, ".lab-test-gw0", (gone.pid, 1.0))  # crashed or `lab down`
+    lab_state(tmp_path, ".lab-test-gw1", (me.pid, me.create_time() - 60))  # PID reused since
+    lab_state(tmp_path, ".lab-test")  # nothing started yet
+    (tmp_path / ".lab-old").mkdir()  # no lab.json
+    (lab_state(tmp_path, ".lab-broken") / "lab.json").write_text("{not json")
+    assert running_labs((tmp_path, tmp_path / ".")) == [running]
+
+
+def test_cli_names_the_running_lab_and_still_refuses(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without settings, a lab running here is named as the line to paste, never used: the
+    command exits 2 before touching anything."""
+    from app.cli import app
+    from tasks.run_health import HEARTBEAT_ENV
+
+    for key in [k for k in os.environ if k.startswith("STORE_ROLLOUT_")]:
+        monkeypatch.delenv(key)
+    for key, value in HEARTBEAT_ENV.items():  # the CLI sets them in os.environ: restored after
+        monkeypatch.setenv(key, os.environ.get(key, value))
+    monkeypatch.setattr(settings_module, "REPO_ROOT", tmp_path)  # where labs are looked for
+    monkeypatch.chdir(tmp_path)
+    me = psutil.Process()
+    lab = lab_state(tmp_path, ".lab", (me.pid, me.create_time()))
+    argv = ["rollout", "0001", "--inventory", str(REPO_ROOT / "examples" / "inventory.yaml")]
+
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: settings missing: "), lines
+    assert lines[1] == f"export STORE_ROLLOUT_LAB_DIR={lab}  # the lab running on this machine"
+
+    lab_state(tmp_path, ".lab-test", (me.pid, me.create_time()))
+    lines = CliRunner().invoke(app, argv).output.splitlines()
+    assert lines[1].endswith(f"(also running: {tmp_path.resolve() / '.lab-test'})")
+
+    for state_dir in (lab, tmp_path / ".lab-test"):  # its processes gone: nothing to name
+        (state_dir / "lab.json").write_text(json.dumps({"services": {}}))
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
 
 
 def lab_json(state_dir: Path, **fields: object) -> Path:
