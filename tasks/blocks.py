@@ -1,12 +1,23 @@
-"""Loading a named Prefect Block with its own type (the client factories' one way in)."""
+"""Loading a named Prefect Block with its own type (the client factories' one way in), and the
+per-store secrets the rollout keeps in Prefect Secret blocks (each hypervisor's root password)."""
 
 from __future__ import annotations
 
-from typing import TypeVar, cast
+import secrets
+from typing import Any, TypeVar, cast
 
 from prefect.blocks.core import Block
+from prefect.blocks.system import Secret
+from prefect.exceptions import ObjectNotFound
+from pydantic import SecretStr
 
 B = TypeVar("B", bound=Block)
+
+# A hypervisor's root password, typed by a technician at its console (BMC or local keyboard):
+# no look-alikes (0 O 1 l I) and no y/z, which QWERTZ keyboards swap; 20 of these 52 characters
+# are 114 bits
+ROOT_PASSWORD_ALPHABET = "23456789abcdefghijkmnpqrstuvwxABCDEFGHJKLMNPQRSTUVWX"
+ROOT_PASSWORD_LENGTH = 20
 
 
 def load_block(block_type: type[B], name: str) -> B:
@@ -19,3 +30,43 @@ def load_block(block_type: type[B], name: str) -> B:
     except ValueError as exc:
         raise ValueError(f"no {block_type.get_block_type_name()} Block named {name!r} on the "
                          f"Prefect server (check STORE_ROLLOUT_*_CREDENTIALS_BLOCK): {exc}") from exc
+
+
+def root_password_block_name(store_id: str) -> str:
+    """The Prefect Secret block holding the root password of a store's hypervisor."""
+    return f"store-{store_id}-root-password"
+
+
+def store_root_password(store_id: str) -> SecretStr:
+    """The root password of a store's hypervisor, from its Secret block; the first call makes a
+    random one and saves it there (a rerun, or a reinstall, reuses it; an operator reads it in the
+    UI, or sets it before the first install). Never logged."""
+    name = root_password_block_name(store_id)
+    stored = _load_secret(name)
+    if stored is not None:
+        return stored
+    password = SecretStr("".join(secrets.choice(ROOT_PASSWORD_ALPHABET)
+                                 for _ in range(ROOT_PASSWORD_LENGTH)))
+    try:
+        Secret(value=password).save(name, overwrite=False)
+    except ValueError:  # another run saved one meanwhile: that one is the store's
+        stored = _load_secret(name)
+        if stored is None:
+            raise
+        return stored
+    return password
+
+
+def _load_secret(name: str) -> SecretStr | None:
+    """The text of the Secret block `name`; None when there is no such block."""
+    try:
+        block: Any = Secret.load(name)
+    except ValueError as exc:
+        if isinstance(exc.__cause__, ObjectNotFound):
+            return None
+        raise
+    value = block.value.get_secret_value()  # not Secret.get(): it would json-decode "1234"
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"Secret block {name!r} holds no password (a non-empty string): set one "
+                         "in the Prefect UI, or delete the block to have a new one generated")
+    return SecretStr(value)

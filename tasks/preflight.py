@@ -20,6 +20,41 @@ class PreflightError(ValueError):
     """The rollout cannot start: settings, inventory and outside systems disagree."""
 
 
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def root_password_problem(client: CobblerClient, profile: str) -> str | None:
+    """What is wrong with root's password in a Cobbler profile, rendered as for a system that
+    has no `root_password_hash` (the profile alone): Cobbler's own default_password_crypted (the
+    well-known hash of "cobbler") anywhere in it, or root given any password but a locked one
+    ("!"/"*"), which every such host would share. None when root is locked there."""
+    rendered = client.render_profile_autoinstall(profile)
+    default = str(client.settings().get("default_password_crypted") or "")
+    fix = ("use image_builds/autoyast/store-hypervisor.xml as its autoinstall template (root "
+           "locked without the per-store root_password_hash step 2 sets)")
+    if default and default in rendered:
+        return (f"Cobbler profile {profile!r}: its autoinstall template falls back to Cobbler's "
+                f"default_password_crypted (every store's root password would be Cobbler's "
+                f"default); {fix}")
+    try:
+        root = ET.fromstring(rendered.lstrip())
+    except ET.ParseError as exc:
+        return f"Cobbler profile {profile!r}: its autoinstall template renders no XML ({exc}); {fix}"
+    for user in root.iter():
+        fields = {_local(c.tag): (c.text or "").strip() for c in user}
+        if _local(user.tag) != "user" or fields.get("username") != "root":
+            continue
+        password = fields.get("user_password", "")
+        if not password:
+            return (f"Cobbler profile {profile!r}: its autoinstall template leaves root's password "
+                    f"empty; {fix}")
+        if not password.startswith(("!", "*")):
+            return (f"Cobbler profile {profile!r}: its autoinstall template gives root a password "
+                    f"of its own, not the store's (every store would share it); {fix}")
+    return None
+
+
 UNIT_MIB = {"M": 1, "G": 1024, "T": 1024 * 1024}
 
 
@@ -83,10 +118,14 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
         try:
             client.token()  # credentials work
             for profile in sorted({s.hypervisor.cobbler_profile for s in stores}):
+                users = [s.store_id for s in stores if s.hypervisor.cobbler_profile == profile]
                 if not client.profile_exists(profile):
-                    users = [s.store_id for s in stores if s.hypervisor.cobbler_profile == profile]
                     problems.append(f"store(s) {users}: hypervisor.cobbler_profile: Cobbler has "
                                     f"no profile {profile!r}; create it or fix the inventory")
+                    continue
+                root_problem = root_password_problem(client, profile)
+                if root_problem:
+                    problems.append(f"store(s) {users}: {root_problem}")
         except CobblerError as exc:
             problems.append(f"cobbler: {exc}")
     slot = limit_problem(COBBLER_SYNC_LIMIT, 1)

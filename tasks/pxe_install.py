@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from passlib.hash import sha512_crypt
 from prefect import get_run_logger, task
+from pydantic import SecretStr
 
-from store_rollout.contracts import AUTOSIGN_GRAIN
+from store_rollout.contracts import AUTOSIGN_GRAIN, ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
+from tasks.blocks import store_root_password
 from tasks.cobbler import (
+    CobblerClient,
     CobblerRejected,
     CobblerUnavailable,
     SystemSpec,
@@ -25,13 +29,55 @@ from tasks.retry import retry_on
 from tasks.salt_client import hypervisor_ready, master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
 
+# Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
+# segment of the URL, as download.opensuse.org and its mirrors lay them out
+LEAP_UPDATE_ALIASES = {"oss": "repo-update", "non-oss": "repo-update-non-oss",
+                       "sle": "repo-sle-update", "backports": "repo-backports-update"}
 
-def system_spec(store: Store, settings: RolloutSettings, token: str) -> SystemSpec:
+
+def update_repos_meta(urls: list[str]) -> str:
+    """The profile's update repositories as one autoinstall_meta string (Cobbler's meta values
+    are strings): space-separated `alias=url`, Leap's alias for Leap's repositories, else
+    `update-<n>`."""
+    entries: list[str] = []
+    for n, url in enumerate(urls, 1):
+        alias = LEAP_UPDATE_ALIASES.get(url.rstrip("/").rsplit("/", 1)[-1], f"update-{n}")
+        if any(e.startswith(f"{alias}=") for e in entries):
+            alias = f"update-{n}"
+        entries.append(f"{alias}={url}")
+    return " ".join(entries)
+
+
+def root_password_hash(password: SecretStr, current: str = "") -> str:
+    """SHA-512 crypt(3) of a root password (`$6$`, what glibc and YaST take). `current`, the
+    hash Cobbler holds, is kept when it is of this password: a rerun changes nothing."""
+    secret = password.get_secret_value()
+    if current and sha512_crypt.identify(current):
+        try:
+            if sha512_crypt.verify(secret, current):
+                return current
+        except ValueError:  # malformed: replaced below
+            pass
+    return str(sha512_crypt.hash(secret))
+
+
+def store_root_password_hash(store: Store, client: CobblerClient) -> str:
+    """crypt(3) of the store's root password (its Secret block, made on the first install) for
+    its Cobbler record: the hash the record already holds when it is of that password."""
+    meta = (client.get_system(store.cobbler_system) or {}).get("autoinstall_meta")
+    current = str(meta.get(ROOT_PASSWORD_HASH_META) or "") if isinstance(meta, dict) else ""
+    return root_password_hash(store_root_password(store.store_id), current)
+
+
+def system_spec(store: Store, settings: RolloutSettings, token: str,
+                root_hash: str = "") -> SystemSpec:
     """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
-    autosign token)."""
+    autosign token; `root_hash`: crypt(3) of its root password, left out of the
+    record when empty, as for a plan, which never reads the password)."""
     hv = store.hypervisor
     bmc = bmc_credentials(store, settings)
     system = store.cobbler_system
+    root = {ROOT_PASSWORD_HASH_META: root_hash} if root_hash else {}
     return SystemSpec(
         name=system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
         ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
@@ -43,6 +89,8 @@ def system_spec(store: Store, settings: RolloutSettings, token: str) -> SystemSp
             "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
             "virt_uri": settings.hypervisor_libvirt_uri,
             "vm_images_dir": settings.vm_images_dir,
+            UPDATE_REPOS_META: update_repos_meta(settings.hypervisor_update_repos),
+            **root,
         },
         power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
         power_user=bmc.username, power_pass=bmc.password, power_id=system)
@@ -72,9 +120,10 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     if not client.profile_exists(profile):
         raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
                               "exist; create it or fix hypervisor.cobbler_profile")
+    root_hash = store_root_password_hash(store, client)  # before any change: no Secret, no install
     master.delete_key(minion)  # a stale key of a previous install would be 'denied'
     token = master.issue_token(minion)
-    spec = system_spec(store, settings, token)
+    spec = system_spec(store, settings, token, root_hash)
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")

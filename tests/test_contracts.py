@@ -390,7 +390,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
         "provisioning.py:18: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
-        "store-hypervisor.xml:216: engine tag_prefix: found 'store/libvirt_events'",
+        "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
     ):
         assert expected in found, f"{expected!r} not reported; reported:\n{found}"

@@ -13,6 +13,8 @@ import subprocess
 import threading
 import time
 import urllib.request
+import uuid
+import xml.etree.ElementTree as ET
 import xmlrpc.client
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,11 +25,16 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from passlib.hash import sha512_crypt
 
 from lab import cobbler_service, procs
-from lab.autoyast import parse_autoyast
+from lab.autoyast import YAST_NS, parse_autoyast
 from lab.procs import ProcessRecord
-from tests.helpers import cannot_run
+from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
+from store_rollout.inventory import parse_inventory
+from store_rollout.settings import LEAP_UPDATE_REPOS, load_settings
+from tests.helpers import BASE_ENV, cannot_run
+from tests.test_root_password import COBBLER_DEFAULT_HASH, glibc_crypt
 
 pytestmark = pytest.mark.lab
 
@@ -47,6 +54,11 @@ META = {
     "autosign_token": "tok-0042-a1b2c3",
     "virt_uri": "xen:///system",
     "vm_images_dir": "/srv/store-vm-images",
+    # as step 2 sends the settings' default (tasks/pxe_install.update_repos_meta); no root hash:
+    # this record stands for one written without it, whose root the profile locks
+    UPDATE_REPOS_META: "repo-update=https://download.opensuse.org/update/leap/15.6/oss/ "
+                       "repo-sle-update=https://download.opensuse.org/update/leap/15.6/sle/ "
+                       "repo-backports-update=https://download.opensuse.org/update/leap/15.6/backports/",
 }
 
 
@@ -260,7 +272,7 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
     assert "<package>python3-libvirt-python</package>" in via_http
     # what step 5 runs on the host: overlay disks and the identity seed ISO
     assert "<package>qemu-tools</package>" in via_http and "<package>xorriso</package>" in via_http
-    assert "systemctl enable salt-minion.service virtxend.socket" in via_http
+    assert "systemctl enable salt-minion.service virtxend.socket virtxend-ro.socket" in via_http
     assert "systemctl mask libvirtd.service" in via_http
     assert "<service>libvirtd</service>" not in via_http
     assert rendered.files["/etc/salt/minion_id"].strip() == META["minion_id"]
@@ -344,3 +356,171 @@ def test_sync_system_leaves_other_pxe_configs_alone(cobbler_lab: Lab, system: st
     client.sync()  # the full sync, for contrast: every PXE config is deleted and written anew
     assert identity(other) != other_before
     client.remove_system("store-0043-hv")
+
+
+# -- what a store host gets besides its minion: root password, reports, update repos, nopxe ----
+
+def _yast(elem: ET.Element, path: str) -> list[ET.Element]:
+    return elem.findall(path.replace("{y}", f"{{{YAST_NS}}}"))
+
+
+def _root_password(rendered: str) -> str:
+    """The root `<user_password>` of a rendered profile."""
+    doc = ET.fromstring(rendered.lstrip())
+    passwords = [(u.findtext(f"{{{YAST_NS}}}user_password") or "")
+                 for u in _yast(doc, ".//{y}users/{y}user")
+                 if u.findtext(f"{{{YAST_NS}}}username") == "root"]
+    assert len(passwords) == 1, passwords
+    return passwords[0]
+
+
+def _client(lab: Lab) -> Any:
+    from tasks.cobbler import CobblerClient
+
+    return CobblerClient(url=lab.cfg.xmlrpc_url, user=lab.cfg.user, password=lab.cfg.password)
+
+
+def test_profile_reports_instead_of_waiting_and_adds_the_update_repos(
+        cobbler_lab: Lab, system: str) -> None:
+    proxy, _ = cobbler_lab.login()
+    rendered = proxy.generate_autoinstall("", system)
+    doc = ET.fromstring(rendered.lstrip())
+    # every popup kind closes itself after 10 s and is logged (YaST's default waits for a key)
+    for kind in ("errors", "warnings", "messages"):
+        (section,) = _yast(doc, f"{{y}}report/{{y}}{kind}")
+        assert {c.tag.rsplit("}", 1)[-1]: c.text for c in section} == {
+            "show": "true", "timeout": "10", "log": "true"}, kind
+    entries = [(e.findtext(f"{{{YAST_NS}}}alias"), e.findtext(f"{{{YAST_NS}}}media_url"),
+                e.findtext(f"{{{YAST_NS}}}ask_on_error"))
+               for e in _yast(doc, "{y}add-on/{y}add_on_others/{y}listentry")]
+    assert entries == [
+        ("repo-update", LEAP_UPDATE_REPOS[0], "false"),
+        ("repo-sle-update", LEAP_UPDATE_REPOS[1], "false"),
+        ("repo-backports-update", LEAP_UPDATE_REPOS[2], "false")]
+    # a record without a root hash: root locked, never Cobbler's default_password_crypted
+    assert _root_password(rendered) == "!"
+    assert proxy.get_settings()["default_password_crypted"] == COBBLER_DEFAULT_HASH
+    assert COBBLER_DEFAULT_HASH not in rendered
+    # the profile alone (no system, no update_repos): no add-on section, root locked
+    alone = proxy.generate_autoinstall(cobbler_service.PROFILE, "")
+    assert "<add-on>" not in alone and _root_password(alone) == "!"
+
+
+def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
+                                                    prefect_harness: None) -> None:
+    """Step 2's records of two stores, rendered by Cobbler: each root hash is of the password in
+    its store's Secret block, the two differ, neither is Cobbler's default; a rerun of step 2
+    keeps the password and the hash."""
+    from tasks.blocks import store_root_password
+    from tasks.pxe_install import store_root_password_hash, system_spec
+
+    settings = load_settings({**BASE_ENV, "STORE_ROLLOUT_POWER_TYPE": "lab",
+                              "STORE_ROLLOUT_POWER_USER": "bmc-admin",
+                              "STORE_ROLLOUT_POWER_PASSWORD": "bmc-secret"})
+    client = _client(cobbler_lab)
+    run = uuid.uuid4().hex[:6]
+    stores = parse_inventory({"stores": [{
+        "store_id": f"r{run}-{n}",
+        "hypervisor": {"hostname": f"hv-{run}-{n}.stores.example", "mac": f"52:54:00:77:00:0{n}",
+                       "ip": f"192.0.2.7{n}", "netmask": "255.255.255.0", "gateway": "192.0.2.1"},
+        "vm": {"vcpus": 1, "memory_mib": 256, "disk_gib": 2, "network": "none"},
+        "erp": {"site_code": f"T-{n}"}} for n in (1, 2)]}).stores
+    hashes: dict[str, str] = {}
+    try:
+        for store in stores:
+            spec = system_spec(store, settings, f"tok-{store.store_id}",
+                               store_root_password_hash(store, client))
+            assert client.upsert_system(spec) is True
+            rendered = client.render_autoinstall(store.cobbler_system)
+            hashed = _root_password(rendered)
+            password = store_root_password(store.store_id).get_secret_value()
+            assert hashed.startswith("$6$") and password not in rendered
+            assert sha512_crypt.verify(password, hashed)
+            assert glibc_crypt(password, hashed) in (None, hashed)
+            assert COBBLER_DEFAULT_HASH not in rendered
+            hashes[store.store_id] = hashed
+        assert len(set(hashes.values())) == 2
+        # a rerun of step 2: the same Secret, and the hash Cobbler holds kept as it is
+        first = stores[0]
+        assert client.get_system(first.cobbler_system)["autoinstall_meta"][
+            ROOT_PASSWORD_HASH_META] == hashes[first.store_id]
+        again = system_spec(first, settings, "tok-rerun", store_root_password_hash(first, client))
+        assert client.upsert_system(again) is False
+        assert _root_password(client.render_autoinstall(first.cobbler_system)) \
+            == hashes[first.store_id]
+    finally:
+        for store in stores:
+            client.remove_system(store.cobbler_system)
+
+
+def _nopxe_script(rendered: str) -> str:
+    doc = ET.fromstring(rendered.lstrip())
+    (script,) = [s for s in _yast(doc, "{y}scripts/{y}chroot-scripts/{y}script")
+                 if s.findtext(f"{{{YAST_NS}}}filename") == "99-cobbler-nopxe.sh"]
+    return script.findtext(f"{{{YAST_NS}}}source") or ""
+
+
+def test_nopxe_script_fails_unless_cobbler_says_true(cobbler_lab: Lab) -> None:
+    """The install's last script: Cobbler's 200 "True" passes; its 200 "False" (no such system,
+    or pxe_just_once off) and no answer at all fail it, naming what Cobbler said (YaST reports
+    a failed script and logs its output)."""
+    name = "store0042-hv04"
+    _create_system(cobbler_lab, name, "52:54:00:42:00:04", "192.0.2.44", netboot_enabled=True)
+    proxy, token = cobbler_lab.login()
+    try:
+        script = _nopxe_script(proxy.generate_autoinstall("", name))
+
+        def run(text: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                                  timeout=120)
+
+        done = run(script)
+        assert (done.returncode, done.stdout.strip()) == (0, f"Cobbler turned netboot off for {name}")
+        assert proxy.get_system(name)["netboot_enabled"] is False
+        refused = run(script.replace(f"/nopxe/system/{name}", "/nopxe/system/no-such-system"))
+        assert refused.returncode == 1
+        assert "answered 'False', not 'True'" in refused.stderr
+        assert f"netboot is still on for {name}" in refused.stderr
+        closed = procs.free_port()
+        silent = run(script.replace(f"{cobbler_lab.cfg.http_url}/", f"http://127.0.0.1:{closed}/"))
+        assert silent.returncode == 1 and "answered 'no answer (curl exit 7)'" in silent.stderr
+    finally:
+        proxy.remove_system(name, token)
+
+
+def test_preflight_refuses_a_profile_that_falls_back_to_a_shared_root_password(
+        cobbler_lab: Lab) -> None:
+    from tasks.preflight import root_password_problem
+
+    client = _client(cobbler_lab)
+    assert root_password_problem(client, cobbler_service.PROFILE) is None
+    ours = "<user_password>$root_password_hash</user_password>"
+    template = TEMPLATE.read_text()
+    assert ours in template
+    variants = {
+        # the profile before issue 27: Cobbler's default_password_crypted without a hash
+        "old-fallback": ("<user_password>$getVar('root_password_hash', "
+                         "$getVar('default_password_crypted', ''))</user_password>",
+                         "falls back to Cobbler's default_password_crypted"),
+        "fixed-hash": (r"<user_password>\$6\$salt\$one-for-all</user_password>",
+                       "gives root a password of its own"),
+        "no-password": ("<user_password></user_password>", "leaves root's password empty"),
+    }
+    proxy, token = cobbler_lab.login()
+    try:
+        for name, (line, problem) in variants.items():
+            proxy.write_autoinstall_template(f"{name}.xml", template.replace(ours, line), token)
+            handle = proxy.new_profile(token)
+            for key, value in (("name", name), ("distro", cobbler_service.DISTRO),
+                               ("autoinstall", f"{name}.xml")):
+                assert proxy.modify_profile(handle, key, value, token), key
+            assert proxy.save_profile(handle, token)
+            found = root_password_problem(client, name)
+            assert found is not None and problem in found, (name, found)
+            assert f"Cobbler profile {name!r}" in found
+            assert "image_builds/autoyast/store-hypervisor.xml" in found
+    finally:
+        for name in variants:
+            proxy.remove_profile(name, token)
+            proxy.remove_autoinstall_template(f"{name}.xml", token)
+    assert proxy.get_item_names("profile") == [cobbler_service.PROFILE]

@@ -109,6 +109,8 @@ def test_production_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
     running = {_args(c)["name"] for c in services.values() if "running" in c}
     masked = {_args(c)["name"] for c in services.values() if "masked" in c}
     assert "virtxend.socket" in running and "libvirtd.service" in masked
+    # Salt's libvirt_events engine connects read-only (libvirt.openReadOnly): virtxend's ro socket
+    assert "virtxend-ro.socket" in running
     assert not running & masked
     assert "python3-libvirt-python" in _args(
         _states(rendered, "pkg")["hypervisor-libvirt-init-pkg-installed"])["pkgs"]
@@ -151,3 +153,18 @@ def test_the_formula_manages_the_engine_file_autoyast_writes(tmp_path: Path) -> 
     assert managed["contents"] == text
     assert yaml.safe_load(text)["engines"][0]["libvirt_events"]["tag_prefix"] \
         == LIBVIRT_EVENT_TAG_PREFIX
+
+
+def test_autoyast_enables_and_masks_the_formulas_libvirt_units() -> None:
+    """The profile's chroot script enables and masks at install the units the formula manages
+    (parameters/os_family/Suse.yaml), so the first boot into Xen already has them, the
+    libvirt_events engine's read-only socket included."""
+    profile = (REPO_ROOT / "image_builds" / "autoyast" / "store-hypervisor.xml").read_text()
+    suse = yaml.safe_load((SALT_STATES_DIR / "hypervisor" / "parameters" / "os_family"
+                           / "Suse.yaml").read_text())["values"]["libvirt"]
+    enabled = re.search(r"^systemctl enable (.+)$", profile, re.M)
+    masked = re.search(r"^systemctl mask (.+)$", profile, re.M)
+    assert enabled is not None and masked is not None
+    assert enabled.group(1).split() == ["salt-minion.service", *suse["enabled"]]
+    assert masked.group(1).split() == suse["masked"]
+    assert "virtxend-ro.socket" in suse["enabled"]
