@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -47,6 +48,12 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
     if not grains_file.exists():
         grains_file.write_text("")
     os.chmod(grains_file, 0o600)
+    engines: list[Any] = ["store_autosign_guard"]
+    if prefect_api_url:
+        # the rollout's Salt events show up in the Prefect UI's event feed
+        engines.append({"store_prefect_events": {
+            "api_url": prefect_api_url,
+            "prefixes": ["store/", "salt/key", "salt/minion/store-"]}})
     config = {
         "id": "lab-master",
         "user": "root",
@@ -69,13 +76,12 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
         "autosign_grains_dir": str(root / "autosign_grains"),
         "reactor": reactor_config(),
         "keep_jobs_seconds": 3600,
+        # a one-time token signs in its own minion id only, and once (the guard engine reads
+        # which token an accepted key came with from the salt/auth event)
+        "auth_events_autosign_grains": ["accept"],
+        "engines_dirs": [str(SALT_STATES_DIR / "_engines")],
+        "engines": engines,
     }
-    if prefect_api_url:
-        # the rollout's Salt events show up in the Prefect UI's event feed
-        config["engines_dirs"] = [str(SALT_STATES_DIR / "_engines")]
-        config["engines"] = [{"store_prefect_events": {
-            "api_url": prefect_api_url,
-            "prefixes": ["store/", "salt/key", "salt/minion/store-"]}}]
     path = conf_dir / "master"
     path.write_text(yaml.safe_dump(config, sort_keys=True))
     return path

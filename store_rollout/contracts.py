@@ -19,6 +19,11 @@ from typing import Final
 # gets it as Cobbler meta `autosign_grain`) and sets it from its token (image: store-identity
 # writes it to 15-identity.conf; hypervisor: the AutoYaST profile's grains file).
 AUTOSIGN_GRAIN: Final = "store_rollout_token"
+# beside the master's autosign_grains_dir: {minion id: its outstanding one-time token}, written
+# by the pipeline (tasks/salt_client.py) and read by the master's store_autosign_guard engine
+TOKEN_MAP_FILE: Final = "store_rollout_tokens.json"
+# the guard's event when a minion signed in with a token issued for another id (key removed)
+AUTOSIGN_REFUSED_TAG: Final = "store/autosign/refused"
 
 # -- AutoYaST profile inputs -----------------------------------------------------------------
 # Cobbler autoinstall_meta keys step 2 (tasks/pxe_install.system_spec) sets and the profile

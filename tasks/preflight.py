@@ -6,6 +6,7 @@ import os
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
@@ -13,6 +14,7 @@ from store_rollout.settings import RolloutSettings
 from tasks.cobbler import CobblerClient, CobblerError, bmc_credentials, cobbler_client
 from tasks.erp import erp_client
 from tasks.kiwi import KiwiDescriptionError, resolve_description
+from tasks.salt_client import master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, limit_problem
 
 
@@ -78,6 +80,26 @@ def _reachable(url: str, what: str, field: str) -> str | None:
         return f"{field}: {what} at {url} unreachable ({exc.strerror or exc}); check the URL"
 
 
+def autosign_guard_problem(master_opts: dict[str, Any]) -> str | None:
+    """Without its guard, a one-time token read from an install profile signs in any minion id
+    (Salt compares the grain value only): the master must run the store_autosign_guard engine
+    and put the autosign grains into its salt/auth accept events."""
+    engines = [next(iter(e)) if isinstance(e, dict) else str(e)
+               for e in master_opts.get("engines") or []]
+    missing = []
+    if "store_autosign_guard" not in engines:
+        missing.append("engines: [store_autosign_guard] (engines_dirs: [<file_roots>/_engines])")
+    if "accept" not in (master_opts.get("auth_events_autosign_grains") or []):
+        missing.append("auth_events_autosign_grains: [accept]")
+    if master_opts.get("auth_events") is False:
+        missing.append("auth_events: True")
+    if not missing:
+        return None
+    return ("the master does not guard its one-time autosign tokens (any minion id could sign "
+            f"in with a token read from an install profile): add {'; '.join(missing)} and "
+            "restart it (docs/production.md, item 6)")
+
+
 def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     """Raise PreflightError listing every problem; touches nothing."""
     problems: list[str] = []
@@ -104,6 +126,10 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     if not os.path.isfile(settings.salt_master_config):
         problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "
                         "(set STORE_ROLLOUT_SALT_MASTER_CONFIG)")
+    else:
+        guard = autosign_guard_problem(master_client(settings.salt_master_config).opts)
+        if guard:
+            problems.append(f"salt_master_config: {settings.salt_master_config}: {guard}")
     client: CobblerClient | None = None
     try:
         client = cobbler_client(settings)  # the URL and login the tasks will use (Block or env)

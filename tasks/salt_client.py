@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store_rollout.contracts import AUTOSIGN_GRAIN, HYPERVISOR_READY_GRAIN
+from store_rollout.contracts import AUTOSIGN_GRAIN, HYPERVISOR_READY_GRAIN, TOKEN_MAP_FILE
 from store_rollout.instrument import external
 
 log = logging.getLogger(__name__)
@@ -306,6 +306,15 @@ class SaltMasterClient:
         local = log_file and "://" not in log_file
         return MasterLogTail(Path(log_file) if local else None)
 
+    def fingerprints(self, minion_id: str) -> dict[str, list[str]]:
+        """The fingerprints of every key that claims this id, by state (`minions`,
+        `minions_denied`, ...): a denied id may have several."""
+        check_minion_id(minion_id)
+        found = self._wheel("key.finger", match=minion_id) or {}
+        return {state: [fp] if isinstance(fp, str) else list(fp)
+                for state, by_id in found.items() if isinstance(by_id, dict)
+                for mid, fp in by_id.items() if mid == minion_id}
+
     # -- one-time autosign tokens ------------------------------------------------------
     @property
     def autosign_file(self) -> Path:
@@ -315,8 +324,11 @@ class SaltMasterClient:
     def _autosign_locked(self) -> Iterator[list[str]]:
         path = self.autosign_file
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "w") as lock:
+        lock_path = path.with_suffix(".lock")
+        with open(lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            # the master's autosign guard takes this lock and edits these files too
+            self._give_to_master(lock_path)
             lines = path.read_text().splitlines() if path.exists() else []
             tokens = [t for t in (line.strip() for line in lines) if t]
             before = list(tokens)
@@ -351,7 +363,7 @@ class SaltMasterClient:
 
     @property
     def _token_map_file(self) -> Path:
-        return Path(self.opts["autosign_grains_dir"]).parent / "store_rollout_tokens.json"
+        return Path(self.opts["autosign_grains_dir"]).parent / TOKEN_MAP_FILE
 
     def _token_map(self) -> dict[str, str]:
         path = self._token_map_file
@@ -361,6 +373,7 @@ class SaltMasterClient:
         tmp = self._token_map_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(mapping, sort_keys=True))
         os.chmod(tmp, 0o600)
+        self._give_to_master(tmp)  # the master's autosign guard reads it
         tmp.replace(self._token_map_file)
 
     def issue_token(self, minion_id: str) -> str:

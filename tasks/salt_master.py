@@ -12,7 +12,12 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from store_rollout.contracts import AUTOSIGN_GRAIN, HYPERVISOR_READY_GRAIN, HYPERVISOR_READY_TAG
+from store_rollout.contracts import (
+    AUTOSIGN_GRAIN,
+    AUTOSIGN_REFUSED_TAG,
+    HYPERVISOR_READY_GRAIN,
+    HYPERVISOR_READY_TAG,
+)
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.retry import retry_on
@@ -44,7 +49,8 @@ __all__ = [
     "failed_states", "hypervisor_ready", "hypervisor_state", "master_client",
     "new_autosign_token", "summarize_failure",
     # the tasks and their helpers
-    "HypervisorMinionRefused", "prepare_vm_keys", "reapply_highstate", "remove_vm_key", "wait_for_hypervisor",
+    "HypervisorKeyContested", "HypervisorMinionRefused", "contested_key", "prepare_vm_keys",
+    "reapply_highstate", "remove_vm_key", "wait_for_hypervisor",
 ]
 
 
@@ -70,6 +76,32 @@ class HypervisorMinionRefused(SaltError):
             f"set `minimum_auth_version: {refusal.version}` in {master_config} and restart the "
             "master (it then accepts the older protocol from every minion)")
         self.refusal = refusal
+
+
+class HypervisorKeyContested(SaltError):
+    """Two keys claim the hypervisor's id: its one-time token was used by another machine
+    before (or after) the host itself. Nothing goes on with either (not retried)."""
+
+    def __init__(self, store_id: str, minion: str, fingerprints: dict[str, list[str]]) -> None:
+        accepted = ", ".join(fingerprints.get("minions", [])) or "none"
+        denied = ", ".join(fingerprints.get("minions_denied", [])) or "none"
+        super().__init__(
+            f"store {store_id}: two keys claim hypervisor minion {minion}: accepted {accepted}, "
+            f"denied {denied}. Another machine on the store network signed in with the host's "
+            "one-time token (the install profile was read): both keys were removed and nothing "
+            "was sent to either. Check the store network, then rerun the rollout: it "
+            f"reinstalls the host with a new token (docs/design.md, 'Threat model')")
+        self.minion, self.fingerprints = minion, fingerprints
+
+
+def contested_key(master: SaltMasterClient, store_id: str, minion: str) -> None:
+    """Fail when the hypervisor's id has an accepted key and a denied one (the master denies a
+    later key for an accepted id), after removing both."""
+    keys = master.list_keys()
+    if minion in keys.get("minions", []) and minion in keys.get("minions_denied", []):
+        fingerprints = master.fingerprints(minion)
+        master.delete_key(minion)
+        raise HypervisorKeyContested(store_id, minion, fingerprints)
 
 
 def _describe(event: SaltEvent | None) -> str:
@@ -102,6 +134,11 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
     def seen(event: SaltEvent) -> None:
         if event.minion == minion or event.tag.startswith(f"salt/minion/{minion}/"):
             last["event"] = event
+        if event.tag == AUTOSIGN_REFUSED_TAG and event.data.get("token_of") == minion:
+            logger.warning("store %s: minion %r signed in with hypervisor %s's one-time token "
+                           "(key %s) and was removed by the master's autosign guard: someone on "
+                           "the store network read the install profile", store.store_id,
+                           event.data.get("id"), minion, event.data.get("fingerprint"))
 
     started = time.monotonic()
     deadline = started + timeout
@@ -116,6 +153,7 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
         refused = master_log.auth_refusals(minion)
         if refused:
             raise HypervisorMinionRefused(store.store_id, refused[-1], master.master_config)
+        contested_key(master, store.store_id, minion)
         state = hypervisor_state(master, minion)
         now = time.monotonic()
         answering_since = None if state == "silent" else answering_since or now
@@ -143,7 +181,7 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
                         ready = True
                     except SaltEventTimeout:
                         ready = check()
-        except (SaltEventTimeout, HypervisorMinionRefused):
+        except (SaltEventTimeout, HypervisorMinionRefused, HypervisorKeyContested):
             raise
         except Exception as exc:  # the master's bus went away (restart): subscribe again
             logger.warning("store %s: event bus lost (%s); resubscribing", store.store_id, exc)
@@ -153,6 +191,8 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
                 f"store {store.store_id}: hypervisor minion {minion} sent no "
                 f"{HYPERVISOR_READY_TAG} within {timeout:.0f}s; last event from it: "
                 f"{_describe(last.get('event'))}; key state: {master.key_state(minion)}")
+    # a ready event proves nothing about whose key sent it: look once more at the keys
+    contested_key(master, store.store_id, minion)
     if time.monotonic() - started < 0.5:
         logger.info("store %s: hypervisor %s already ready", store.store_id, minion)
     revoked = master.revoke_token(minion)

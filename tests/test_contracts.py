@@ -241,9 +241,12 @@ def check_reactor(r: Report) -> None:
 
 
 def check_salt_modules(r: Report) -> None:
-    for module, names in (("provisioning", ("BOOTSTRAP_FILES",)),
-                          ("storevirt", ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS"))):
-        path = SALT / "_modules" / f"{module}.py"
+    for kind, module, names in (
+            ("_modules", "provisioning", ("BOOTSTRAP_FILES",)),
+            ("_modules", "storevirt", ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS")),
+            ("_engines", "store_autosign_guard",
+             ("AUTOSIGN_GRAIN", "TOKEN_MAP_FILE", "AUTOSIGN_REFUSED_TAG"))):
+        path = SALT / kind / f"{module}.py"
         constants = python_constants(r.root / path)
         for name in names:
             value, line = constants.get(name, (None, None))
@@ -377,6 +380,8 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     plant(SALT / "_modules" / "provisioning.py", '"15-identity.conf"', '"16-identity.conf"')
     plant(IMAGES / "leap-jeos" / "config.sh", "15-identity.conf", "15-identty.conf")
     plant(AUTOYAST, "tag_prefix: store/libvirt", "tag_prefix: store/libvirt_events")
+    plant(SALT / "_engines" / "store_autosign_guard.py",
+          'TOKEN_MAP_FILE = "store_rollout_tokens.json"', 'TOKEN_MAP_FILE = "tokens.json"')
     plant(SALT / "_engines" / "store_prefect_events.py", 'LIBVIRT_EVENT_PREFIX = "store/libvirt"',
           'LIBVIRT_EVENT_PREFIX = "salt/engines/libvirt_events"')
     found = "\n".join(problems(tmp_path))
@@ -392,5 +397,6 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
+        "store_autosign_guard.py:35: TOKEN_MAP_FILE: found 'tokens.json'",
     ):
         assert expected in found, f"{expected!r} not reported; reported:\n{found}"

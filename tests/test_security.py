@@ -81,7 +81,13 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     mine = [n for n in notices if (n.get("payload") or {}).get("store_id") == "sec-canary"]
     assert mine and all(n["authorized"] for n in mine)  # the canary really was the credential
 
-    secrets = [canary, lab.cobbler_password, lab.power_password]
+    # the store's root password, made by step 2 in its Secret block, and the hash of it
+    root_password = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", "from prefect.blocks.system import Secret; "
+         "print(Secret.load('store-sec-canary-root-password').value.get_secret_value())"],
+        env=lab_env, check=True, capture_output=True, text=True).stdout.strip()
+    assert len(root_password) == 20, "no root password block for the store"
+    secrets = [canary, lab.cobbler_password, lab.power_password, root_password]
     api = lab.prefect_api_url
     run = requests.post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": ["rollout-sec-canary"]}}}, timeout=10).json()[0]

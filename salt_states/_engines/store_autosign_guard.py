@@ -1,0 +1,117 @@
+"""Salt master engine: a one-time autosign token signs in the minion id it was issued for,
+once.
+
+Salt's `autosign_grains_dir` accepts any minion id whose grain value is listed, and the token
+travels in the AutoYaST profile Cobbler serves without authentication: whoever reads it during
+the install could present it with any id. With `auth_events_autosign_grains: [accept]` the
+master's `salt/auth` accept event carries the grains a minion signed in with, so this engine
+sees which token signed which id, at the moment the key is accepted:
+- the token's own id: the token is revoked at once (it has done its one job);
+- any other id: that key is deleted again and `store/autosign/refused` is fired with the id,
+  the id the token was issued for and the key's fingerprint (the token stays for its owner,
+  whose install is still under way; step 3 names the attempt in that store's rollout).
+A second key claiming the token's own id is the master's business: it denies the later key,
+and step 3 fails on the two keys.
+
+Master config:
+    engines_dirs: [<file_roots>/_engines]
+    engines: [store_autosign_guard]
+    auth_events_autosign_grains: [accept]
+"""
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+
+import salt.key
+import salt.utils.crypt
+import salt.utils.event
+
+log = logging.getLogger(__name__)
+# store_rollout.contracts: AUTOSIGN_GRAIN, TOKEN_MAP_FILE, AUTOSIGN_REFUSED_TAG (checked)
+AUTOSIGN_GRAIN = "store_rollout_token"
+TOKEN_MAP_FILE = "store_rollout_tokens.json"
+AUTOSIGN_REFUSED_TAG = "store/autosign/refused"
+
+
+def _paths(opts):
+    grains_dir = opts["autosign_grains_dir"]
+    autosign = os.path.join(grains_dir, AUTOSIGN_GRAIN)
+    return autosign, os.path.join(os.path.dirname(grains_dir), TOKEN_MAP_FILE)
+
+
+@contextlib.contextmanager
+def _tokens_locked(opts):
+    """The pipeline's token files, under the lock it takes for them (tasks/salt_client.py)."""
+    autosign, token_map = _paths(opts)
+    with open(os.path.splitext(autosign)[0] + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(token_map) as fh:
+                mapping = json.load(fh)
+        except (OSError, ValueError):
+            mapping = {}
+        yield autosign, token_map, mapping
+
+
+def _rewrite(path, text):
+    tmp = os.path.splitext(path)[0] + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def judge(opts, minion_id, token):
+    """What an accepted sign-in with `token` means: ("revoked"|"foreign"|None, owner id)."""
+    with _tokens_locked(opts) as (autosign, token_map, mapping):
+        owner = next((mid for mid, tok in mapping.items() if tok == token), None)
+        if owner is None:
+            return None, None  # not an outstanding token: the key was accepted another way
+        if owner != minion_id:
+            return "foreign", owner
+        del mapping[owner]
+        _rewrite(token_map, json.dumps(mapping, sort_keys=True))
+        try:
+            with open(autosign) as fh:
+                tokens = [line.strip() for line in fh if line.strip()]
+        except OSError:
+            tokens = []
+        if token in tokens:
+            _rewrite(autosign, "".join("{}\n".format(t) for t in tokens if t != token))
+        return "revoked", owner
+
+
+def _refuse(opts, bus, minion_id, owner, pub):
+    with salt.key.get_key(opts) as keys:
+        keys.delete_key(match_dict={"minions": [minion_id]})
+    finger = salt.utils.crypt.pem_finger(key=pub.encode(), sum_type=opts.get("hash_type", "sha256"))
+    log.warning("autosign guard: minion %r signed in with the one-time token of %r; its key "
+                "(%s) was removed", minion_id, owner, finger)
+    bus.fire_event({"id": minion_id, "token_of": owner, "fingerprint": finger},
+                   AUTOSIGN_REFUSED_TAG)
+
+
+def start():
+    opts = __opts__  # noqa: F821 (the loader's)
+    with salt.utils.event.get_master_event(opts, opts["sock_dir"], listen=True) as bus:
+        while True:
+            event = bus.get_event(full=True, wait=5)
+            if not event or event.get("tag") != "salt/auth":
+                continue
+            data = event.get("data") or {}
+            token = (data.get("autosign_grains") or {}).get(AUTOSIGN_GRAIN)
+            if data.get("act") != "accept" or not data.get("result") or not token:
+                continue
+            try:
+                verdict, owner = judge(opts, data["id"], str(token))
+                if verdict == "revoked":
+                    log.info("autosign guard: %s signed in; its one-time token is revoked",
+                             data["id"])
+                elif verdict == "foreign":
+                    _refuse(opts, bus, data["id"], owner, str(data.get("pub") or ""))
+            except Exception:  # pylint: disable=broad-except
+                # one bad event must not end the guard for every later one
+                log.exception("autosign guard: sign-in of %s not judged", data.get("id"))
