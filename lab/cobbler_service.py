@@ -24,6 +24,8 @@ from typing import Any
 
 from lab import procs
 from lab.procs import ProcessRecord
+from lab.state import SALT_STATES_DIR
+from store_rollout.contracts import LIBVIRT_EVENTS_ENGINE
 
 LAB_DIR = Path(__file__).resolve().parent
 FENCE_AGENT_SRC = LAB_DIR / "fence_lab.py"
@@ -33,6 +35,10 @@ DISTRO = "leap-15.6-x86_64"
 DISTRO_OS_VERSION = "opensuse15.6"  # a key of breeds.suse in 3.3.10's distro_signatures.json
 PROFILE = "store-hypervisor"
 TEMPLATE = "store-hypervisor.xml"
+# the snippet the profile writes into the hypervisor minion's extension modules: the libvirt
+# events engine, so the minion's first start runs it (docs/production.md, row 15)
+ENGINE_SNIPPET = f"{LIBVIRT_EVENTS_ENGINE}.py"
+ENGINE_SOURCE = SALT_STATES_DIR / "_engines" / ENGINE_SNIPPET
 
 # state-dir name -> host path it overlays
 OVERLAYS = {"etc": "/etc", "var": "/var", "srv": "/srv", "usr-sbin": "/usr/sbin"}
@@ -271,7 +277,8 @@ def _upsert(
 
 
 def seed(cfg: CobblerLabConfig, autoinstall_template_text: str) -> None:
-    """Distro, autoinstall template and profile for store hypervisors (idempotent)."""
+    """Distro, autoinstall template (and its engine snippet) and profile for store hypervisors
+    (idempotent)."""
     boot = cfg.state_dir / "boot" / DISTRO
     boot.mkdir(parents=True, exist_ok=True)
     kernel, initrd = boot / "linux", boot / "initrd"
@@ -287,4 +294,6 @@ def seed(cfg: CobblerLabConfig, autoinstall_template_text: str) -> None:
         ("initrd", str(initrd.resolve())),
     ])
     proxy.write_autoinstall_template(TEMPLATE, autoinstall_template_text, token)
+    # as an operator installs it in production: the engine module itself is the snippet
+    proxy.write_autoinstall_snippet(ENGINE_SNIPPET, ENGINE_SOURCE.read_text(), token)
     _upsert(proxy, token, "profile", PROFILE, [("distro", DISTRO), ("autoinstall", TEMPLATE)])

@@ -279,6 +279,23 @@ class Lab:
         if svc is not None:
             stop(svc.record)
 
+    def restart_libvirtd(self) -> ProcessRecord:
+        """Stop libvirtd and start it again at once, as a store host's daemon restarts (an
+        update, a crash); the VMs carry on (QEMU runs in sessions of its own) and the new
+        daemon takes them over. Only libvirtd: `up` would also redo the lab's setup (Cobbler
+        seed, Prefect deployments), which takes far longer than the daemon's restart."""
+        info = self.paths.load_info()
+        if info is None or "libvirtd" not in info.services:
+            raise RuntimeError("no lab libvirtd to restart: run `lab up`")
+        stop(info.services["libvirtd"].record)
+        record = libvirt_service.start(self.paths.libvirt, self.paths.logs / "libvirtd.log",
+                                       StoreNetwork.load(Path(info.store_network_state)))
+        info.services["libvirtd"] = info.services["libvirtd"].model_copy(
+            update={"pid": record.pid, "create_time": record.create_time})
+        self.paths.write_info(info)
+        libvirt_service.wait_ready(self.paths.libvirt)
+        return record
+
     # -- status ------------------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:
         rows = []

@@ -63,6 +63,8 @@ log = logging.getLogger("lab.simulator")
 
 # old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6
 STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start", "old_host_salt")
+# a Leap host's salt-minion extension modules (its extension_modules default)
+HOST_EXTMODS = "/var/cache/salt/minion/extmods/"
 
 
 # what the installer's curl does; run on the store network (StoreNetwork.run)
@@ -168,9 +170,11 @@ class MinionManager:
         return self.base / minion_id
 
     def install(self, minion_id: str, files: dict[str, str], extra: dict[str, Any],
-                salt_bin: Path = VENV_BIN, store_host: bool = False) -> Path:
+                salt_bin: Path = VENV_BIN, store_host: bool = False,
+                disk_files: dict[str, str] | None = None) -> Path:
         """Lay down a fresh system disk: config dir with the given minion.d files, and the Salt
-        installed on it (`salt_bin`: the bin dir of that Salt's venv)."""
+        installed on it (`salt_bin`: the bin dir of that Salt's venv); `disk_files`: other files
+        by their absolute path on a real machine, under the machine's root_dir (its "/")."""
         if not (salt_bin / "salt-minion").exists():
             raise FileNotFoundError(f"{salt_bin / 'salt-minion'} missing: run `make setup`")
         with self.machine_lock(minion_id):
@@ -185,6 +189,10 @@ class MinionManager:
             root.mkdir(parents=True)
             for name, text in files.items():
                 (conf / "minion.d" / name).write_text(text)
+            for path, text in (disk_files or {}).items():
+                target = root / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
             self._write_hardware_config(minion_id, root, extra)
             (mdir / "salt-bin").write_text(str(salt_bin))
             if store_host:
@@ -439,6 +447,10 @@ class Simulator:
         minion_id = rendered.files.get("/etc/salt/minion_id", "").strip() or system_name
         minion_d = {Path(p).name: text for p, text in rendered.files.items()
                     if p.startswith("/etc/salt/minion.d/")}
+        # the minion's extension modules the profile writes (the libvirt events engine), where
+        # the host's Salt looks for them: the lab minion's root_dir stands for "/"
+        extmods = {p: text for p, text in rendered.files.items()
+                   if p.startswith(HOST_EXTMODS) and not p.endswith("/")}
         (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
         (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
         grains = yaml.safe_load(minion_d.get("50-store-rollout.conf", "")) or {}
@@ -457,7 +469,8 @@ class Simulator:
         if self.faults.take("old_host_salt")[1]:
             log.warning("fault knob: %s runs Salt 3006.0 on Python 3.6", system_name)
             salt_bin = HOST_PY36_SALT_BIN
-        self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True)
+        self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True,
+                             disk_files=extmods)
         # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
         # the one Cobbler rendered (the profile's http_server carries the port)
         if rendered.nopxe_url:

@@ -45,14 +45,23 @@ HYPERVISOR_READY_GRAIN: Final = "store_rollout_hypervisor_ready"
 BRIDGE_GRAIN: Final = "store_rollout_bridge"
 
 # -- hypervisor domain events ----------------------------------------------------------------
-# Salt's libvirt_events engine on each hypervisor sends its store VMs' lifecycle events (started,
-# stopped, crashed) to the master as `<LIBVIRT_EVENT_TAG_PREFIX>/<uri>/domain/lifecycle`; the
+# The store_libvirt_events engine on each hypervisor (salt_states/_engines: Salt's libvirt_events
+# callbacks on a connection it keeps) sends its store VMs' lifecycle events (started, stopped,
+# crashed) to the master as `<LIBVIRT_EVENT_TAG_PREFIX>/<uri>/domain/lifecycle`; the
 # master's store_prefect_events engine forwards them to Prefect. The engine's minion.d file:
 # AutoYaST writes it at install (so the first minion start runs the engine) and the hypervisor
 # formula's `events` concern manages the same file (defaults.yaml `events:`); test_salt_render
-# checks both write the same text.
+# checks both write the same text. AutoYaST also writes the engine module itself into the
+# minion's extension modules, from the Cobbler snippet `<LIBVIRT_EVENTS_ENGINE>.py` (a copy of
+# the module); highstates sync it from `_engines`.
 LIBVIRT_EVENTS_CONF: Final = "60-libvirt-events.conf"
 LIBVIRT_EVENT_TAG_PREFIX: Final = "store/libvirt"
+LIBVIRT_EVENTS_ENGINE: Final = "store_libvirt_events"
+# The engine's own events, `<LIBVIRT_EVENT_TAG_PREFIX>/<uri>/<suffix>`: its connection to libvirt
+# lost (the daemon restarted or stopped answering) and restored (with the domains' states);
+# store_prefect_events forwards them as `salt.store.libvirt.connection.lost|restored`.
+LIBVIRT_CONNECTION_LOST: Final = "connection/lost"
+LIBVIRT_CONNECTION_RESTORED: Final = "connection/restored"
 
 # -- store VM firstboot ----------------------------------------------------------------------
 # The image's bootstrap minion.d file runs this sls at minion start (startup_states).

@@ -49,7 +49,8 @@ DISTINCT = {name: getattr(c, name) for name in (
     "AUTOSIGN_GRAIN", "HYPERVISOR_READY_TAG", "HYPERVISOR_READY_GRAIN", "BRIDGE_GRAIN",
     "FIRSTBOOT_SLS", "FIRSTBOOT_STAGE_GRAIN", "FIRSTBOOT_EVENT_PREFIX", "ROLLOUT_PROGRESS_TAG",
     "BOOTSTRAP_CONF", "IDENTITY_CONF", "SEED_LABEL", "SEED_FILE", "IDENTITY_SEED_DIR_ENV",
-    "IDENTITY_SALT_DIR_ENV", "LIBVIRT_EVENTS_CONF")}
+    "IDENTITY_SALT_DIR_ENV", "LIBVIRT_EVENTS_CONF", "LIBVIRT_EVENTS_ENGINE",
+    "LIBVIRT_CONNECTION_LOST", "LIBVIRT_CONNECTION_RESTORED")}
 PYTHON_PACKAGES = ("store_rollout", "tasks", "flows", "app", "lab")
 
 
@@ -225,6 +226,47 @@ def check_hypervisor_events(r: Report) -> None:
     value, line = python_constants(r.root / engine).get("LIBVIRT_EVENT_PREFIX", (None, None))
     r.expect(engine, line, "LIBVIRT_EVENT_PREFIX", value, c.LIBVIRT_EVENT_TAG_PREFIX,
              "LIBVIRT_EVENT_TAG_PREFIX")
+    connection = (c.LIBVIRT_CONNECTION_LOST, c.LIBVIRT_CONNECTION_RESTORED)
+    value, line = python_constants(r.root / engine).get("LIBVIRT_CONNECTION_EVENTS", (None, None))
+    r.expect(engine, line, "LIBVIRT_CONNECTION_EVENTS", value, connection,
+             "LIBVIRT_CONNECTION_LOST / _RESTORED")
+    check_libvirt_events_engine(r)
+
+
+def check_libvirt_events_engine(r: Report) -> None:
+    """The hypervisor's engine by name: its module in _engines, the formula's and the profile's
+    minion.d file run it, the profile writes the module from the snippet of that name into the
+    minion's extension modules; its own event suffixes."""
+    name = c.LIBVIRT_EVENTS_ENGINE
+    module = SALT / "_engines" / f"{name}.py"
+    if not (r.root / module).exists():
+        r.at(module, None, "missing: the engine the minion.d file runs (LIBVIRT_EVENTS_ENGINE)")
+    else:
+        constants = python_constants(r.root / module)
+        for constant, contract in (("CONNECTION_LOST", "LIBVIRT_CONNECTION_LOST"),
+                                   ("CONNECTION_RESTORED", "LIBVIRT_CONNECTION_RESTORED")):
+            value, line = constants.get(constant, (None, None))
+            r.expect(module, line, constant, value, getattr(c, contract), contract)
+    value, line = yaml_value(r.text(HYPERVISOR_DEFAULTS), "values", "events", "engine")
+    r.expect(HYPERVISOR_DEFAULTS, line, "values.events.engine", value, name,
+             "LIBVIRT_EVENTS_ENGINE")
+    events_sls = SALT / "hypervisor" / "events" / "init.sls"
+    if "- {{ hv.events.engine }}:" not in r.text(events_sls):
+        r.at(events_sls, None, "spells the engine itself: use {{ hv.events.engine }} (defaults.yaml)")
+    extmods = "/var/cache/salt/minion/extmods/engines/"
+    found: dict[str, tuple[int, str]] = {}
+    previous = ""
+    for number, line_text in r.lines(AUTOYAST):
+        if previous.endswith("engines:") and (m := re.match(r"\s+- (\w+):$", line_text)):
+            found["engine"] = (number, m.group(1))
+        previous = line_text
+        if m := re.search(rf"<file_path>{extmods}([^<]+)</file_path>", line_text):
+            found["module"] = (number, m.group(1))
+        if m := re.search(r"\$SNIPPET\('([^']+)'\)", line_text):
+            found["snippet"] = (number, m.group(1))
+    for key, expected in (("engine", name), ("module", f"{name}.py"), ("snippet", f"{name}.py")):
+        number, value = found.get(key, (None, None))
+        r.expect(AUTOYAST, number, f"engine {key}", value, expected, "LIBVIRT_EVENTS_ENGINE")
 
 
 def check_reactor(r: Report) -> None:
@@ -380,6 +422,9 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     plant(SALT / "_modules" / "provisioning.py", '"15-identity.conf"', '"16-identity.conf"')
     plant(IMAGES / "leap-jeos" / "config.sh", "15-identity.conf", "15-identty.conf")
     plant(AUTOYAST, "tag_prefix: store/libvirt", "tag_prefix: store/libvirt_events")
+    plant(AUTOYAST, "  - store_libvirt_events:", "  - libvirt_events:")
+    plant(SALT / "_engines" / "store_libvirt_events.py", 'CONNECTION_LOST = "connection/lost"',
+          'CONNECTION_LOST = "connection/gone"')
     plant(SALT / "_engines" / "store_autosign_guard.py",
           'TOKEN_MAP_FILE = "store_rollout_tokens.json"', 'TOKEN_MAP_FILE = "tokens.json"')
     plant(SALT / "_engines" / "store_prefect_events.py", 'LIBVIRT_EVENT_PREFIX = "store/libvirt"',
@@ -396,6 +441,8 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "provisioning.py:18: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
+        "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",
+        "store_libvirt_events.py:62: CONNECTION_LOST: found 'connection/gone'",
         "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
         "store_autosign_guard.py:35: TOKEN_MAP_FILE: found 'tokens.json'",
     ):

@@ -2,7 +2,9 @@
 salt-minion is SUSE's Salt 3006.0 on Python 3.6.15. Every function of salt_states/_modules and
 _states that the pipeline or the states call is called here through Salt 3006.0's own loader in a
 Python 3.6 venv (`make setup` builds .venv-host-py36 from requirements-host-py36.lock), with
-real qemu-img, xorriso, HTTP and libvirt (its in-process test driver).
+real qemu-img, xorriso, HTTP and libvirt (its in-process test driver); so is the hypervisor's
+libvirt events engine (salt_states/_engines/store_libvirt_events.py), started by Salt's engine
+loader (tests/host36/run_engine.py).
 
 The lab's hypervisor minions run 3006.30 on the project's Python instead: 3006.0 speaks Salt's
 auth protocol 2, which the 3008 master refuses by default, and 3006.30 does not run on 3.6 (its
@@ -25,6 +27,11 @@ from typing import Any
 import pytest
 
 from lab.state import REPO_ROOT, SALT_STATES_DIR
+from store_rollout.contracts import (
+    LIBVIRT_CONNECTION_LOST,
+    LIBVIRT_CONNECTION_RESTORED,
+    LIBVIRT_EVENT_TAG_PREFIX,
+)
 
 HOST_PY36 = Path(os.environ.get("STORE_ROLLOUT_HOST_PY36_VENV",
                                 REPO_ROOT / ".venv-host-py36")) / "bin" / "python"
@@ -208,6 +215,44 @@ def test_provisioning_runs_and_refuses_under_the_store_hosts_python(tmp_path: Pa
         assert not refused["ok"] and "CommandExecutionError" in refused["error"], refused
 
 
+ENGINE_RUNNER = Path(__file__).parent / "host36" / "run_engine.py"
+
+
+def test_the_libvirt_events_engine_survives_a_lost_connection_under_the_store_hosts_python(
+        tmp_path: Path) -> None:
+    """The hypervisor's store_libvirt_events engine, loaded by Salt 3006.0's engine loader under
+    Python 3.6 and started as the minion starts it, on libvirt's test driver: a close of its
+    connection (reason EOF, from libvirt's event loop) sends `connection/lost`, the engine
+    reconnects and sends `connection/restored` with the domains' states, and a domain event
+    after that comes through Salt 3006.0's own libvirt_events callbacks."""
+    if not HOST_PY36.exists():
+        pytest.fail(f"{HOST_PY36} missing: `make setup` builds it (needs CPython 3.6, README)")
+    root = tmp_path / "minion-root"
+    opts = {"id": HV, "root_dir": str(root), "conf_file": str(root / "etc/salt/minion"),
+            "cachedir": str(root / "var/cache/salt/minion"),
+            "pki_dir": str(root / "etc/salt/pki"), "sock_dir": str(root / "var/run/salt"),
+            "log_file": str(root / "minion.log"), "file_client": "local"}
+    proc = subprocess.run([str(HOST_PY36), str(ENGINE_RUNNER)], input=json.dumps(
+        {"opts": opts, "engines_dir": str(SALT_STATES_DIR / "_engines"), "timeout": 30}),
+        capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["python"][:2] == [3, 6] and out["salt"] == "3006.0", out
+    assert out["loaded"] and out["error"] is None, out
+    prefix = f"{LIBVIRT_EVENT_TAG_PREFIX}/test/default/"
+    assert [tag for tag, _ in out["events"]] == [
+        prefix + LIBVIRT_CONNECTION_LOST, prefix + LIBVIRT_CONNECTION_RESTORED,
+        prefix + "domain/lifecycle"], out["events"]
+    lost, restored, lifecycle = (data for _, data in out["events"])
+    assert lost == {"uri": URI, "reason": "eof"}
+    assert restored["reason"] == "eof" and restored["domains"] == {"test": "running"}
+    assert restored["down_seconds"] >= 0.9  # it waited a second: that connection was brand new
+    assert (lifecycle["domain"]["name"], lifecycle["event"], lifecycle["detail"]) \
+        == ("test", "stopped", "destroyed")
+    # the loss was answered: nothing left for a restarted engine to report
+    assert not (root / "var/cache/salt/minion" / "store_libvirt_events.json").exists()
+
+
 def host_python_paths() -> list[str]:
     """The paths `make lint` checks against Python 3.6 (the Makefile is their one source)."""
     for line in (REPO_ROOT / "Makefile").read_text().splitlines():
@@ -224,7 +269,8 @@ def vermin(*paths: str) -> subprocess.CompletedProcess[str]:
 
 def test_lint_checks_all_host_side_code_against_python_36(tmp_path: Path) -> None:
     paths = host_python_paths()
-    assert {"salt_states/_modules", "salt_states/_states", "tests/host36"} <= set(paths)
+    assert {"salt_states/_modules", "salt_states/_states", "tests/host36",
+            "salt_states/_engines/store_libvirt_events.py"} <= set(paths)
     clean = vermin(*paths)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     planted = tmp_path / "planted.py"

@@ -276,6 +276,10 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
     assert "systemctl mask libvirtd.service" in via_http
     assert "<service>libvirtd</service>" not in via_http
     assert rendered.files["/etc/salt/minion_id"].strip() == META["minion_id"]
+    # the libvirt events engine, from the snippet seed() installed (the module file itself)
+    engine = cobbler_service.ENGINE_SOURCE
+    assert rendered.files[f"/var/cache/salt/minion/extmods/engines/{engine.name}"] \
+        == engine.read_text()
     # http_server carries the port, unlike the info= URL Cobbler puts on the kernel line
     assert rendered.nopxe_url == f"{cobbler_lab.cfg.http_url}/cblr/svc/op/nopxe/system/{system}"
 

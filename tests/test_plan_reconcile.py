@@ -6,8 +6,10 @@ zombie automation needs for the killed run are spent on the other cases:
 - (d) the ERP notice missing (the ERP rejected it): reconcile says "resumes at step 7", and that
   rerun is
 - (a) a complete rollout: plan has nothing to do, reconcile finds nothing;
-- (c) the VM destroyed by hand: plan lists only the VM and firstboot steps, reconcile says the
-  VM is stopped, and the lifecycle event reaches Prefect naming the store;
+- the lab's libvirtd restarted: the hypervisor's engine reports its connection lost and
+  restored (in Prefect, naming the store), and
+- (c) the VM destroyed by hand after it: plan lists only the VM and firstboot steps, reconcile
+  says the VM is stopped, and the lifecycle event reaches Prefect naming the store;
 - (b) a rollout killed after step 5: reconcile names the run and where a rerun resumes;
 and each fix it names, run, settles the store.
 """
@@ -25,8 +27,16 @@ from typing import Any
 import pytest
 import requests
 
+from lab.manager import Lab
 from lab.state import VENV_BIN, LabInfo
-from store_rollout.contracts import STEP_CREATE_VM, STEP_FIRSTBOOT, STEPS
+from store_rollout.contracts import (
+    LIBVIRT_CONNECTION_LOST,
+    LIBVIRT_CONNECTION_RESTORED,
+    LIBVIRT_EVENT_TAG_PREFIX,
+    STEP_CREATE_VM,
+    STEP_FIRSTBOOT,
+    STEPS,
+)
 from tasks.cobbler import CobblerClient
 from tasks.salt_client import SaltMasterClient
 from tests.helpers import finish, start_rollout, wait_for, write_inventory
@@ -100,8 +110,13 @@ def store_events(lab: LabInfo, store_id: str, name_prefix: str) -> list[dict[str
     return list(page["events"])
 
 
+def prefect_name(tag: str) -> str:
+    """The Prefect event store_prefect_events makes of a Salt tag (`a/b` -> `salt.a.b`)."""
+    return "salt." + tag.replace("/", ".")
+
+
 def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str, str],
-                                                tmp_path: Path) -> None:
+                                                lab_dir: Path, tmp_path: Path) -> None:
     import libvirt
 
     # stores no earlier run of this test used (a lab keeps its stores): the plan of a fresh
@@ -159,6 +174,27 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     status = reconciled(lab_env, inv, done)[done]
     assert (status["status"], status["mismatches"]) == ("ok", []), status
     assert status["real"] == "hypervisor ready; VM running, firstboot done; ERP notified"
+
+    # the host's libvirt daemon restarted (an update, a crash: virtxend on a Leap host): the
+    # hypervisor's engine says its connection was lost, reconnects and says it is back, with
+    # its VM's state; the domain event of (c) below then comes through the new connection
+    stopped_at = time.time()
+    libvirtd_pid = Lab.at(lab_dir).restart_libvirtd().pid
+    restarted_at = time.time()
+    lost, restored = (prefect_name(f"{LIBVIRT_EVENT_TAG_PREFIX}/{suffix}")
+                      for suffix in (LIBVIRT_CONNECTION_LOST, LIBVIRT_CONNECTION_RESTORED))
+    connection = os.path.commonprefix([lost, restored])
+    back = wait_for(lambda: [e for e in store_events(lab, done, connection)
+                             if e["event"] == restored],
+                    timeout=30, interval=0.5,
+                    what=f"store {done}'s hypervisor saying its libvirt connection is back")
+    print(f"libvirtd restarted in {restarted_at - stopped_at:.1f} s (pid {libvirtd_pid}); the "
+          f"restored event in Prefect {time.time() - restarted_at:.1f} s after it answered")
+    events = {e["event"]: e for e in store_events(lab, done, connection)}
+    assert set(events) == {lost, restored}, events
+    assert events[lost]["payload"]["reason"] == "eof"
+    assert events[lost]["resource"]["prefect.resource.id"] == f"salt.minion.store-{done}-hv"
+    assert back[0]["payload"]["domains"] == {f"store-{done}-vm": "running"}, back
 
     # (c) the VM destroyed by hand (virsh destroy: powered off, still defined)
     conn = libvirt.open(lab.libvirt_uri)

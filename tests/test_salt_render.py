@@ -19,8 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
+from lab.autoyast import parse_autoyast
 from lab.state import REPO_ROOT, SALT_STATES_DIR, VENV_BIN
-from store_rollout.contracts import LIBVIRT_EVENT_TAG_PREFIX, LIBVIRT_EVENTS_CONF
+from store_rollout.contracts import (
+    LIBVIRT_EVENT_TAG_PREFIX,
+    LIBVIRT_EVENTS_CONF,
+    LIBVIRT_EVENTS_ENGINE,
+)
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 LEAP_15_6 = {"os": "Leap", "os_family": "Suse", "osfullname": "Leap", "osrelease": "15.6",
@@ -151,8 +156,52 @@ def test_the_formula_manages_the_engine_file_autoyast_writes(tmp_path: Path) -> 
     # Cobbler fills in the virt URI it got from step 2 (Leap: the default, xen:///system)
     text = written.group(1).replace("$getVar('virt_uri', 'xen:///system')", "xen:///system")
     assert managed["contents"] == text
-    assert yaml.safe_load(text)["engines"][0]["libvirt_events"]["tag_prefix"] \
+    assert yaml.safe_load(text)["engines"][0][LIBVIRT_EVENTS_ENGINE]["tag_prefix"] \
         == LIBVIRT_EVENT_TAG_PREFIX
+
+
+COBBLER_PYTHON = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV",
+                                     REPO_ROOT / ".venv-cobbler")) / "bin" / "python"
+# Cobbler 3.3's own rendering (cobbler.templar.Templar.render_cheetah): its template class, which
+# resolves $SNIPPET from autoinstall_snippets_dir, with errorCatcher ListErrors
+COBBLER_RENDER = """
+import json, sys
+from cobbler.template_api import CobblerTemplate
+spec = json.load(sys.stdin)
+template = CobblerTemplate.compile(
+    moduleName="cobbler.template_api", className="CobblerDynamicTemplate",
+    source="#errorCatcher ListErrors\\n" + spec["template"],
+    compilerSettings={"useStackFrame": False}, baseclass=CobblerTemplate)
+sys.stdout.write(str(template(searchList=[spec["vars"]])))
+"""
+
+
+def test_autoyast_writes_the_engine_module_the_formula_syncs(tmp_path: Path) -> None:
+    """The minion loads engines only when it starts, before the first highstate syncs
+    `_engines`: the profile writes the engine module into the minion's extension modules (its
+    directory first: YaST makes a path ending in "/" with its parents, a file only into an
+    existing directory), from the Cobbler snippet that is the module itself. Rendered as
+    Cobbler renders it, the file is the formula's module, byte for byte, so the first sync
+    finds nothing to replace and the engine runs from the first start on."""
+    if not COBBLER_PYTHON.exists():
+        pytest.fail(f"{COBBLER_PYTHON} missing: `make setup` builds .venv-cobbler")
+    module = SALT_STATES_DIR / "_engines" / f"{LIBVIRT_EVENTS_ENGINE}.py"
+    snippets = tmp_path / "snippets"
+    snippets.mkdir()
+    (snippets / module.name).write_text(module.read_text())  # as the lab and an operator install it
+    profile = (REPO_ROOT / "image_builds" / "autoyast" / "store-hypervisor.xml").read_text()
+    proc = subprocess.run([str(COBBLER_PYTHON), "-c", COBBLER_RENDER], input=json.dumps(
+        {"template": profile, "vars": {"autoinstall_snippets_dir": str(snippets),
+                                       "store_minion_id": "store-0042-hv"}}),
+        capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = parse_autoyast(proc.stdout).files
+    extmods = "/var/cache/salt/minion/extmods/engines/"
+    paths = list(files)
+    assert extmods in paths and paths.index(extmods) < paths.index(extmods + module.name)
+    assert files[extmods + module.name] == module.read_text()
+    engine = yaml.safe_load(files[f"/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}"])["engines"][0]
+    assert list(engine) == [LIBVIRT_EVENTS_ENGINE]
 
 
 def test_autoyast_enables_and_masks_the_formulas_libvirt_units() -> None:

@@ -33,6 +33,11 @@ STORE_MINION = re.compile(r"^store-(?P<store>[a-z0-9-]+)-(?:hv|vm)$")
 STORE_DOMAIN = re.compile(r"^store-(?P<store>[a-z0-9-]+)-vm$")
 # the hypervisors' libvirt_events tag_prefix (store_rollout.contracts.LIBVIRT_EVENT_TAG_PREFIX)
 LIBVIRT_EVENT_PREFIX = "store/libvirt"
+# the hypervisor engine's own events, `<prefix>/<uri>/<suffix>`: its libvirt connection lost and
+# restored (store_rollout.contracts.LIBVIRT_CONNECTION_LOST / _RESTORED); each becomes
+# `salt.store.libvirt.connection.lost|restored` on the hypervisor, related to its store, so a
+# gap in the domain events is seen next to the store's runs
+LIBVIRT_CONNECTION_EVENTS = ("connection/lost", "connection/restored")
 
 
 def _store_related(store):
@@ -64,6 +69,37 @@ def _domain_event(data):
         "payload": {"domain": domain["name"], "uuid": domain.get("uuid"), "event": event,
                     "detail": body.get("detail"), "hypervisor": hypervisor,
                     "uri": body.get("uri")},
+    }
+
+
+def _connection_event(tag, data):
+    """A hypervisor's libvirt connection lost or restored, or None (another tag). Of the domain
+    states a restored event lists, only the store's own VM is kept (in the lab every simulated
+    hypervisor watches the one libvirtd)."""
+    suffix = next((s for s in LIBVIRT_CONNECTION_EVENTS if tag.endswith("/" + s)), None)
+    if suffix is None:
+        return None
+    hypervisor = data.get("id") or ""
+    body = data.get("data") if isinstance(data.get("data"), dict) else {}
+    match = STORE_MINION.match(hypervisor)
+    store = match.group("store") if match else None
+    payload = {"hypervisor": hypervisor, "uri": body.get("uri"), "reason": body.get("reason")}
+    for key in ("down_seconds", "attempts"):
+        if key in body:
+            payload[key] = body[key]
+    if "domains" in body:
+        payload["domains"] = {name: state for name, state in (body.get("domains") or {}).items()
+                              if store and name == f"store-{store}-vm"}
+    resource = {"prefect.resource.id": f"salt.minion.{hypervisor or 'unknown'}"}
+    if store:
+        resource["store.id"] = store
+    return {
+        "id": str(uuid.uuid4()),
+        "occurred": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "event": "salt.store.libvirt." + suffix.replace("/", "."),
+        "resource": resource,
+        "related": _store_related(store) if store else [],
+        "payload": json.loads(json.dumps(payload, default=str)),
     }
 
 
@@ -109,8 +145,10 @@ def start(api_url, prefixes=("store/",)):
             if not raw or not any(raw["tag"].startswith(p) for p in prefixes):
                 continue
             data = raw.get("data") or {}
-            event = (_domain_event(data) if raw["tag"].startswith(LIBVIRT_EVENT_PREFIX + "/")
-                     else _prefect_event(raw["tag"], data))
+            if not raw["tag"].startswith(LIBVIRT_EVENT_PREFIX + "/"):
+                event = _prefect_event(raw["tag"], data)
+            else:
+                event = _connection_event(raw["tag"], data) or _domain_event(data)
             if event is None:
                 continue
             try:

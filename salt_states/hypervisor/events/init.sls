@@ -2,15 +2,18 @@
 {%- from tplroot ~ "/map.jinja" import mapdata as hv with context %}
 {%- set conf_dir = salt['file.dirname'](opts['conf_file']) %}
 {%- set uri = salt['config.get']('virt:connection:uri', 'xen:///system') %}
-# Salt's libvirt_events engine (the Salt Virt way to see domain events): the store VMs'
-# lifecycle events reach the master's bus, whose store_prefect_events engine forwards them to
-# Prefect. AutoYaST wrote this same text at install; a change restarts the minion once.
+# The store_libvirt_events engine (Salt's libvirt_events callbacks on a connection it keeps
+# across libvirt restarts): the store VMs' lifecycle events reach the master's bus, whose
+# store_prefect_events engine forwards them to Prefect. AutoYaST wrote this same text at install;
+# a change restarts the minion once. No state for the engine module itself: every highstate
+# syncs `_engines` before it runs (a saltutil state would report a change in test mode), and the
+# engine restarts itself when a sync replaced its file.
 hypervisor-events-init-file-managed:
   file.managed:
     - name: {{ (conf_dir ~ '/minion.d/' ~ hv.events.conf) | json }}
     - contents: |
         engines:
-          - libvirt_events:
+          - {{ hv.events.engine }}:
               uri: {{ uri | yaml_squote }}
               tag_prefix: {{ hv.events.tag_prefix }}
               filters: {{ hv.events.filters | json }}
