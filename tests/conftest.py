@@ -16,22 +16,23 @@ TEST_LAB_DIR = Path(str(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT /
                     + (f"-{_WORKER}" if _WORKER else ""))
 
 
-# Seconds each slow module (or test) took in a serial fresh-clone run (2026-11-25, 2 cores);
-# only their order matters: under pytest-xdist (--dist loadgroup, no groups: each test is its
-# own unit, handed to whichever worker is free) the longest go first, so no worker starts a
-# 2-minute test at the end while the other idles. Tests do not depend on each other's order
-# or worker: each uses its own store ids, MACs and images in its worker's lab.
+# Seconds each slow module (or test) took (2026-11-26, `make test` on a fresh clone, 2 xdist
+# workers on 2 cores; --durations); only their order matters: under pytest-xdist (--dist
+# loadgroup, no groups: each test is its own unit, handed to whichever worker is free) the longest
+# go first, so no worker starts a minute-long test at the end while the other idles. Tests do not
+# depend on each other's order or worker: each uses its own store ids, MACs and images in its
+# worker's lab.
 MEASURED_SECONDS = {
-    "tests/test_api_workers.py": 173, "tests/test_ui.py": 144, "tests/test_batch.py": 130,
-    "tests/test_rollout_e2e.py": 101, "tests/test_waves.py": 66, "tests/test_cancel.py": 61,
-    "tests/test_security.py": 38, "tests/test_lab_lifecycle.py": 36, "tests/test_lab.py": 13,
-    "tests/test_bench.py::test_benchmark_quick[bench_resume.py]": 143,
-    "tests/test_bench.py::test_benchmark_quick[bench_batch.py]": 113,
-    "tests/test_bench.py::test_benchmark_quick[bench_overhead.py]": 48,
-    "tests/test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun": 122,
-    "tests/test_faults.py::test_flow_process_killed_mid_step5_then_rerun": 107,
-    "tests/test_slots.py": 100, "tests/test_plan_reconcile.py": 170,
-    "tests/test_faults.py": 45,
+    "tests/test_plan_reconcile.py": 198, "tests/test_ui.py": 181, "tests/test_rollout_e2e.py": 149,
+    "tests/test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun": 116,
+    "tests/test_faults.py::test_flow_process_killed_mid_step5_then_rerun": 85,
+    "tests/test_slots.py": 80, "tests/test_api_workers.py": 75, "tests/test_batch.py": 71,
+    "tests/test_cancel.py": 66, "tests/test_autosign_intruder.py": 50,
+    "tests/test_faults.py::test_erp_timeout_then_503_twice_then_201": 60,
+    "tests/test_faults.py": 45, "tests/test_security.py": 42, "tests/test_lab_lifecycle.py": 39,
+    "tests/test_bench.py::test_benchmark_quick[bench_event_reaction.py]": 14,
+    "tests/test_lab.py": 12, "tests/test_libvirt_events_engine.py": 11,
+    "tests/test_faults.py::test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why": 20,
 }
 
 

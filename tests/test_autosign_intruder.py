@@ -118,7 +118,7 @@ def test_an_intruder_with_the_profiles_token_gets_no_key_and_no_store(
     manager = MinionManager(LabPaths(Path(lab.state_dir)), lab)
     faults = f"{lab.simulator_url}/faults/pxe"
     # the real host installs late: the intruder has the install window to itself
-    requests.post(faults, json={"delay": 45}, timeout=5).raise_for_status()
+    requests.post(faults, json={"delay": 30}, timeout=5).raise_for_status()
     proc = start_rollout(lab_env, store, inv)
     try:
         # the host is powered on and installing: step 3 waits for it

@@ -1,7 +1,9 @@
 """Every benchmark runs once in --quick mode, so none can rot. No timing is asserted.
 
-Three quick runs are opt-in (`make test-bench`, marker bench_covered) because default tests run
-the same behaviour in the same lab: bench_resume's failed-at-step-6-then-resumed rollout is
+Four quick runs are opt-in (`make test-bench`, marker bench_covered) because default tests run
+the same behaviour in the same lab: bench_overhead's one rollout under `measuring()` is any
+rollout's (tests/test_instrument.py shows the measured time follows the flow into its task
+runs); bench_resume's failed-at-step-6-then-resumed rollout is
 test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun (plus the resume checks
 of test_cancel.py and test_faults.py::test_flow_process_killed_mid_step5_then_rerun), and
 bench_batch's batches of 1 and 2 are test_rollout_e2e.py::test_one_store_then_two_at_once and
@@ -39,7 +41,8 @@ BENCHES = {
 }
 
 
-COVERED_BY_DEFAULT_TESTS = {"bench_resume.py", "bench_batch.py", "bench_plan_reconcile.py"}
+COVERED_BY_DEFAULT_TESTS = {"bench_resume.py", "bench_batch.py", "bench_plan_reconcile.py",
+                            "bench_overhead.py"}
 # with the fleet tier (make test-fleet): key rotation waits past the master's 60-s maintenance
 # loop; the API burst's quick run is five more rollouts through the worker
 FLEET = {"bench_key_rotation.py", "bench_api_burst.py"}
