@@ -10,6 +10,7 @@ from prefect.blocks.core import Block
 from prefect.blocks.system import Secret
 from prefect.exceptions import ObjectNotFound
 from pydantic import SecretStr
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 B = TypeVar("B", bound=Block)
 
@@ -42,19 +43,22 @@ def store_root_password(store_id: str) -> SecretStr:
     random one and saves it there (a rerun, or a reinstall, reuses it; an operator reads it in the
     UI, or sets it before the first install). Never logged."""
     name = root_password_block_name(store_id)
-    stored = _load_secret(name)
-    if stored is not None:
-        return stored
     password = SecretStr("".join(secrets.choice(ROOT_PASSWORD_ALPHABET)
                                  for _ in range(ROOT_PASSWORD_LENGTH)))
-    try:
-        Secret(value=password).save(name, overwrite=False)
-    except ValueError:  # another run saved one meanwhile: that one is the store's
-        stored = _load_secret(name)
-        if stored is None:
-            raise
-        return stored
-    return password
+    # "name already in use" yet not found by the next read: seen when several stores' first
+    # installs started at once on a fresh Prefect server (the full lab); read again, then save
+    for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_exponential(multiplier=0.5, max=4),
+                            retry=retry_if_exception_type(ValueError), reraise=True):
+        with attempt:
+            stored = _load_secret(name)
+            if stored is not None:
+                return stored
+            try:
+                Secret(value=password).save(name, overwrite=False)
+            except ValueError as exc:
+                raise ValueError(f"Secret block {name!r}: {exc}") from exc
+            return password
+    raise AssertionError("unreachable: Retrying re-raises")
 
 
 def _load_secret(name: str) -> SecretStr | None:
