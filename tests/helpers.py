@@ -102,6 +102,12 @@ def prefect_task_runs(lab: LabInfo, flow_run_name: str) -> tuple[dict[str, Any],
     return runs[0], tasks
 
 
+def bmc_power(lab: LabInfo, system: str, action: str) -> requests.Response:
+    """A store host's BMC (the simulator's), with the lab's BMC login, as Cobbler's agent."""
+    return requests.post(f"{lab.simulator_url}/power", json={"action": action, "plug": system},
+                         auth=(lab.power_user, lab.power_password), timeout=30)
+
+
 def created_erp_notices(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
     """The notices the lab's ERP created (201) for a store, from its own request log."""
     notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]

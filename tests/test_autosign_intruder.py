@@ -27,7 +27,13 @@ from lab.state import VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork
 from store_rollout.contracts import AUTOSIGN_GRAIN, AUTOSIGN_REFUSED_TAG, TOKEN_MAP_FILE
 from tasks.salt_client import SaltMasterClient
-from tests.helpers import load_salt_module, start_rollout, wait_for, write_inventory
+from tests.helpers import (
+    bmc_power,
+    load_salt_module,
+    start_rollout,
+    wait_for,
+    write_inventory,
+)
 
 
 def master_config(tmp_path: Path) -> Path:
@@ -178,8 +184,7 @@ def test_an_intruder_with_the_profiles_token_gets_no_key_and_no_store(
     assert any(made_up in entry["message"] and "autosign guard" in entry["message"]
                for entry in logs), "\n".join(entry["message"] for entry in logs)
     # the lab's own host for the store: powered off, so it stops signing in
-    requests.post(f"{lab.simulator_url}/power", json={"action": "off", "plug": hv},
-                  auth=(lab.power_user, lab.power_password), timeout=30)
+    bmc_power(lab, hv, "off")
     manager.stop(hv, "intruder done")
     for minion in (made_up, hv):  # whatever the machines left pending
         master.delete_key(minion)

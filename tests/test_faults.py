@@ -20,7 +20,14 @@ import requests
 from lab.manager import Lab
 from lab.state import VENV_BIN, LabInfo
 from store_rollout import steps
-from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
+from tests.helpers import (
+    bmc_power,
+    check_store,
+    finish,
+    start_rollout,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -177,9 +184,7 @@ def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
         failed = inprocess("f-proto2", inv, hypervisor_timeout=600)
         elapsed = time.monotonic() - started
     finally:  # the host's minion would keep signing in: its power goes off
-        requests.post(f"{lab.simulator_url}/power", json={"action": "off",
-                      "plug": "store-f-proto2-hv"}, auth=(lab.power_user, lab.power_password),
-                      timeout=30)
+        bmc_power(lab, "store-f-proto2-hv", "off")
     assert failed.is_failed()
     assert faults_taken(lab)["old_host_salt"]["failed"] == 1
     message = str(failed.message) + repr(failed)

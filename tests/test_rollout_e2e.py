@@ -19,7 +19,14 @@ from lab.state import VENV_BIN, LabInfo
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltCommandFailed, SaltMasterClient
-from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
+from tests.helpers import (
+    bmc_power,
+    check_store,
+    finish,
+    start_rollout,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -65,13 +72,6 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     check_store(lab, "e2e1", again)
 
 
-def bmc_power(lab: LabInfo, system: str, action: str) -> None:
-    """The store host's BMC (the simulator's), with the lab's BMC login, as Cobbler's agent."""
-    answer = requests.post(f"{lab.simulator_url}/power", json={"action": action, "plug": system},
-                           auth=(lab.power_user, lab.power_password), timeout=30)
-    assert answer.status_code == 200, answer.text
-
-
 def check_store_comes_back_after_a_power_cut(lab: LabInfo, lab_env: dict[str, str],
                                              inventory: Path, store_id: str) -> None:
     """The hypervisor loses power (its OS, minion and domains stop at once), then boots from
@@ -89,10 +89,12 @@ def check_store_comes_back_after_a_power_cut(lab: LabInfo, lab_env: dict[str, st
         finally:
             conn.close()
 
-    bmc_power(lab, hv, "off")
+    off = bmc_power(lab, hv, "off")
+    assert off.status_code == 200, off.text
     assert not vm_active()
     assert not master.ping(hv, timeout=3) and not master.ping(vm, timeout=3)
-    bmc_power(lab, hv, "on")
+    on = bmc_power(lab, hv, "on")
+    assert on.status_code == 200, on.text
     wait_for(vm_active, timeout=60, what=f"{vm} started by its host's autostart")
     wait_for(lambda: master.ping(vm, timeout=3) and master.ping(hv, timeout=3), timeout=90,
              what=f"the minions of {hv} and {vm} back after the power cut")
