@@ -2,10 +2,11 @@
 and resumed, and a rerun. Prints one JSON object.
 
 The lab's image server (`lab.image_server`, its own process) serves a `--size-mib` image;
-the hypervisor side is the project's own `storevirt.ensure_base_image`, as a store host runs
-it, in a process of its own on a store network of the lab's (`lab.store_network`: its own
-network namespace, a veth pair to the gateway's bridge, the server reached at the gateway's
-address as a store host reaches it). Bytes are counted by the server. Needs root (namespaces).
+the hypervisor side is the project's own `storevirt.ensure_base_image` (its utils module
+salt_states/_utils/store_image_download.py), as a store host runs it, in a process of its own
+on a store network of the lab's (`lab.store_network`: its own network namespace, a veth pair to
+the gateway's bridge, the server reached at the gateway's address as a store host reaches it).
+Bytes are counted by the server. Needs root (namespaces).
 
 Goals (issue 14): the resumed delivery transfers <= 55 % of the image after the cut; a rerun
 transfers 0 bytes; a first delivery takes within 10 % of the rate limit's ideal time.
@@ -36,14 +37,12 @@ from lab.store_network import StoreNetwork, machine_address
 KEY = "bench-image"
 
 
-def storevirt(images: Path) -> ModuleType:
+def image_download() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "storevirt_bench", REPO / "salt_states" / "_modules" / "storevirt.py")
+        "store_image_download_bench", REPO / "salt_states" / "_utils" / "store_image_download.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.__salt__ = {"config.get": lambda key, default=None: (  # type: ignore[attr-defined]
-        str(images) if key == "virt:images" else default)}
     return module
 
 
@@ -65,7 +64,7 @@ def deliveries(base: str, size: int, sha: str, rate: int, work: Path) -> dict[st
     def deliver(hv: Path) -> tuple[dict[str, Any], float, int]:
         started = time.perf_counter()
         try:
-            result = storevirt(hv).ensure_base_image(url, KEY, sha, rate_limit=rate)
+            result = image_download().ensure_base_image(str(hv), url, KEY, sha, rate_limit=rate)
         except Exception as exc:  # the cut: storevirt says so, the next call resumes
             result = {"error": str(exc)[:200]}
         return result, time.perf_counter() - started, sent()

@@ -94,7 +94,7 @@ IDENTITY_CONF: Final = "15-identity.conf"
 BOOTSTRAP_FILES: Final = (BOOTSTRAP_CONF, IDENTITY_CONF)
 
 # -- VM identity seed ------------------------------------------------------------------------
-# The read-only ISO 9660 disk the hypervisor attaches to a VM (salt_states/_modules/storevirt.py
+# The read-only ISO 9660 disk the hypervisor attaches to a VM (salt_states/_utils/store_seed_iso.py
 # writes it), found by the guest's store-identity script with `blkid -t LABEL=<SEED_LABEL>`,
 # holding SEED_FILE with KEY=value lines for SEED_KEYS; the lab's simulator reads the same ISO.
 SEED_LABEL: Final = "STORE_SEED"

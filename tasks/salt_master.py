@@ -212,7 +212,10 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
     # the project's modules on the hypervisor as the master has them now, before steps 4-6 call
-    # them (its last highstate synced them; a rerun may come after a project update)
+    # them (its last highstate synced them; a rerun may come after a project update): the utils
+    # first (storevirt's __utils__), then the modules, whose refresh reloads both
+    master.cmd(store.hypervisor_minion_id, "saltutil.sync_utils", kwarg={"refresh": False},
+               timeout=60)
     master.cmd(store.hypervisor_minion_id, "saltutil.sync_modules", timeout=60)
     # a key is stale only when its VM is going to be created anew; an existing domain (rerun,
     # or a VM that is merely down right now) keeps the key it was accepted with

@@ -285,7 +285,8 @@ def check_reactor(r: Report) -> None:
 def check_salt_modules(r: Report) -> None:
     for kind, module, names in (
             ("_modules", "provisioning", ("BOOTSTRAP_FILES",)),
-            ("_modules", "storevirt", ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS")),
+            ("_utils", "store_seed_iso",
+             ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS")),
             ("_engines", "store_autosign_guard",
              ("AUTOSIGN_GRAIN", "TOKEN_MAP_FILE", "AUTOSIGN_REFUSED_TAG"))):
         path = SALT / kind / f"{module}.py"

@@ -1,10 +1,11 @@
 """What runs on a store host runs under the store host's interpreter: openSUSE Leap 15.6's
 salt-minion is SUSE's Salt 3006.0 on Python 3.6.15. Every function of salt_states/_modules and
-_states that the pipeline or the states call is called here through Salt 3006.0's own loader in a
-Python 3.6 venv (`make setup` builds .venv-host-py36 from requirements-host-py36.lock), with
-real qemu-img, xorriso, HTTP and libvirt (its in-process test driver); so is the hypervisor's
-libvirt events engine (salt_states/_engines/store_libvirt_events.py), started by Salt's engine
-loader (tests/host36/run_engine.py).
+_states that the pipeline or the states call is called here through Salt 3006.0's own loader,
+with the salt_states/_utils modules they reach through __utils__, in a Python 3.6 venv
+(`make setup` builds .venv-host-py36 from requirements-host-py36.lock), with real qemu-img,
+xorriso, HTTP and libvirt (its in-process test driver); so is the hypervisor's libvirt events
+engine (salt_states/_engines/store_libvirt_events.py), started by Salt's engine loader
+(tests/host36/run_engine.py).
 
 The lab's hypervisor minions run 3006.30 on the project's Python instead: 3006.0 speaks Salt's
 auth protocol 2, which the 3008 master refuses by default, and 3006.30 does not run on 3.6 (its
@@ -52,6 +53,8 @@ def run_on_host_python(tmp: Path, calls: list[dict[str, Any]],
         "sock_dir": str(root / "var/run/salt"), "log_file": str(root / "minion.log"),
         "module_dirs": [str(SALT_STATES_DIR / "_modules")],
         "states_dirs": [str(SALT_STATES_DIR / "_states")],
+        # what a sync puts in the minion's extmods/utils: storevirt's __utils__
+        "utils_dirs": [str(SALT_STATES_DIR / "_utils")],
         "virt": {"connection": {"uri": URI}, "images": str(tmp / "images")},
         "test": False,
     }
@@ -269,7 +272,7 @@ def vermin(*paths: str) -> subprocess.CompletedProcess[str]:
 
 def test_lint_checks_all_host_side_code_against_python_36(tmp_path: Path) -> None:
     paths = host_python_paths()
-    assert {"salt_states/_modules", "salt_states/_states", "tests/host36",
+    assert {"salt_states/_modules", "salt_states/_states", "salt_states/_utils", "tests/host36",
             "salt_states/_engines/store_libvirt_events.py"} <= set(paths)
     clean = vermin(*paths)
     assert clean.returncode == 0, clean.stdout + clean.stderr

@@ -1,19 +1,21 @@
-"""Image delivery to a hypervisor (storevirt.ensure_base_image) over HTTP(S) from the lab's
-image server, which is what any static server does in production: verified, resumable,
-atomic, TLS-checked, paced. Runs the hypervisor module and the server in-process."""
+"""Image delivery to a hypervisor (storevirt.ensure_base_image, whose work is the utils module
+salt_states/_utils/store_image_download.py) over HTTP(S) from the lab's image server, which is
+what any static server does in production: verified, resumable, atomic, TLS-checked, paced.
+Runs the utils module and the server in-process; tests/test_host_python36.py calls it through
+storevirt and Salt's loader."""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -27,9 +29,10 @@ KEY = "k" * 16
 SIZE = 2 * 1024 * 1024 + 12345
 
 
-def load_storevirt(images: Path) -> ModuleType:
-    return load_salt_module("_modules", "storevirt", {"config.get": lambda key, default=None: (
-        str(images) if key == "virt:images" else default)})
+def delivery_to(images: Path) -> Callable[..., Any]:
+    """storevirt.ensure_base_image as a hypervisor whose images dir is `images` runs it."""
+    download = load_salt_module("_utils", "store_image_download")
+    return functools.partial(download.ensure_base_image, str(images))
 
 
 class Served:
@@ -69,29 +72,29 @@ def served(cache: tuple[Path, str]) -> Iterator[Served]:
 
 def test_delivered_verified_then_never_again(served: Served, cache: tuple[Path, str],
                                             tmp_path: Path) -> None:
-    storevirt = load_storevirt(tmp_path / "hv")
-    first = storevirt.ensure_base_image(served.url(), KEY, cache[1], meta={"key": KEY})
+    deliver = delivery_to(tmp_path / "hv")
+    first = deliver(served.url(), KEY, cache[1], meta={"key": KEY})
     dest = tmp_path / "hv" / "base" / KEY / "image.qcow2"
     assert first["path"] == str(dest) and first["transferred"] == SIZE
     assert dest.read_bytes() == (cache[0] / KEY / "image.qcow2").read_bytes()
     assert dest.stat().st_mode & 0o777 == 0o444
     assert json.loads((dest.parent / "meta.json").read_text()) == {"key": KEY}
-    again = storevirt.ensure_base_image(served.url(), KEY, cache[1])
+    again = deliver(served.url(), KEY, cache[1])
     assert again["cached"] is True and again["transferred"] == 0
     assert served.sent() == SIZE  # the rerun asked the server for nothing
 
 
 def test_cut_download_resumes_with_a_range_request(served: Served, cache: tuple[Path, str],
                                                    tmp_path: Path) -> None:
-    storevirt = load_storevirt(tmp_path / "hv")
+    deliver = delivery_to(tmp_path / "hv")
     served.lab("POST", "/_lab/faults", json={"cut_after": SIZE // 2})
     with pytest.raises(CommandExecutionError, match="download cut"):
-        storevirt.ensure_base_image(served.url(), KEY, cache[1])
+        deliver(served.url(), KEY, cache[1])
     part = tmp_path / "hv" / "base" / KEY / "image.qcow2.part"
     assert part.stat().st_size == SIZE // 2
     assert not part.with_suffix("").exists()  # never a partial base under its final name
     served.lab("DELETE", "/_lab/stats")
-    resumed = storevirt.ensure_base_image(served.url(), KEY, cache[1])
+    resumed = deliver(served.url(), KEY, cache[1])
     assert resumed["resumed_from"] == SIZE // 2 and resumed["transferred"] == SIZE - SIZE // 2
     assert served.sent() <= 0.55 * SIZE
     stats = served.lab("GET", "/_lab/stats")
@@ -102,15 +105,15 @@ def test_cut_download_resumes_with_a_range_request(served: Served, cache: tuple[
 
 def test_corrupted_transfer_is_refused_and_removed(served: Served, cache: tuple[Path, str],
                                                    tmp_path: Path) -> None:
-    storevirt = load_storevirt(tmp_path / "hv")
+    deliver = delivery_to(tmp_path / "hv")
     served.lab("POST", "/_lab/faults", json={"flip_byte_at": 4096})
     with pytest.raises(CommandExecutionError) as err:
-        storevirt.ensure_base_image(served.url(), KEY, cache[1])
+        deliver(served.url(), KEY, cache[1])
     message = str(err.value)
     assert f"image {KEY}: sha256 mismatch for {served.url()}: expected {cache[1]}, got " in message
     assert "the download was removed" in message
     assert [p.name for p in (tmp_path / "hv" / "base" / KEY).iterdir()] == [".download.lock"]
-    fixed = storevirt.ensure_base_image(served.url(), KEY, cache[1])  # a clean transfer
+    fixed = deliver(served.url(), KEY, cache[1])  # a clean transfer
     assert fixed["transferred"] == SIZE
 
 
@@ -118,9 +121,9 @@ def test_concurrent_calls_download_once(served: Served, cache: tuple[Path, str],
                                         tmp_path: Path) -> None:
     """Two VMs of one image on one host (or a rerun beside a running call): one transfer, the
     other call waits for it and finds the verified image (they shared the .part file before)."""
-    storevirt = load_storevirt(tmp_path / "hv")
+    deliver = delivery_to(tmp_path / "hv")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        calls = [pool.submit(storevirt.ensure_base_image, served.url(), KEY, cache[1],
+        calls = [pool.submit(deliver, served.url(), KEY, cache[1],
                              rate_limit=8 * 1024 * 1024) for _ in range(2)]
         results = sorted((call.result() for call in calls), key=lambda r: r["transferred"])
     assert [r["cached"] for r in results] == [True, False], results
@@ -139,17 +142,17 @@ def test_range_answers_206_and_bad_range_416(served: Served) -> None:
 
 def test_rate_limit_paces_the_transfer(served: Served, cache: tuple[Path, str],
                                        tmp_path: Path) -> None:
-    storevirt = load_storevirt(tmp_path / "hv")
+    deliver = delivery_to(tmp_path / "hv")
     rate = 4 * 1024 * 1024
-    result = storevirt.ensure_base_image(served.url(), KEY, cache[1], rate_limit=rate)
+    result = deliver(served.url(), KEY, cache[1], rate_limit=rate)
     assert result["seconds"] >= 0.95 * SIZE / rate  # never faster than allowed
 
 
 def test_only_http_urls_from_the_image_server(cache: tuple[Path, str], tmp_path: Path) -> None:
-    storevirt = load_storevirt(tmp_path / "hv")
+    deliver = delivery_to(tmp_path / "hv")
     orchestrator_path = f"file://{cache[0] / KEY / 'image.qcow2'}"
     with pytest.raises(CommandExecutionError, match="not an http.s. URL.*image_base_url"):
-        storevirt.ensure_base_image(orchestrator_path, KEY, cache[1])
+        deliver(orchestrator_path, KEY, cache[1])
 
 
 def _self_signed(tmp: Path) -> tuple[ssl.SSLContext, str]:
@@ -183,10 +186,10 @@ def test_tls_is_verified_never_skipped(cache: tuple[Path, str], tmp_path: Path) 
     context, ca_pem = _self_signed(tmp_path)
     srv = Served(cache[0], tls=context)
     try:
-        storevirt = load_storevirt(tmp_path / "hv")
+        deliver = delivery_to(tmp_path / "hv")
         with pytest.raises(CommandExecutionError, match="CERTIFICATE_VERIFY_FAILED"):
-            storevirt.ensure_base_image(srv.url(), KEY, cache[1])
-        assert storevirt.ensure_base_image(srv.url(), KEY, cache[1],
+            deliver(srv.url(), KEY, cache[1])
+        assert deliver(srv.url(), KEY, cache[1],
                                            ca_pem=ca_pem)["transferred"] == SIZE
     finally:
         srv.server.shutdown()

@@ -204,7 +204,7 @@ def test_real_kiwi_build_of_lab_debian_boots(
     _run("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(ref.path),
          str(disk))  # fmt: skip
     seed = tmp_path / "seed.iso"
-    load_salt_module("_modules", "storevirt").write_seed(str(seed), {
+    load_salt_module("_utils", "store_seed_iso").write_seed(str(seed), {
         "minion_id": "kiwi-test-vm", "autosign_token": "0123abcd", "store_id": "kiwi-test"})
     qemu = subprocess.Popen(
         ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2",

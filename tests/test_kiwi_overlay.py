@@ -1,5 +1,6 @@
 """The overlay's store-identity script (image_builds/overlays/salt-minion, checked by
-tasks/kiwi/overlay.py) against the hypervisor's seed disk (storevirt.write_seed)."""
+tasks/kiwi/overlay.py) against the hypervisor's seed disk (salt_states/_utils/store_seed_iso.py,
+which storevirt.seed_identity writes with)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from tests.helpers import load_salt_module
 from tests.kiwi_helpers import OVERLAY
 
 
-def _storevirt() -> ModuleType:
-    return load_salt_module("_modules", "storevirt")
+def _seed_iso() -> ModuleType:
+    return load_salt_module("_utils", "store_seed_iso")
 
 
 def _seed_content(iso: Path, dest: Path) -> Path:
@@ -30,15 +31,15 @@ def _seed_content(iso: Path, dest: Path) -> Path:
 
 
 def test_store_identity_script_reads_the_seed_disk(tmp_path: Path) -> None:
-    """The hypervisor's seed ISO (storevirt.write_seed) and the image's store-identity agree:
+    """The hypervisor's seed ISO (store_seed_iso.write_seed) and the image's store-identity agree:
     label, file name, keys, values; the guest never executes the seed."""
-    storevirt = _storevirt()
+    seed_iso = _seed_iso()
     script = (OVERLAY / IDENTITY_SCRIPT).read_text()
-    assert f"SEED_LABEL={storevirt.SEED_LABEL}\n" in script
-    assert f"SEED_FILE={storevirt.SEED_FILE}\n" in script
-    for key in storevirt.SEED_KEYS:
+    assert f"SEED_LABEL={seed_iso.SEED_LABEL}\n" in script
+    assert f"SEED_FILE={seed_iso.SEED_FILE}\n" in script
+    for key in seed_iso.SEED_KEYS:
         assert f"{key})" in script, key
-    iso = Path(storevirt.write_seed(str(tmp_path / "vm" / "seed.iso"), {
+    iso = Path(seed_iso.write_seed(str(tmp_path / "vm" / "seed.iso"), {
         "minion_id": "store-042-srv1", "store_id": "0042", "autosign_token": "tok-3f2c1c8e"}))
     assert iso.stat().st_mode & 0o777 == 0o600 and iso.stat().st_size < 1024 * 1024
     label = subprocess.run(["blkid", "-p", "-s", "LABEL", "-o", "value", str(iso)],
@@ -73,12 +74,12 @@ def test_every_autosign_token_passes_the_seed_and_the_guest() -> None:
     them (the lab found a urlsafe token starting with '-' refused by the guest)."""
     from tasks.salt_master import new_autosign_token
 
-    storevirt = _storevirt()
+    seed_iso = _seed_iso()
     guest = re.search(r"^VALID='(.+)'$", (OVERLAY / IDENTITY_SCRIPT).read_text(), re.M)
     assert guest is not None
     for _ in range(2000):
         token = new_autosign_token()
-        assert storevirt._seed_text({"minion_id": "m", "autosign_token": token})
+        assert seed_iso._seed_text({"minion_id": "m", "autosign_token": token})
         assert re.fullmatch(guest[1], token), token
 
 
@@ -91,7 +92,7 @@ def test_every_autosign_token_passes_the_seed_and_the_guest() -> None:
 ])
 def test_seed_refuses_what_the_guest_would(identity: dict[str, str], message: str,
                                            tmp_path: Path) -> None:
-    storevirt = _storevirt()
+    seed_iso = _seed_iso()
     with pytest.raises(CommandExecutionError, match=re.escape(message)):
-        storevirt.write_seed(str(tmp_path / "seed.iso"), identity)
+        seed_iso.write_seed(str(tmp_path / "seed.iso"), identity)
     assert not list(tmp_path.iterdir())  # nothing half-written
