@@ -33,10 +33,10 @@ from tasks.salt.watchers import FirstbootWatcher, HypervisorReadyWatcher
 __all__ = [
     "FirstbootFailed",
     "FirstbootWatcher",
+    "hypervisor_ready",
     "HypervisorKeyContested",
     "HypervisorMinionRefused",
     "HypervisorReadyWatcher",
-    "hypervisor_ready",
     "key_state_in",
     "master_client",
     "prepare_salt_runtime",
