@@ -13,7 +13,7 @@ from common import emit, lab_info, machine, percentile, prefect_on_lab
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
-from tasks.salt_master import SaltMasterClient
+from tasks.salt import SaltMasterClient
 
 POLL_INTERVAL = 5.0
 

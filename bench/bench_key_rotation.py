@@ -44,7 +44,7 @@ def main() -> None:
     with prefect_on_lab(info):
         from flows.batch_rollout import batch_rollout
         from flows.store_rollback import store_rollback
-        from tasks.salt_client import SaltMasterClient
+        from tasks.salt import SaltMasterClient
 
         master = SaltMasterClient(info.salt_master_config)
         inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "kr-", stores)

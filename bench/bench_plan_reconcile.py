@@ -64,7 +64,7 @@ def main() -> None:
         from flows.batch_rollout import batch_rollout
         from flows.plan import store_plan
         from flows.reconcile import store_reconcile
-        from tasks.salt_client import SaltMasterClient
+        from tasks.salt import SaltMasterClient
 
         master = SaltMasterClient(info.salt_master_config)
         inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "pr-", stores)

@@ -62,7 +62,7 @@ def cleanup(info: LabInfo, store_ids: list[str]) -> None:
 def cleanup_store(info: LabInfo, sid: str) -> None:
     """cleanup() of one store."""
     from tasks.cobbler import CobblerClient, CobblerError
-    from tasks.salt_master import SaltError, SaltMasterClient
+    from tasks.salt import SaltError, SaltMasterClient
 
     master = SaltMasterClient(info.salt_master_config)
     cobbler = CobblerClient(url=info.cobbler_url, user=info.cobbler_user,

@@ -98,7 +98,7 @@ def wait_ready(master_config: Path, timeout: float = 30) -> None:
     import salt.config
     import salt.utils.event
 
-    from tasks.salt_client import prepare_salt_runtime
+    from tasks.salt import prepare_salt_runtime
 
     prepare_salt_runtime()  # Salt's logger levels, in the process that polls (pytest, the CLI)
     opts = salt.config.master_config(str(master_config))

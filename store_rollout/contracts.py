@@ -13,14 +13,14 @@ from typing import Final
 
 # -- autosign --------------------------------------------------------------------------------
 # The one grain the master's autosign_grains_dir matches at key authentication: the master
-# holds the one-time tokens in `autosign_grains_dir/<AUTOSIGN_GRAIN>` (tasks/salt_client.py,
+# holds the one-time tokens in `autosign_grains_dir/<AUTOSIGN_GRAIN>` (tasks/salt/tokens.py,
 # lab/salt_master.py); a minion sends it because its minion config lists it in
 # `autosign_grains` (image: minion.d/20-autosign.conf; hypervisor: the AutoYaST profile, which
 # gets it as Cobbler meta `autosign_grain`) and sets it from its token (image: store-identity
 # writes it to 15-identity.conf; hypervisor: the AutoYaST profile's grains file).
 AUTOSIGN_GRAIN: Final = "store_rollout_token"
 # beside the master's autosign_grains_dir: {minion id: its outstanding one-time token}, written
-# by the pipeline (tasks/salt_client.py) and read by the master's store_autosign_guard engine
+# by the pipeline (tasks/salt/tokens.py) and read by the master's store_autosign_guard engine
 TOKEN_MAP_FILE: Final = "store_rollout_tokens.json"
 # the guard's event when a minion signed in with a token issued for another id (key removed)
 AUTOSIGN_REFUSED_TAG: Final = "store/autosign/refused"
@@ -37,7 +37,8 @@ UPDATE_REPOS_META: Final = "update_repos"
 # -- hypervisor ready ------------------------------------------------------------------------
 # The last state of a hypervisor's highstate sets this grain and fires this event
 # (salt_states/hypervisor/ready via parameters/defaults.yaml `ready:`); step 3
-# (tasks/salt_master.wait_for_hypervisor) waits for the event and probes the grain.
+# (tasks/salt_master.wait_for_hypervisor, its watcher in tasks/salt/watchers.py) waits for the
+# event and probes the grain.
 HYPERVISOR_READY_TAG: Final = "store/hypervisor/ready"
 HYPERVISOR_READY_GRAIN: Final = "store_rollout_hypervisor_ready"
 # The bridge addressing AutoYaST gave the hypervisor (its profile writes the grain; the

@@ -23,7 +23,7 @@ from tasks.cobbler import CobblerError, cobbler_client, system_changes
 from tasks.erp import ErpError, erp_client
 from tasks.kiwi import image_status
 from tasks.pxe_install import system_spec
-from tasks.salt_client import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
+from tasks.salt import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
 
 READ_TIMEOUT = 3  # seconds a minion gets to answer a read (a silent one is reported as such)
 HIGHSTATE_TEST_TIMEOUT = 60

@@ -14,7 +14,7 @@ from store_rollout.settings import RolloutSettings
 from tasks.cobbler import CobblerClient, CobblerError, bmc_credentials, cobbler_client
 from tasks.erp import erp_client
 from tasks.kiwi import KiwiDescriptionError, resolve_description
-from tasks.salt_client import master_client
+from tasks.salt import master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, limit_problem
 
 

@@ -2,7 +2,7 @@
 (system record, netboot, sync, power) and the Salt master (the host's key and its one-time
 autosign token, and whether the host is already installed and ready).
 
-The clients are tasks/cobbler.py and tasks/salt_client.py; this module only composes them.
+The clients are tasks/cobbler.py and tasks/salt/; this module only composes them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tasks.cobbler import (
     cobbler_client,
 )
 from tasks.retry import retry_on
-from tasks.salt_client import hypervisor_ready, master_client
+from tasks.salt import hypervisor_ready, master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
 
 # Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path

@@ -29,7 +29,7 @@ from tenacity import (
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
-from tasks.salt_client import (
+from tasks.salt import (
     SaltCommandFailed,
     SaltError,
     SaltMasterClient,

@@ -23,7 +23,7 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay
 from lab.state import SALT_STATES_DIR, VENV_BIN, LabInfo
 from store_rollout.contracts import BOOTSTRAP_FILES, FIRSTBOOT_STAGE_DONE, FIRSTBOOT_STAGE_GRAIN, STEPS
 from tasks.cobbler import CobblerClient
-from tasks.salt_master import SaltMasterClient
+from tasks.salt import SaltMasterClient
 
 T = TypeVar("T")
 

@@ -26,7 +26,7 @@ from lab.simulator import _FETCH, MinionManager
 from lab.state import VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork
 from store_rollout.contracts import AUTOSIGN_GRAIN, AUTOSIGN_REFUSED_TAG, TOKEN_MAP_FILE
-from tasks.salt_client import SaltMasterClient
+from tasks.salt import SaltMasterClient
 from tests.helpers import (
     bmc_power,
     load_salt_module,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.salt_master import SaltError, SaltMasterClient
+from tasks.salt import SaltError, SaltMasterClient
 
 
 @pytest.fixture

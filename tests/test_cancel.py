@@ -12,7 +12,7 @@ import requests
 
 from lab.state import VENV_BIN, LabInfo
 from tasks.cobbler import CobblerClient
-from tasks.salt_master import SaltMasterClient
+from tasks.salt import SaltMasterClient
 from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab

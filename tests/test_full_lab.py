@@ -29,7 +29,7 @@ import yaml
 from lab.manager import Lab
 from lab.state import REPO_ROOT, LabInfo
 from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST, GATEWAY
-from tasks.salt_client import SaltMasterClient
+from tasks.salt import SaltMasterClient
 from tests.helpers import check_store, start_rollout
 
 pytestmark = [pytest.mark.full_lab, pytest.mark.timeout(1800)]

@@ -72,7 +72,7 @@ def test_store_identity_script_reads_the_seed_disk(tmp_path: Path) -> None:
 def test_every_autosign_token_passes_the_seed_and_the_guest() -> None:
     """Tokens come from one generator; the hypervisor's seed and the guest's script both take
     them (the lab found a urlsafe token starting with '-' refused by the guest)."""
-    from tasks.salt_master import new_autosign_token
+    from tasks.salt.tokens import new_autosign_token
 
     seed_iso = _seed_iso()
     guest = re.search(r"^VALID='(.+)'$", (OVERLAY / IDENTITY_SCRIPT).read_text(), re.M)

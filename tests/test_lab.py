@@ -17,7 +17,7 @@ import requests
 from lab.state import LabInfo
 from lab.store_network import BRIDGE, StoreNetwork
 from tasks.cobbler import CobblerClient, SystemSpec
-from tasks.salt_master import SaltMasterClient
+from tasks.salt import SaltMasterClient
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.lab

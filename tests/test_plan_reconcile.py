@@ -38,7 +38,7 @@ from store_rollout.contracts import (
     STEPS,
 )
 from tasks.cobbler import CobblerClient
-from tasks.salt_client import SaltMasterClient
+from tasks.salt import SaltMasterClient
 from tests.helpers import finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab

@@ -15,7 +15,7 @@ from prefect import flow
 
 from store_rollout.inventory import Store, parse_inventory
 from tasks.erp import ERP_RETRIES, ErpUnavailable, notify_erp
-from tasks.salt_master import SaltCommandFailed, SaltMinionNoResponse
+from tasks.salt import SaltCommandFailed, SaltMinionNoResponse
 from tasks.virt import VmError, VmNotRunning, start_domain
 from tests.helpers import BASE_ENV
 

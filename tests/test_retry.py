@@ -18,18 +18,18 @@ from tasks.cobbler import (
     disable_hypervisor_netboot,
 )
 from tasks.erp import ErpRejected, ErpUnavailable, notify_erp
-from tasks.firstboot import FirstbootFailed, firstboot
+from tasks.firstboot import firstboot
 from tasks.pxe_install import pxe_install_hypervisor
 from tasks.retry import retry_on
-from tasks.salt_master import (
+from tasks.salt import (
+    FirstbootFailed,
     SaltCommandFailed,
     SaltError,
     SaltEventTimeout,
     SaltMinionNoResponse,
     SaltTransientError,
-    prepare_vm_keys,
-    wait_for_hypervisor,
 )
+from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.virt import VmNotRunning, create_vm, remove_vm
 
 TASK, TASK_RUN = object(), object()

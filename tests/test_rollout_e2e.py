@@ -18,7 +18,7 @@ import yaml
 from lab.state import VENV_BIN, LabInfo
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from tasks.cobbler import CobblerClient
-from tasks.salt_master import SaltCommandFailed, SaltMasterClient
+from tasks.salt import SaltCommandFailed, SaltMasterClient
 from tests.helpers import (
     bmc_power,
     check_store,

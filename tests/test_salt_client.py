@@ -15,7 +15,7 @@ from salt.exceptions import (
     SaltReqTimeoutError,
 )
 
-from tasks.salt_client import (
+from tasks.salt import (
     SaltCommandFailed,
     SaltError,
     SaltEventTimeout,
@@ -191,7 +191,7 @@ def test_master_log_tail_finds_a_refused_auth_protocol_from_now_on(tmp_path: Pat
     """The master logs a refused auth protocol and fires no event: step 3 reads the lines it
     logs from the moment it starts waiting, a line still being written next time, and a
     rotated log from its start."""
-    from tasks.salt_client import AuthRefusal, MasterLogTail
+    from tasks.salt.masterlog import AuthRefusal, MasterLogTail
 
     line = ("2026-11-25 10:00:00,000 [salt.channel.server:340 ][WARNING ][77] Rejected "
             "authentication attempt from minion '{}' using protocol version 2 (minimum "

@@ -12,7 +12,7 @@ import requests
 
 from lab.state import VENV_BIN, LabInfo
 from tasks.cobbler import CobblerAuthError, CobblerClient
-from tasks.salt_master import SaltMasterClient
+from tasks.salt import SaltMasterClient
 from tests.helpers import check_store, write_inventory
 
 

@@ -44,7 +44,7 @@ def _paths(opts):
 
 @contextlib.contextmanager
 def _tokens_locked(opts):
-    """The pipeline's token files, under the lock it takes for them (tasks/salt_client.py)."""
+    """The pipeline's token files, under the lock it takes for them (tasks/salt/tokens.py)."""
     autosign, token_map = _paths(opts)
     with open(os.path.splitext(autosign)[0] + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -1,0 +1,89 @@
+"""One question to a minion, or one action on it, that the steps and their waits share.
+
+Typed against `MasterApi`, the part of `SaltMasterClient` they use, so a watcher's unit test
+passes a fake master.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from store_rollout.contracts import FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_NEW, HYPERVISOR_READY_GRAIN
+from tasks.salt.errors import HypervisorKeyContested, SaltError
+from tasks.salt.events import EventBus
+from tasks.salt.masterlog import MasterLogTail
+
+
+class MasterApi(Protocol):
+    """What the waits of steps 3 and 6 use of `SaltMasterClient`."""
+
+    master_config: str
+
+    def subscribe(self, prefix: str = "") -> AbstractContextManager[EventBus]: ...
+
+    def cmd(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = (),
+            kwarg: dict[str, Any] | None = None, timeout: float = 60) -> Any: ...
+
+    def cmd_async(self, minion_id: str, fun: str,
+                  arg: list[Any] | tuple[Any, ...] = ()) -> str: ...
+
+    def key_state(self, minion_id: str) -> str | None: ...
+
+    def list_keys(self) -> dict[str, list[str]]: ...
+
+    def delete_key(self, minion_id: str) -> bool: ...
+
+    def fingerprints(self, minion_id: str) -> dict[str, list[str]]: ...
+
+    def revoke_token(self, minion_id: str) -> bool: ...
+
+    def log_tail(self) -> MasterLogTail: ...
+
+
+def hypervisor_state(master: MasterApi, minion_id: str) -> str:
+    """Current state, not events: 'ready' (its highstate set the ready grain), 'answering'
+    (up, not ready yet) or 'silent' (not installed, booting, or its key not accepted)."""
+    try:
+        ready = master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN], timeout=5)
+    except SaltError:
+        return "silent"
+    return "ready" if ready else "answering"
+
+
+def hypervisor_ready(master: MasterApi, minion_id: str) -> bool:
+    return hypervisor_state(master, minion_id) == "ready"
+
+
+def reapply_highstate(master: MasterApi, minion_id: str) -> str | None:
+    """Start the highstate of a hypervisor that is up but never got ready (its startup run was
+    lost); None when a state run is still going, so two never overlap. Returns the job id."""
+    running = master.cmd(minion_id, "saltutil.running", timeout=10) or []
+    if any(str(job.get("fun", "")).startswith("state.") for job in running):
+        return None
+    return master.cmd_async(minion_id, "state.highstate")
+
+
+def contested_key(master: MasterApi, store_id: str, minion: str) -> None:
+    """Fail when the hypervisor's id has an accepted key and a denied one (the master denies a
+    later key for an accepted id), after removing both."""
+    keys = master.list_keys()
+    if minion in keys.get("minions", []) and minion in keys.get("minions_denied", []):
+        fingerprints = master.fingerprints(minion)
+        master.delete_key(minion)
+        raise HypervisorKeyContested(store_id, minion, fingerprints)
+
+
+def firstboot_stage(master: MasterApi, minion: str) -> str | None:
+    """The VM's firstboot_stage grain, or None when it does not answer."""
+    try:
+        stage = master.cmd(minion, "grains.get", [FIRSTBOOT_STAGE_GRAIN], timeout=5)
+        return str(stage or FIRSTBOOT_STAGE_NEW)
+    except SaltError:
+        return None
+
+
+def reset_vm(master: MasterApi, hypervisor: str, vm_name: str) -> None:
+    """Hard reset of a VM that stopped answering (a hung guest): stop, then start the domain."""
+    master.cmd(hypervisor, "virt.stop", [vm_name])
+    master.cmd(hypervisor, "virt.start", [vm_name])
