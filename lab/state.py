@@ -14,6 +14,9 @@ from lab.procs import ProcessRecord
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".lab"
 SALT_STATES_DIR = REPO_ROOT / "salt_states"
+# what only the lab's master serves, ahead of salt_states/ (lab/salt_overlay/README.md)
+SALT_OVERLAY_DIR = REPO_ROOT / "lab" / "salt_overlay"
+LAB_FILE_ROOTS = (SALT_OVERLAY_DIR, SALT_STATES_DIR)
 IMAGE_BUILDS_DIR = REPO_ROOT / "image_builds"
 VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
 # the Salt a Leap 15.6 store host runs (3006, built-in virt module): the simulated hypervisors'

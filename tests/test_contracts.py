@@ -435,10 +435,10 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "provisioning_helper/firstboot/highstate.sls:17: stage 'highstate' sets firstboot_stage "
         "to: found ['verified'], expected ['verify']",
         "provisioning_helper/firstboot/new.sls:11: event tag: found 'store/vm/firstbot/started'",
-        "defaults.yaml:48: values.ready.grain: found 'hv_ready'",
+        "defaults.yaml:43: values.ready.grain: found 'hv_ready'",
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
-        "provisioning.py:18: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
+        "provisioning.py:16: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",

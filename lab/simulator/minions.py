@@ -117,8 +117,10 @@ class MinionManager:
             "random_reauth_delay": 0,
             "auth_timeout": 5,
             "multiprocessing": False,
-            # the hardware's API (reboots), as a machine on the store network reaches it
+            # the hardware's API (reboots), as a machine on the store network reaches it, and the
+            # overlay's module that calls it for provisioning.reboot/restart_minion
             "store_rollout_lab": {"simulator_url": self.network().url(self.simulator_port)},
+            "providers": {"provisioning": "lab_provisioning"},
             **extra,
         }
         (mdir / "etc" / "minion.d" / "zz-lab-hardware.conf").write_text(yaml.safe_dump(hardware))
@@ -170,8 +172,7 @@ class MinionManager:
             record = spawn(
                 argv,
                 self.logs / f"minion-{minion_id}.log",
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONWARNINGS": "ignore",
-                     "STORE_ROLLOUT_LAB": "1"},
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONWARNINGS": "ignore"},
             )
             with self.lock:
                 self.procs[minion_id] = record
