@@ -37,9 +37,8 @@ READ_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN
                "role", "store_id", "os", "os_family", "osfinger", "ipv4"}
 FIRSTBOOT_TAGS = {c.FIRSTBOOT_EVENT_PREFIX + event for event in c.FIRSTBOOT_EVENTS}
 # `store_rollout_*` / `STORE_*` words outside Python: each must be a contract
-# (store_rollout_lab: the lab minion's config key, not a contract with the image)
-PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, "store_rollout_lab",
-                 c.SEED_LABEL, c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}
+PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, c.SEED_LABEL,
+                 c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}
 PROJECT_WORD_RE = re.compile(r"\b(store_rollout_[a-z_]+|STORE_[A-Z_]+)\b")
 # the hypervisor's own minion config, which its AutoYaST profile writes
 HYPERVISOR_MINION_CONF = {"50-store-rollout.conf", c.LIBVIRT_EVENTS_CONF}
