@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from store_rollout.settings import SettingsError, prefect_settings_of_lab
+from store_rollout.settings import SettingsError, prefect_settings_of_file
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -29,10 +29,10 @@ COMMAND_GROUP = "store_rollout.commands"
 
 
 @app.callback()
-def _prefect_of_the_lab(ctx: typer.Context) -> None:
-    """With STORE_ROLLOUT_LAB_DIR (and no PREFECT_API_URL), every command talks to that lab's
-    Prefect server: set as Prefect settings for the command's duration, whatever was imported
-    before."""
+def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
+    """With STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL), every command talks to the
+    Prefect server that file names: set as Prefect settings for the command's duration, whatever
+    was imported before."""
     import os
 
     from prefect.settings import (
@@ -49,7 +49,7 @@ def _prefect_of_the_lab(ctx: typer.Context) -> None:
     os.environ.update({k: v for k, v in HEARTBEAT_ENV.items() if k not in os.environ})
     names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME,
              "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": PREFECT_FLOWS_HEARTBEAT_FREQUENCY}
-    updates = {**prefect_settings_of_lab(),
+    updates = {**prefect_settings_of_file(),
                "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]}
     ctx.with_resource(temporary_settings(updates={names[k]: v for k, v in updates.items()}))
 
@@ -84,15 +84,16 @@ def refuse(message: str, *more: str) -> NoReturn:
 
 
 def refuse_settings(exc: SettingsError) -> NoReturn:
-    """The settings' one-line error and, when settings are missing, no lab is named and a lab
-    runs on this machine, the line that names it: the person decides, the CLI never picks it."""
-    from store_rollout.settings import active_lab_dir, running_labs
+    """The settings' one-line error and the lines a command plugin adds to it (`settings_hint`
+    in the plugin's module: the lab names a lab running on this machine); the person decides,
+    the CLI never picks one."""
+    from importlib import import_module
 
-    labs = running_labs() if exc.missing and active_lab_dir() is None else []
-    if not labs:
-        refuse(exc.brief)
-    refuse(exc.brief, f"export STORE_ROLLOUT_LAB_DIR={labs[0]}  # the lab running on this machine"
-           + (f" (also running: {', '.join(map(str, labs[1:]))})" if labs[1:] else ""))
+    hints: list[str] = []
+    for entry in entry_points(group=COMMAND_GROUP):
+        hint = getattr(import_module(entry.module), "settings_hint", None)
+        hints += hint(exc.missing) if hint is not None else []
+    refuse(exc.brief, *hints)
 
 
 def finished(state: Any, what: str, code: int = 1) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 from common import cleanup, emit, fresh_inventory, lab_info, machine, median, prefect_on_lab
 
-from lab.state import VENV_BIN
+from lab.state import VENV_BIN, LabPaths
 
 
 def timed_with_jobs(master: Any, fn: Callable[[], Any]) -> tuple[float, Counter[str], Any]:
@@ -92,7 +92,8 @@ def main() -> None:
                     master, lambda: store_reconcile(str(inv)))
                 reconciles.append(seconds)
                 counts = result["counts"]
-            env = {**os.environ, "STORE_ROLLOUT_LAB_DIR": info.state_dir,
+            env = {**os.environ,
+                   "STORE_ROLLOUT_SETTINGS_FILE": str(LabPaths(Path(info.state_dir)).settings_file),
                    "PREFECT_API_URL": info.prefect_api_url}
             cli_started = time.monotonic()
             cli = subprocess.run([str(VENV_BIN / "store-rollout"), "plan", ids[0], "--inventory",

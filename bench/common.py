@@ -18,7 +18,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lab.state import LabInfo, load_lab_info  # noqa: E402
+from lab.state import LabInfo, LabPaths, load_lab_info  # noqa: E402
 
 # Salt's LocalClient prints notices to stdout; a benchmark's stdout is its JSON object only
 sys.stdout = sys.stderr
@@ -32,7 +32,8 @@ def lab_info() -> LabInfo:
 def prefect_on_lab(info: LabInfo) -> Iterator[None]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    os.environ.setdefault("STORE_ROLLOUT_LAB_DIR", info.state_dir)
+    os.environ.setdefault("STORE_ROLLOUT_SETTINGS_FILE",
+                          str(LabPaths(Path(info.state_dir)).settings_file))
     with temporary_settings(updates={PREFECT_API_URL: info.prefect_api_url}):
         yield
 

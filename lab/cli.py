@@ -16,14 +16,26 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.manager import Lab
-from lab.state import load_lab_info, state_dir_from_env
+from lab.state import LabPaths, load_lab_info, running_labs, state_dir_from_env
 from lab.store_network import BRIDGE
+from store_rollout.settings import SETTINGS_FILE_ENV
 
 lab_app = typer.Typer(no_args_is_help=True, help="The local lab (real services, simulated hardware).")
 console = Console(stderr=True)
 
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help="lab state dir (default .lab/)")]
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
+
+
+def settings_hint(missing: tuple[str, ...]) -> list[str]:
+    """The application CLI asks a command plugin what to add to a settings error: with settings
+    missing and no settings file named, the line that names a lab running on this machine."""
+    labs = running_labs() if missing and not os.environ.get(SETTINGS_FILE_ENV) else []
+    if not labs:
+        return []
+    files = [LabPaths(lab).settings_file for lab in labs]
+    return [f"export {SETTINGS_FILE_ENV}={files[0]}  # the lab running on this machine"
+            + (f" (also running: {', '.join(map(str, files[1:]))})" if files[1:] else "")]
 
 
 def _mib(value: int) -> str:
@@ -51,7 +63,7 @@ def lab_up(
     console.print(
         f"lab ready: {lab.paths.lab_json}\n"
         "to run rollouts against it (the CLI never picks a lab by itself):\n"
-        f"  export STORE_ROLLOUT_LAB_DIR={lab.paths.root}"
+        f"  export {SETTINGS_FILE_ENV}={lab.paths.settings_file}"
     )
 
 
@@ -99,7 +111,7 @@ def demo(inventory: Inventory = Path("examples/inventory.yaml"), state_dir: Stat
     """Roll out every store of the inventory concurrently in the lab and print a summary."""
     # the demo is the lab's by definition: it names the lab itself
     lab_dir = state_dir_from_env(state_dir)
-    os.environ["STORE_ROLLOUT_LAB_DIR"] = str(lab_dir)
+    os.environ[SETTINGS_FILE_ENV] = str(LabPaths(lab_dir).settings_file)
     from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     with temporary_settings(

@@ -11,7 +11,7 @@ from pathlib import Path
 import requests
 
 from lab.procs import ProcessRecord, spawn, wait_until
-from lab.state import REPO_ROOT, VENV_BIN
+from lab.state import REPO_ROOT, VENV_BIN, LabPaths
 from tasks.run_health import HEARTBEAT_ENV
 from tasks.slots import FILESYSTEM_LEASE_STORAGE
 
@@ -79,7 +79,8 @@ def client_env(port: int, prefect_home: Path, state_dir: Path) -> dict[str, str]
     env = _env_without_prefect()
     env.update(PREFECT_API_URL=api_url(port), PREFECT_HOME=str(prefect_home),
                PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               STORE_ROLLOUT_LAB_DIR=str(state_dir), STORE_ROLLOUT_HOME=str(REPO_ROOT))
+               STORE_ROLLOUT_SETTINGS_FILE=str(LabPaths(state_dir).settings_file),
+               STORE_ROLLOUT_HOME=str(REPO_ROOT))
     return env
 
 

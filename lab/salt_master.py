@@ -1,4 +1,5 @@
-"""The lab's salt-master: project `salt_states/` as file_roots, a lab pillar, reactors, autosign grains."""
+"""The lab's salt-master: the lab's Salt overlay and the project's `salt_states/` as file_roots, a
+lab pillar, reactors, autosign grains."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import yaml
 
 from lab.procs import ProcessRecord, spawn
-from lab.state import SALT_STATES_DIR, VENV_BIN
+from lab.state import LAB_FILE_ROOTS, SALT_STATES_DIR, VENV_BIN
 from store_rollout.contracts import AUTOSIGN_GRAIN
 
 
@@ -35,12 +36,12 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
     for d in (root, conf_dir, pillar, root / "autosign_grains"):
         d.mkdir(parents=True, exist_ok=True)
     (pillar / "top.sls").write_text("base:\n  '*':\n    - lab\n")
-    # lab minions run on the lab host itself: host-changing states are excluded by this pillar
+    # lab minions run on the lab host itself: the overlay's parameters of that host (Debian)
+    # exclude host-changing states
     (pillar / "lab.sls").write_text(
         # os_family: the parameters of the host the lab's minions run on; its startup highstates
         # under load may render before the grains are loaded (as grains['id'] was, see ready)
-        yaml.safe_dump({"store_rollout": {"lab": True},
-                        "hypervisor": {"lookup": {"lab": True}, "os_family": "Debian"},
+        yaml.safe_dump({"hypervisor": {"os_family": "Debian"},
                         # a booted lab guest (full lab) reboots at once, not a minute later
                         "provisioning": {"reboot_delay_minutes": 0}})
     )
@@ -67,7 +68,8 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
         "pidfile": str(root / "salt-master.pid"),
         "log_file": str(root / "master.log"),
         "log_level_logfile": "info",
-        "file_roots": {"base": [str(SALT_STATES_DIR)]},
+        # the overlay first: Salt serves the first root that has a path
+        "file_roots": {"base": [str(root) for root in LAB_FILE_ROOTS]},
         "pillar_roots": {"base": [str(pillar)]},
         "worker_threads": 3,
         "open_mode": False,

@@ -14,6 +14,9 @@ from lab.procs import ProcessRecord
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".lab"
 SALT_STATES_DIR = REPO_ROOT / "salt_states"
+# what only the lab's master serves, ahead of salt_states/ (lab/salt_overlay/README.md)
+SALT_OVERLAY_DIR = REPO_ROOT / "lab" / "salt_overlay"
+LAB_FILE_ROOTS = (SALT_OVERLAY_DIR, SALT_STATES_DIR)
 IMAGE_BUILDS_DIR = REPO_ROOT / "image_builds"
 VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
 # the Salt a Leap 15.6 store host runs (3006, built-in virt module): the simulated hypervisors'
@@ -116,6 +119,8 @@ class LabPaths:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.lab_json = root / "lab.json"
+        # the flows' settings, as any deployment hands them over (STORE_ROLLOUT_SETTINGS_FILE)
+        self.settings_file = root / "settings.env"
         self.ports_json = root / "ports.json"
         self.secrets_json = root / "secrets.json"
         self.logs = root / "logs"
@@ -145,6 +150,11 @@ class LabPaths:
         tmp.write_text(info.model_dump_json(indent=2))
         os.chmod(tmp, 0o600)  # holds lab credentials
         tmp.replace(self.lab_json)
+        tmp = self.settings_file.with_suffix(".tmp")
+        tmp.write_text("".join(f"{name}='{_dotenv_value(name, value)}'\n"
+                               for name, value in flow_settings(info, self.root).items()))
+        os.chmod(tmp, 0o600)
+        tmp.replace(self.settings_file)
 
     def load_or_create_ports(self) -> LabPorts:
         from lab.procs import free_port
@@ -178,6 +188,63 @@ class LabPaths:
         self.secrets_json.write_text(created.model_dump_json(indent=2))
         os.chmod(self.secrets_json, 0o600)
         return created
+
+
+def running_labs(homes: tuple[Path, ...] | None = None) -> list[Path]:
+    """Labs running on this machine where labs live by default: `.lab` (`lab up`) and `.lab-*`
+    (the tests' `.lab-test*`) in the checkout and in the current directory. A lab runs when a
+    process its lab.json records is alive. Only ever named to a person (the CLI's hint when
+    settings are missing), never used by itself."""
+    found: list[Path] = []
+    for home in dict.fromkeys(h.resolve() for h in (homes or (REPO_ROOT, Path.cwd()))):
+        for state_dir in sorted(home.glob(".lab*")):
+            if state_dir not in found and _lab_alive(state_dir / "lab.json"):
+                found.append(state_dir)
+    return found
+
+
+def _lab_alive(lab_json: Path) -> bool:
+    try:
+        services = json.loads(lab_json.read_text()).get("services") or {}
+        records = [ProcessRecord.from_json(s) for s in services.values()]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return False  # no lab.json, or not one a lab wrote
+    return any(record.alive() for record in records)
+
+
+def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
+    """What the lab hands the flows and the CLI: STORE_ROLLOUT_* settings of its services and the
+    Prefect server a client of the lab talks to."""
+    return {
+        "STORE_ROLLOUT_COBBLER_URL": info.cobbler_url, "STORE_ROLLOUT_COBBLER_USER": info.cobbler_user,
+        "STORE_ROLLOUT_COBBLER_PASSWORD": info.cobbler_password,
+        "STORE_ROLLOUT_SALT_MASTER_CONFIG": info.salt_master_config,
+        "STORE_ROLLOUT_SALT_MASTER_ADDRESS": info.salt_master_address,
+        "STORE_ROLLOUT_SALT_PUBLISH_PORT": str(info.salt_publish_port),
+        "STORE_ROLLOUT_SALT_RET_PORT": str(info.salt_ret_port),
+        "STORE_ROLLOUT_HYPERVISOR_LIBVIRT_URI": info.libvirt_uri,
+        "STORE_ROLLOUT_VM_TYPE": info.vm_type, "STORE_ROLLOUT_VM_IMAGES_DIR": info.vm_images_dir,
+        "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN": info.erp_token,
+        "STORE_ROLLOUT_POWER_TYPE": info.power_type, "STORE_ROLLOUT_POWER_ADDRESS": info.power_address,
+        "STORE_ROLLOUT_POWER_USER": info.power_user,
+        "STORE_ROLLOUT_POWER_PASSWORD": info.power_password,
+        # the full lab boots a real image; the default lab's guests are simulated processes
+        "STORE_ROLLOUT_IMAGE_DESCRIPTION": "lab-debian",
+        "STORE_ROLLOUT_IMAGE_BUILDER": "kiwi" if info.full else "lab",
+        "STORE_ROLLOUT_IMAGE_CACHE_DIR": info.image_cache_dir,
+        "STORE_ROLLOUT_IMAGE_BASE_URL": info.image_base_url,
+        "STORE_ROLLOUT_IMAGE_PARAMS": json.dumps({"SALT_MASTER": info.salt_master_address,
+                                                  "SALT_MASTER_PORT": str(info.salt_ret_port)}),
+        "PREFECT_API_URL": info.prefect_api_url,
+        "PREFECT_HOME": str(root / "prefect-client-home"),
+    }
+
+
+def _dotenv_value(name: str, value: str) -> str:
+    """A value that a single-quoted dotenv line carries literally."""
+    if "'" in value or "\n" in value:
+        raise ValueError(f"{name}: {value!r} cannot be written to a settings file as it is")
+    return value
 
 
 def load_lab_info(state_dir: Path | None = None) -> LabInfo:

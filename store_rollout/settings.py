@@ -2,8 +2,8 @@
 
 pydantic-settings sources, earlier ones win: Prefect Secret blocks for single secrets
 (`STORE_ROLLOUT_<FIELD>_BLOCK=<block name>`), environment variables `STORE_ROLLOUT_<FIELD>`,
-and `lab.json` of the lab named by STORE_ROLLOUT_LAB_DIR. The lab is only ever used when named:
-a `.lab/` that happens to exist next to a production worker's checkout is ignored.
+and the dotenv file STORE_ROLLOUT_SETTINGS_FILE names (the same variables, one per line; the
+local lab writes one). A settings file is only ever read when named.
 
 Credentials Blocks (tasks/cobbler.py, tasks/erp.py) are named here too
 (`STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK`...); loading them is the tasks' business, so with a
@@ -18,11 +18,12 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
-from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    DotEnvSettingsSource,
     EnvSettingsSource,
     InitSettingsSource,
     NoDecode,
@@ -30,7 +31,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
 SECRET_FIELDS = ("cobbler_password", "erp_token", "power_password")
 # a named credentials Block replaces these fields; without one they are required
 BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user", "cobbler_password"),
@@ -100,7 +101,6 @@ class RolloutSettings(BaseSettings):
     image_ca_bundle: str = Field("", description="PEM file of the CA that signed the image "
                                  "server's certificate (default: the hypervisor's trust store)")
     image_rate_limit: int = Field(0, ge=0, description="bytes/s per store download, 0: none")
-    lab: bool = False
 
     @field_validator(*_REPLACED_BY, mode="after")
     @classmethod
@@ -150,82 +150,23 @@ class RolloutSettings(BaseSettings):
         return data
 
 
-def _lab_values(lab_dir: Path) -> dict[str, Any]:
-    info = json.loads((lab_dir / "lab.json").read_text())
-    return {
-        "cobbler_url": info["cobbler_url"], "cobbler_user": info["cobbler_user"],
-        "cobbler_password": info["cobbler_password"],
-        "salt_master_config": info["salt_master_config"],
-        "salt_master_address": info["salt_master_address"],
-        "salt_publish_port": info["salt_publish_port"], "salt_ret_port": info["salt_ret_port"],
-        "hypervisor_libvirt_uri": info["libvirt_uri"], "vm_type": info.get("vm_type", "qemu"),
-        "vm_images_dir": info["vm_images_dir"],
-        "erp_url": info["erp_url"], "erp_token": info["erp_token"],
-        "power_type": info["power_type"], "power_address": info["power_address"],
-        "power_user": info["power_user"], "power_password": info["power_password"],
-        # the full lab boots a real image; the default lab's guests are simulated processes
-        "image_description": "lab-debian",
-        "image_builder": "kiwi" if info.get("full") else "lab",
-        "image_cache_dir": info["image_cache_dir"],
-        "image_base_url": info["image_base_url"],
-        "image_params": {"SALT_MASTER": info["salt_master_address"],
-                         "SALT_MASTER_PORT": str(info["salt_ret_port"])},
-        "lab": True,
-    }
+def settings_file(environ: dict[str, str] | None = None) -> Path | None:
+    """The settings file STORE_ROLLOUT_SETTINGS_FILE names, else None."""
+    named = (os.environ if environ is None else environ).get(SETTINGS_FILE_ENV)
+    return Path(named) if named else None
 
 
-def active_lab_dir(environ: dict[str, str] | None = None) -> Path | None:
-    """The lab the settings come from: the one STORE_ROLLOUT_LAB_DIR names, else None."""
-    explicit = (os.environ if environ is None else environ).get("STORE_ROLLOUT_LAB_DIR")
-    return Path(explicit) if explicit else None
-
-
-def running_labs(homes: tuple[Path, ...] | None = None) -> list[Path]:
-    """Labs running on this machine where labs live by default: `.lab` (`lab up`) and `.lab-*`
-    (the tests' `.lab-test*`) in the checkout and in the current directory. A lab runs when a
-    process its lab.json records is alive. Only ever named to a person (the CLI's hint when
-    settings are missing): settings come from a lab only when STORE_ROLLOUT_LAB_DIR names it."""
-    found: list[Path] = []
-    for home in dict.fromkeys(h.resolve() for h in (homes or (REPO_ROOT, Path.cwd()))):
-        for state_dir in sorted(home.glob(".lab*")):
-            if state_dir not in found and _lab_alive(state_dir / "lab.json"):
-                found.append(state_dir)
-    return found
-
-
-def _lab_alive(lab_json: Path) -> bool:
-    """Any service of lab.json alive, judged as lab/procs.py's ProcessRecord.alive does (the
-    start time guards against a reused PID); production code does not import lab/."""
-    import psutil
-
-    try:
-        services = json.loads(lab_json.read_text()).get("services") or {}
-        records = [(int(s["pid"]), float(s["create_time"])) for s in services.values()]
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return False  # no lab.json, or not one a lab wrote
-    for pid, create_time in records:
-        try:
-            proc = psutil.Process(pid)
-            if (abs(proc.create_time() - create_time) < 0.05
-                    and proc.status() != psutil.STATUS_ZOMBIE):
-                return True
-        except psutil.Error:
-            continue
-    return False
-
-
-def prefect_settings_of_lab(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """PREFECT_API_URL and PREFECT_HOME of the lab STORE_ROLLOUT_LAB_DIR names, for the CLI to
-    apply as Prefect settings; {} without a lab or when PREFECT_API_URL is set explicitly."""
+def prefect_settings_of_file(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """PREFECT_API_URL and PREFECT_HOME the settings file gives (the Prefect server whose flows
+    use these settings), for the CLI to apply as Prefect settings; the environment's own win,
+    and none apply when PREFECT_API_URL is set explicitly."""
     env = os.environ if environ is None else environ
-    lab_dir = active_lab_dir(dict(env))
-    if lab_dir is None or "PREFECT_API_URL" in env or not (lab_dir / "lab.json").exists():
+    path = settings_file(dict(env))
+    if path is None or "PREFECT_API_URL" in env or not path.is_file():
         return {}
-    info = json.loads((lab_dir / "lab.json").read_text())
-    return {
-        "PREFECT_API_URL": info["prefect_api_url"],
-        "PREFECT_HOME": env.get("PREFECT_HOME", str(lab_dir / "prefect-client-home")),
-    }
+    given = dotenv_values(path)
+    return {name: env.get(name) or str(given[name]) for name in ("PREFECT_API_URL", "PREFECT_HOME")
+            if given.get(name)}
 
 
 class _Environ(EnvSettingsSource):
@@ -239,25 +180,6 @@ class _Environ(EnvSettingsSource):
         return {k.lower(): v for k, v in self._given.items()}
 
 
-class _LabJson(PydanticBaseSettingsSource):
-    """The settings a running lab hands over in its lab.json."""
-
-    def __init__(self, settings_cls: type[BaseSettings], lab_dir: Path | None) -> None:
-        super().__init__(settings_cls)
-        self.lab_dir = lab_dir
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # __call__ does the work
-
-    def __call__(self) -> dict[str, Any]:
-        if self.lab_dir is None:
-            return {}
-        if not (self.lab_dir / "lab.json").exists():
-            raise SettingsError(f"STORE_ROLLOUT_LAB_DIR={self.lab_dir} has no lab.json: "
-                                "run `store-rollout lab up` or unset it")
-        return _lab_values(self.lab_dir)
-
-
 def _secret_from_block(block_name: str) -> str:
     from prefect.blocks.system import Secret
 
@@ -269,7 +191,11 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     env = dict(os.environ if environ is None else environ)
     blocks = {name: _secret_from_block(env[f"STORE_ROLLOUT_{name.upper()}_BLOCK"])
               for name in SECRET_FIELDS if env.get(f"STORE_ROLLOUT_{name.upper()}_BLOCK")}
-    lab_dir = active_lab_dir(env)
+    path = settings_file(env)
+    if path is not None and not path.is_file():
+        raise SettingsError(f"{SETTINGS_FILE_ENV}={path}: no such file (name a settings file of "
+                            "STORE_ROLLOUT_* lines, or unset it)")
+    from_file = [DotEnvSettingsSource(RolloutSettings, env_file=path)] if path else []
 
     class Sourced(RolloutSettings):
         @classmethod
@@ -280,7 +206,7 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
                 file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
             return (InitSettingsSource(settings_cls, init_kwargs=blocks),
-                    _Environ(settings_cls, env), _LabJson(settings_cls, lab_dir))
+                    _Environ(settings_cls, env), *from_file)
 
     try:
         return RolloutSettings.model_validate(Sourced().model_dump())  # type: ignore[call-arg]
@@ -298,10 +224,10 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
                 missing.append(f"STORE_ROLLOUT_{field.upper()}")
             else:
                 invalid.append(problems[-1])
-        lab = "or name a running lab with STORE_ROLLOUT_LAB_DIR"
+        named = f"or name a settings file with {SETTINGS_FILE_ENV}"
         # a shell without any settings misses eight of them: one line, not eight times the advice
         brief = "; ".join(([f"settings missing: {', '.join(missing)} (export them; secrets and "
-                            "logins may come from Prefect blocks instead, see README; " + lab + ")"]
-                           if missing else []) + invalid)
-        raise SettingsError(f"settings invalid: {'; '.join(problems)}; {lab}",
+                            "logins may come from Prefect blocks instead, see README; " + named +
+                            ")"] if missing else []) + invalid)
+        raise SettingsError(f"settings invalid: {'; '.join(problems)}; {named}",
                             tuple(missing), brief) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.state import REPO_ROOT, LabInfo
+from lab.state import REPO_ROOT, LabInfo, LabPaths
 
 # under pytest-xdist every worker runs a lab of its own (its own ports, namespaces and Prefect)
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -76,7 +76,9 @@ def lab(lab_dir: Path) -> Iterator[LabInfo]:
 @pytest.fixture(scope="session")
 def lab_env(lab: LabInfo, lab_dir: Path) -> dict[str, str]:
     """Environment for subprocesses (CLI, flows) that should use the test lab."""
-    return {**os.environ, "STORE_ROLLOUT_LAB_DIR": str(lab_dir),
+    # the flows' settings from the file the lab writes; the lab's own tools (bench) find the lab
+    return {**os.environ, "STORE_ROLLOUT_SETTINGS_FILE": str(LabPaths(lab_dir).settings_file),
+            "STORE_ROLLOUT_LAB_DIR": str(lab_dir),
             "PREFECT_API_URL": lab.prefect_api_url,
             "PREFECT_HOME": str(lab_dir / "prefect-client-home")}
 

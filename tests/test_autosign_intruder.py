@@ -22,7 +22,8 @@ import requests
 import yaml
 
 from lab.autoyast import parse_autoyast
-from lab.simulator import _FETCH, MinionManager
+from lab.simulator.firmware import _FETCH
+from lab.simulator.minions import MinionManager
 from lab.state import VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork
 from store_rollout.contracts import AUTOSIGN_GRAIN, AUTOSIGN_REFUSED_TAG, TOKEN_MAP_FILE

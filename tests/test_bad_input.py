@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from app.cli import app
-from lab.state import LabInfo
+from lab.state import LabInfo, LabPaths
 from tests.test_rollout_e2e import system_snapshot
 
 pytestmark = pytest.mark.lab
@@ -156,7 +156,8 @@ def test_bad_input_refused_and_nothing_changes(lab: LabInfo, lab_dir: Path,
                 mutate(inv)
             inv_path.write_text(yaml.safe_dump(inv))
         result = runner.invoke(app, ["rollout", store_id, "--inventory", str(inv_path)],
-                               env={"STORE_ROLLOUT_LAB_DIR": str(lab_dir), **env})
+                               env={"STORE_ROLLOUT_SETTINGS_FILE": str(LabPaths(lab_dir).settings_file),
+                                    **env})
         output = " ".join(result.output.split())
         if result.exit_code == 0 or expected not in output:
             failures.append(f"{case_id}: exit {result.exit_code}, output: {output[:300]}")

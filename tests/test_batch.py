@@ -10,7 +10,7 @@ import pytest
 import requests
 import yaml
 
-from lab.state import LabInfo
+from lab.state import LabInfo, LabPaths
 from tests.helpers import check_store, result_from_systems, write_inventory
 
 pytestmark = pytest.mark.lab
@@ -35,7 +35,7 @@ def test_batch_of_five_halts_after_threshold(lab: LabInfo, lab_dir: Path, tmp_pa
     raw = yaml.safe_load(inv.read_text())
     raw["stores"][3]["hypervisor"]["cobbler_profile"] = "no-such-profile"  # b4 fails
     inv.write_text(yaml.safe_dump(raw))
-    monkeypatch.setenv("STORE_ROLLOUT_LAB_DIR", str(lab_dir))
+    monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(LabPaths(lab_dir).settings_file))
     with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
         from flows.batch_rollout import batch_rollout
 

@@ -258,17 +258,17 @@ def test_power_status_false_means_off(cobbler: tuple[FakeCobbler, CobblerClient]
                                           ("", False)])
 def test_simulated_installer_checks_the_nopxe_answer(body: str, ok: bool) -> None:
     """Cobbler's nopxe answers 200 with "False" when netboot stays on: the lab's installer
-    (lab/simulator.py) stops there instead of starting the host as if installed."""
-    from lab.simulator import Simulator
+    (lab/simulator/firmware.py) stops there instead of starting the host as if installed."""
+    from lab.simulator.firmware import Firmware
 
     url = "http://10.77.0.1:80/cblr/svc/op/nopxe/system/store-s1-hv"
     firmware = SimpleNamespace(_fetch={url: body}.__getitem__)
     if ok:
-        Simulator._nopxe(firmware, url)  # type: ignore[arg-type]
+        Firmware._nopxe(firmware, url)  # type: ignore[arg-type]
         return
     with pytest.raises(RuntimeError, match=f"Cobbler answered {body!r} to {re.escape(url)}, "
                                            "not 'True': netboot stays on"):
-        Simulator._nopxe(firmware, url)  # type: ignore[arg-type]
+        Firmware._nopxe(firmware, url)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("status", "expected"), [

@@ -37,9 +37,8 @@ READ_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN
                "role", "store_id", "os", "os_family", "osfinger", "ipv4"}
 FIRSTBOOT_TAGS = {c.FIRSTBOOT_EVENT_PREFIX + event for event in c.FIRSTBOOT_EVENTS}
 # `store_rollout_*` / `STORE_*` words outside Python: each must be a contract
-# (store_rollout_lab: the lab minion's config key, not a contract with the image)
-PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, "store_rollout_lab",
-                 c.SEED_LABEL, c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}
+PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, c.SEED_LABEL,
+                 c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}
 PROJECT_WORD_RE = re.compile(r"\b(store_rollout_[a-z_]+|STORE_[A-Z_]+)\b")
 # the hypervisor's own minion config, which its AutoYaST profile writes
 HYPERVISOR_MINION_CONF = {"50-store-rollout.conf", c.LIBVIRT_EVENTS_CONF}
@@ -436,10 +435,10 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "provisioning_helper/firstboot/highstate.sls:17: stage 'highstate' sets firstboot_stage "
         "to: found ['verified'], expected ['verify']",
         "provisioning_helper/firstboot/new.sls:11: event tag: found 'store/vm/firstbot/started'",
-        "defaults.yaml:48: values.ready.grain: found 'hv_ready'",
+        "defaults.yaml:43: values.ready.grain: found 'hv_ready'",
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
-        "provisioning.py:18: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
+        "provisioning.py:16: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from lab.manager import Lab
-from lab.state import VENV_BIN, LabInfo
+from lab.state import VENV_BIN, LabInfo, LabPaths
 from store_rollout import steps
 from tests.helpers import (
     bmc_power,
@@ -37,7 +37,7 @@ def inprocess(lab: LabInfo, lab_dir: Path, monkeypatch: pytest.MonkeyPatch) -> I
     """Run store_rollout in this process against the lab (so a step listener can inject)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    monkeypatch.setenv("STORE_ROLLOUT_LAB_DIR", str(lab_dir))
+    monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(LabPaths(lab_dir).settings_file))
     with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
         from flows.rollout import store_rollout
 

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from lab.manager import Lab
-from lab.state import REPO_ROOT, LabInfo
+from lab.state import REPO_ROOT, LabInfo, LabPaths
 from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST, GATEWAY
 from tasks.salt import SaltMasterClient
 from tests.helpers import check_store, start_rollout
@@ -78,9 +78,9 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, dict[str, 
 
 
 def user_env() -> dict[str, str]:
-    """What a user has after `lab up`: only STORE_ROLLOUT_LAB_DIR exported."""
+    """What a user has after `lab up`: only STORE_ROLLOUT_SETTINGS_FILE exported."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "STORE_ROLLOUT_"))}
-    return {**env, "STORE_ROLLOUT_LAB_DIR": str(FULL_LAB_DIR)}
+    return {**env, "STORE_ROLLOUT_SETTINGS_FILE": str(LabPaths(FULL_LAB_DIR).settings_file)}
 
 
 def guest(master: SaltMasterClient, minion: str, fun: str, *args: Any) -> Any:

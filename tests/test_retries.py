@@ -62,7 +62,7 @@ class ScriptedErp:
 def erp_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Settings (env) of a non-lab run whose ERP is a ScriptedErp; yields its factory."""
     made: list[ScriptedErp] = []
-    monkeypatch.delenv("STORE_ROLLOUT_LAB_DIR", raising=False)
+    monkeypatch.delenv("STORE_ROLLOUT_SETTINGS_FILE", raising=False)
     for name, value in BASE_ENV.items():
         monkeypatch.setenv(name, value)
 

@@ -48,14 +48,14 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     check_machines_on_the_store_network(lab, "e2e1")
     check_salt_events_in_prefect(lab, "e2e1")
     check_store_comes_back_after_a_power_cut(lab, lab_env, inventory, "e2e1")
-    # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_LAB_DIR
+    # without PREFECT_API_URL the CLI finds the lab's server through STORE_ROLLOUT_SETTINGS_FILE
     bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
     status = subprocess.run([str(VENV_BIN / "store-rollout"), "status", "--json"], env=bare_env,
                             capture_output=True, text=True, timeout=120)
     assert {"name": "rollout-e2e1", "state": "Completed"}.items() <= next(
         r for r in json.loads(status.stdout) if r["name"] == "rollout-e2e1").items()
 
-    # e2e2 as a user who only exported STORE_ROLLOUT_LAB_DIR: its flow runs in a worker thread
+    # e2e2 as a user who only exported STORE_ROLLOUT_SETTINGS_FILE: its flow runs in a worker thread
     # of the CLI and must still report to the lab's server, not to a temporary one
     procs = [start_rollout(bare_env, "e2e2", inventory), start_rollout(lab_env, "e2e3", inventory)]
     results = [finish(p) for p in procs]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from lab.autoyast import parse_autoyast
-from lab.state import REPO_ROOT, SALT_STATES_DIR, VENV_BIN
+from lab.state import LAB_FILE_ROOTS, REPO_ROOT, SALT_STATES_DIR, VENV_BIN
 from store_rollout.contracts import (
     LIBVIRT_EVENT_TAG_PREFIX,
     LIBVIRT_EVENTS_CONF,
@@ -46,19 +46,20 @@ PLATFORMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                                              "store_id": "0042"}, {}),
     "hypervisor-lab-debian-12": ("store-0042-hv", {**DEBIAN_12, "role": "hypervisor",
                                                    "store_id": "0042"},
-                                 {"store_rollout": {"lab": True},
-                                  "hypervisor": {"lookup": {"lab": True}, "os_family": "Debian"}}),
+                                 {"hypervisor": {"os_family": "Debian"}}),
 }
+# what the lab's master serves: its overlay (lab/salt_overlay) ahead of salt_states/
+ROOTS = {name: LAB_FILE_ROOTS if "-lab-" in name else (SALT_STATES_DIR,) for name in PLATFORMS}
 
 
-def render(tmp: Path, minion_id: str, grains: dict[str, Any],
-           pillar: dict[str, Any]) -> dict[str, Any]:
+def render(tmp: Path, minion_id: str, grains: dict[str, Any], pillar: dict[str, Any],
+           roots: tuple[Path, ...] = (SALT_STATES_DIR,)) -> dict[str, Any]:
     (tmp / "pillar").mkdir(parents=True)
     (tmp / "pillar" / "top.sls").write_text("base:\n  '*':\n    - data\n")
     (tmp / "pillar" / "data.sls").write_text(yaml.safe_dump(pillar or {"none": None}))
     (tmp / "minion").write_text(yaml.safe_dump({
         "file_client": "local", "root_dir": str(tmp / "root"), "id": minion_id,
-        "file_roots": {"base": [str(SALT_STATES_DIR)]},
+        "file_roots": {"base": [str(root) for root in roots]},
         "pillar_roots": {"base": [str(tmp / "pillar")]}, "grains": grains}))
     # custom modules first, as a highstate (autoload_dynamic_modules) syncs them on a minion
     subprocess.run([str(VENV_BIN / "salt-call"), "--local", "-c", str(tmp), "saltutil.sync_all"],
@@ -77,7 +78,7 @@ def render(tmp: Path, minion_id: str, grains: dict[str, Any],
 
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
 def test_rendered_highstate_matches_reviewed_snapshot(platform: str, tmp_path: Path) -> None:
-    rendered = render(tmp_path, *PLATFORMS[platform])
+    rendered = render(tmp_path, *PLATFORMS[platform], ROOTS[platform])
     text = json.dumps(rendered, indent=1, sort_keys=True) + "\n"
     snapshot = SNAPSHOTS / f"{platform}.json"
     if os.environ.get("STORE_ROLLOUT_UPDATE_SNAPSHOTS"):
@@ -129,7 +130,7 @@ def test_production_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
 
 
 def test_lab_hypervisor_changes_nothing_on_the_host(tmp_path: Path) -> None:
-    rendered = render(tmp_path, *PLATFORMS["hypervisor-lab-debian-12"])
+    rendered = render(tmp_path, *PLATFORMS["hypervisor-lab-debian-12"], LAB_FILE_ROOTS)
     modules = {m for body in rendered.values() for m in body if not m.startswith("__")}
     # events (its file, a restart on change), checks, ready
     assert modules == {"file", "module", "storehost", "grains", "event"}, modules

@@ -12,9 +12,9 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from lab.state import REPO_ROOT, VENV_BIN
-from store_rollout import settings as settings_module
-from store_rollout.settings import SettingsError, load_settings, running_labs
+import lab.state
+from lab.state import REPO_ROOT, VENV_BIN, LabInfo, LabPaths, running_labs
+from store_rollout.settings import SettingsError, load_settings
 
 BASE = {"STORE_ROLLOUT_COBBLER_URL": "http://cobbler/", "STORE_ROLLOUT_COBBLER_USER": "u",
         "STORE_ROLLOUT_COBBLER_PASSWORD": "p", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
@@ -40,7 +40,7 @@ def test_image_base_url_must_be_http() -> None:
 
 def test_cli_never_picks_a_lab_by_itself(tmp_path: Path) -> None:
     """A production worker installed from a checkout with a stale `.lab/lab.json` must not roll
-    out against that lab: without STORE_ROLLOUT_LAB_DIR the CLI refuses, naming what is missing."""
+    out against that lab: without STORE_ROLLOUT_SETTINGS_FILE the CLI refuses, naming what is missing."""
     stale = REPO_ROOT / ".lab" / "lab.json"
     made, made_dir = not stale.exists(), not stale.parent.exists()
     if made:
@@ -66,9 +66,9 @@ def test_cli_never_picks_a_lab_by_itself(tmp_path: Path) -> None:
     assert lines[0].startswith("error: settings missing: STORE_ROLLOUT_COBBLER_URL, "), lines
     for field in ("cobbler_url", "salt_master_config", "erp_url", "image_base_url"):
         assert lines[0].count(f"STORE_ROLLOUT_{field.upper()}") == 1, field
-    assert lines[0].count("STORE_ROLLOUT_LAB_DIR") == 1 and "Field required" not in lines[0]
+    assert lines[0].count("STORE_ROLLOUT_SETTINGS_FILE") == 1 and "Field required" not in lines[0]
     assert lines[1:] == [] or (len(lines) == 2 and lines[1].startswith(
-        "export STORE_ROLLOUT_LAB_DIR=")), lines
+        "export STORE_ROLLOUT_SETTINGS_FILE=")), lines
     if made:  # the stale lab.json of this test records no live process
         assert str(stale.parent) not in re.split(r"[=\s,()]+", proc.stderr)
 
@@ -81,11 +81,11 @@ def test_missing_settings_are_named_once_in_one_line() -> None:
             "STORE_ROLLOUT_SALT_MASTER_CONFIG", "STORE_ROLLOUT_ERP_TOKEN",
             "STORE_ROLLOUT_IMAGE_BASE_URL"} <= set(missing)
     assert brief.startswith(f"settings missing: {', '.join(missing)} (export them")
-    assert "\n" not in brief and brief.count("STORE_ROLLOUT_LAB_DIR") == 1
+    assert "\n" not in brief and brief.count("STORE_ROLLOUT_SETTINGS_FILE") == 1
     assert all(brief.count(name) == 1 for name in missing)
-    # the message for logs keeps each field's own advice, the lab's once
+    # the message for logs keeps each field's own advice, the settings file's once
     assert "cobbler_url: Field required (set STORE_ROLLOUT_COBBLER_URL" in str(err.value)
-    assert str(err.value).count("STORE_ROLLOUT_LAB_DIR") == 1
+    assert str(err.value).count("STORE_ROLLOUT_SETTINGS_FILE") == 1
     # a wrong value keeps its reason beside the missing ones
     with pytest.raises(SettingsError) as err:
         load_settings({"STORE_ROLLOUT_IMAGE_BASE_URL": "file:///var/cache/images"})
@@ -128,31 +128,35 @@ def test_cli_names_the_running_lab_and_still_refuses(tmp_path: Path,
         monkeypatch.delenv(key)
     for key, value in HEARTBEAT_ENV.items():  # the CLI sets them in os.environ: restored after
         monkeypatch.setenv(key, os.environ.get(key, value))
-    monkeypatch.setattr(settings_module, "REPO_ROOT", tmp_path)  # where labs are looked for
+    monkeypatch.setattr(lab.state, "REPO_ROOT", tmp_path)  # where labs are looked for
     monkeypatch.chdir(tmp_path)
     me = psutil.Process()
-    lab = lab_state(tmp_path, ".lab", (me.pid, me.create_time()))
+    running = lab_state(tmp_path, ".lab", (me.pid, me.create_time()))
     argv = ["rollout", "0001", "--inventory", str(REPO_ROOT / "examples" / "inventory.yaml")]
 
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2, result.output
     lines = result.output.splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: settings missing: "), lines
-    assert lines[1] == f"export STORE_ROLLOUT_LAB_DIR={lab}  # the lab running on this machine"
+    assert lines[1] == (f"export STORE_ROLLOUT_SETTINGS_FILE={running / 'settings.env'}"
+                        "  # the lab running on this machine")
 
     lab_state(tmp_path, ".lab-test", (me.pid, me.create_time()))
     lines = CliRunner().invoke(app, argv).output.splitlines()
-    assert lines[1].endswith(f"(also running: {tmp_path.resolve() / '.lab-test'})")
+    assert lines[1].endswith(f"(also running: {tmp_path.resolve() / '.lab-test' / 'settings.env'})")
 
-    for state_dir in (lab, tmp_path / ".lab-test"):  # its processes gone: nothing to name
+    for state_dir in (running, tmp_path / ".lab-test"):  # its processes gone: nothing to name
         (state_dir / "lab.json").write_text(json.dumps({"services": {}}))
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
 
 
-def lab_json(state_dir: Path, **fields: object) -> Path:
-    """A lab.json with what the settings read from it (values need not answer)."""
-    info = {"cobbler_url": "http://127.0.0.1:1/", "cobbler_user": "u", "cobbler_password": "p",
+def lab_settings(state_dir: Path, **fields: object) -> Path:
+    """The settings file a lab writes beside its lab.json (values need not answer)."""
+    info = {"state_dir": str(state_dir), "prefect_api_url": "http://127.0.0.1:1/api",
+            "prefect_ui_url": "-", "postgres_url": "-", "erp_log": "-", "simulator_url": "-",
+            "cobbler_http_url": "-",
+            "cobbler_url": "http://127.0.0.1:1/", "cobbler_user": "u", "cobbler_password": "p",
             "salt_master_config": "/nonexistent/master", "salt_master_address": "10.77.0.1",
             "salt_publish_port": 1, "salt_ret_port": 2, "libvirt_uri": "qemu:///x",
             "vm_images_dir": "/x", "erp_url": "http://127.0.0.1:1", "erp_token": "t",
@@ -160,8 +164,9 @@ def lab_json(state_dir: Path, **fields: object) -> Path:
             "power_password": "p", "image_cache_dir": "/x", "image_base_url": "http://10.77.0.1:3",
             **fields}
     state_dir.mkdir(exist_ok=True)
-    (state_dir / "lab.json").write_text(json.dumps(info))
-    return state_dir
+    paths = LabPaths(state_dir)
+    paths.write_info(LabInfo.model_validate(info))
+    return paths.settings_file
 
 
 @pytest.mark.parametrize(("fields", "builder", "vm_type"), [
@@ -173,11 +178,23 @@ def lab_json(state_dir: Path, **fields: object) -> Path:
 def test_full_lab_builds_the_image_and_boots_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                fields: dict[str, object], builder: str,
                                                vm_type: str) -> None:
-    monkeypatch.setenv("STORE_ROLLOUT_LAB_DIR", str(lab_json(tmp_path / "lab", **fields)))
+    monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(lab_settings(tmp_path / "lab", **fields)))
     settings = load_settings()
     assert (settings.image_builder, settings.vm_type) == (builder, vm_type)
     # the image's minion.d names the master as the store network reaches it
     assert settings.image_params == {"SALT_MASTER": "10.77.0.1", "SALT_MASTER_PORT": "2"}
+
+
+def test_settings_file_is_read_only_when_named_and_the_environment_wins(tmp_path: Path) -> None:
+    path = lab_settings(tmp_path / "lab")
+    with pytest.raises(SettingsError):  # not named: nothing read from it
+        load_settings({})
+    settings = load_settings({"STORE_ROLLOUT_SETTINGS_FILE": str(path),
+                              "STORE_ROLLOUT_ERP_URL": "http://erp.example/"})
+    assert settings.erp_url == "http://erp.example/" and settings.cobbler_url == "http://127.0.0.1:1/"
+    assert settings.erp_token.get_secret_value() == "t"
+    with pytest.raises(SettingsError, match="STORE_ROLLOUT_SETTINGS_FILE=.*: no such file"):
+        load_settings({"STORE_ROLLOUT_SETTINGS_FILE": str(tmp_path / "nowhere.env")})
 
 
 def test_kvm_only_with_hardware_virtualization(tmp_path: Path) -> None:

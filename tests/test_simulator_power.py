@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from lab.procs import spawn
-from lab.simulator import MinionManager
+from lab.simulator.minions import MinionManager
 from lab.state import LabInfo, LabPaths
 
 

@@ -185,7 +185,7 @@ def test_addresses_and_link_names() -> None:
 def test_minion_sockets_fit_the_kernels_limit_or_the_lab_dir_is_named(tmp_path: Path) -> None:
     """The minion's event socket path does not grow with the store id (CI's checkout path plus
     `store-sec-canary-hv` went past the limit and the minion died at start)."""
-    from lab.simulator import SALT_LONGEST_SOCKET_NAME, UNIX_PATH_MAX, minion_root_dir
+    from lab.simulator.minions import SALT_LONGEST_SOCKET_NAME, UNIX_PATH_MAX, minion_root_dir
 
     ci_like = Path("/check/work/main/.lab-test-gw0/simulator")
     root = minion_root_dir(ci_like, 4095)

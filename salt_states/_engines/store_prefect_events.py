@@ -16,7 +16,7 @@ rollout's Salt side next to its flow runs.
 A hypervisor's libvirt_events engine (tags under LIBVIRT_EVENT_PREFIX) reports its domains'
 lifecycle: a store VM's becomes `salt.store.libvirt.domain.<event>` (started, stopped,
 crashed...) on the resource `libvirt.domain.<name>`, related to its store. Only the store's own
-hypervisor is believed (in the lab every simulated hypervisor watches the one libvirtd).
+hypervisor is believed (several hypervisors' minions may watch one shared libvirtd).
 """
 
 import datetime
@@ -74,8 +74,8 @@ def _domain_event(data):
 
 def _connection_event(tag, data):
     """A hypervisor's libvirt connection lost or restored, or None (another tag). Of the domain
-    states a restored event lists, only the store's own VM is kept (in the lab every simulated
-    hypervisor watches the one libvirtd)."""
+    states a restored event lists, only the store's own VM is kept (several hypervisors' minions
+    may watch one shared libvirtd)."""
     suffix = next((s for s in LIBVIRT_CONNECTION_EVENTS if tag.endswith("/" + s)), None)
     if suffix is None:
         return None

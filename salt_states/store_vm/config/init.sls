@@ -1,6 +1,6 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import mapdata as vm with context %}
-# Paths are under the minion's root_dir: / on the real VM, a private dir for lab minions.
+# Paths are under the minion's root_dir: / on the real VM, else the minion's private root_dir.
 store-vm-config-init-file-managed:
   file.managed:
     - name: {{ salt['provisioning.root_path'](vm.config_dir, vm.config_file) }}

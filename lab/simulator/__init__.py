@@ -1,0 +1,28 @@
+"""Store hardware simulator: the only simulated part of the lab.
+
+- PXE + install: Cobbler's `lab` fence agent POSTs power actions here. On power on/reboot the
+  "machine" does what its firmware would: read the PXE config Cobbler synced for its MAC; if it
+  points at an AutoYaST profile, fetch it from Cobbler, lay down the files it writes, start the
+  hypervisor's salt-minion from them and call Cobbler's end-of-install (nopxe) URL; if it says
+  localboot, boot the installed system.
+- VM boot: a libvirt lifecycle callback (not polling) starts a salt-minion for each started
+  domain, with the minion.d files of the image the domain's disk is backed by. A domain
+  whose disk holds a built image (the full lab) is left alone: QEMU boots it for real. The identity
+  comes the way the guest gets it: the image's own store-identity script reads the domain's
+  STORE_SEED seed disk (its CD-ROM's ISO file, as the guest would see it); a disk that booted
+  before keeps the identity it was given. Stopping the domain stops that minion.
+- Reboot: the `provisioning.reboot` Salt module asks for a reboot here; the simulator restarts
+  that minion process (never the host).
+- Network: every machine's minion runs in a network namespace of its own on the lab's store
+  network (lab/store_network.py), with an address the simulator assigns and keeps per
+  machine; the firmware's downloads (profile, nopxe) go over that network too. Store hosts
+  also get a mount namespace without the lab's state (lab/host_namespace.py).
+- Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`): delay, fail
+  the next N times, never; `GET /faults/taken` counts the delays and failures they caused.
+
+Modules: faults (the knobs), minions (salt-minion processes per machine), firmware (BMC
+power, PXE install, reboots), vm_boot (libvirt lifecycle events), http_api (the handler),
+server (wiring and the entry point).
+
+Run: python -m lab.simulator --state-dir <lab> --port <port>
+"""

@@ -1,0 +1,3 @@
+from lab.simulator.server import main
+
+main()

@@ -1,0 +1,61 @@
+"""Per-step fault knobs of the simulated hardware and the count of what they did."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+# old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6
+STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start", "old_host_salt")
+
+
+class FaultKnobs:
+    """Per-step faults: {"delay": s, "fail": n, "never": bool}; `fail` counts down per use.
+
+    `taken` counts what the knobs really did (delays applied, failures caused), so a test can
+    show its fault happened instead of assuming it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.knobs: dict[str, dict[str, Any]] = {}
+        self.taken: dict[str, dict[str, int]] = {}
+
+    def set(self, step: str, knob: dict[str, Any]) -> None:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; choose one of {', '.join(STEPS)}")
+        with self.lock:
+            self.knobs[step] = {"delay": float(knob.get("delay", 0)),
+                                "fail": int(knob.get("fail", 0)),
+                                "never": bool(knob.get("never", False))}
+
+    def clear(self, step: str | None = None) -> None:
+        with self.lock:
+            if step is None:
+                self.knobs.clear()
+                self.taken.clear()
+            else:
+                self.knobs.pop(step, None)
+                self.taken.pop(step, None)
+
+    def take(self, step: str) -> tuple[float, bool]:
+        """(delay, fails_now) for one use of `step`."""
+        with self.lock:
+            knob = self.knobs.get(step)
+            if not knob:
+                return 0.0, False
+            fails = knob["never"] or knob["fail"] > 0
+            if fails and not knob["never"]:
+                knob["fail"] -= 1
+            counts = self.taken.setdefault(step, {"delayed": 0, "failed": 0})
+            counts["delayed"] += knob["delay"] > 0
+            counts["failed"] += fails
+            return knob["delay"], fails
+
+    def taken_snapshot(self) -> dict[str, dict[str, int]]:
+        with self.lock:
+            return json.loads(json.dumps(self.taken))
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            return json.loads(json.dumps(self.knobs))

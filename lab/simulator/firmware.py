@@ -1,0 +1,230 @@
+"""What a store host's firmware and BMC do: power actions from Cobbler's fence agent, the PXE
+install from the AutoYaST profile Cobbler rendered, booting from disk, and reboots."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hmac
+import logging
+import re
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from lab.autoyast import parse_autoyast
+from lab.simulator.faults import FaultKnobs
+from lab.simulator.minions import MinionManager
+from lab.state import HOST_PY36_SALT_BIN, HOST_SALT_BIN, LabInfo, LabPaths
+from store_rollout.contracts import SEED_METADATA_NS
+
+if TYPE_CHECKING:
+    from lab.simulator.vm_boot import VmBoot
+
+log = logging.getLogger("lab.simulator")
+
+# a Leap host's salt-minion extension modules (its extension_modules default)
+HOST_EXTMODS = "/var/cache/salt/minion/extmods/"
+
+
+# what the installer's curl does; run on the store network (StoreNetwork.run)
+_FETCH = ("import sys, urllib.request\n"
+          "with urllib.request.urlopen(sys.argv[1], timeout=30) as r:\n"
+          "    sys.stdout.write(r.read().decode())")
+
+
+class Firmware:
+    """The store hosts' BMCs and firmware, and every machine's reboot."""
+
+    def __init__(self, paths: LabPaths, info: LabInfo, faults: FaultKnobs,
+                 minions: MinionManager, vms: VmBoot) -> None:
+        self.paths = paths
+        self.info = info
+        self.faults = faults
+        self.minions = minions
+        self.vms = vms
+        self.cobbler_state = paths.cobbler
+        self.power: dict[str, str] = {}
+
+    def bmc_login_ok(self, authorization: str | None) -> bool:
+        """The simulated BMCs take the lab's BMC login only (sent by Cobbler's fence agent)."""
+        expected = f"{self.info.power_user}:{self.info.power_password}".encode()
+        given = (authorization or "").removeprefix("Basic ").encode()
+        return hmac.compare_digest(given, base64.b64encode(expected))
+
+    def power_action(self, action: str, plug: str) -> dict[str, Any]:
+        action = action.lower()
+        if action in ("status", "monitor", "list"):
+            state = "on" if self.power.get(plug) == "on" else "off"
+            return {"plug": plug, "state": state}
+        if action == "off":
+            self.power[plug] = "off"
+            self._stop_system(plug)
+            return {"plug": plug, "state": "off"}
+        if action in ("on", "reboot", "cycle"):
+            self.power[plug] = "on"
+            threading.Thread(target=self._boot_system, args=(plug,), daemon=True,
+                             name=f"boot-{plug}").start()
+            return {"plug": plug, "state": "on", "booting": True}
+        raise ValueError(f"unsupported power action {action!r}")
+
+    def _cobbler(self) -> Any:
+        import xmlrpc.client
+
+        return xmlrpc.client.ServerProxy(self.info.cobbler_url, allow_none=True)
+
+    def _system_minion(self, system_name: str) -> str | None:
+        marker = self.paths.simulator / "systems" / f"{system_name}.minion"
+        return marker.read_text().strip() if marker.exists() else None
+
+    def _stop_system(self, system_name: str) -> None:
+        """Power off: the host's OS stops at once, its minion and its store's domains with it."""
+        minion_id = self._system_minion(system_name)
+        if minion_id:
+            self.minions.stop(minion_id, f"power off {system_name}", grace=0.0)
+        for dom in self._host_domains(system_name, active=True):
+            with contextlib.suppress(Exception):  # gone meanwhile: nothing left to stop
+                dom.destroy()
+                log.info("power off %s: its domain %s stops", system_name, dom.name())
+
+    def _host_domains(self, system_name: str, active: bool) -> list[Any]:
+        """The domains that run on this store host (the lab's one libvirtd holds every host's):
+        those seeded with its store's identity."""
+        import libvirt
+
+        marker = self.paths.simulator / "systems" / f"{system_name}.store"
+        if not marker.exists():
+            return []
+        store_id = marker.read_text().strip()
+        flag = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE if active else 0
+        conn = libvirt.open(self.info.libvirt_uri)
+        mine = []
+        for dom in conn.listAllDomains(flag):
+            with contextlib.suppress(libvirt.libvirtError, ET.ParseError):
+                seed = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).find(
+                    f"./metadata/{{{SEED_METADATA_NS}}}seed")
+                if seed is not None and seed.get("store_id") == store_id:
+                    mine.append(dom)
+        return mine
+
+    def _autostart_domains(self, system_name: str) -> None:
+        """What the host's libvirt does at boot: start its domains marked autostart."""
+        for dom in self._host_domains(system_name, active=False):
+            with contextlib.suppress(Exception):
+                if dom.autostart() and not dom.isActive():
+                    dom.create()
+                    log.info("%s boots: autostart domain %s started", system_name, dom.name())
+
+    def _pxe_config(self, mac: str) -> str | None:
+        name = "01-" + mac.lower().replace(":", "-")
+        path = self.cobbler_state / "srv" / "u" / "tftpboot" / "pxelinux.cfg" / name
+        return path.read_text() if path.exists() else None
+
+    def _boot_system(self, system_name: str) -> None:
+        try:
+            self._stop_system(system_name)  # a power cycle kills the running OS
+            system = self._cobbler().get_system(system_name)
+            if not isinstance(system, dict):
+                log.warning("power on %s: unknown to Cobbler, nothing boots", system_name)
+                return
+            macs = [i.get("mac_address") for i in system.get("interfaces", {}).values()
+                    if i.get("mac_address")]
+            pxe = self._pxe_config(macs[0]) if macs else None
+            match = re.search(r"autoyast=(\S+)", pxe or "")
+            if match:
+                self._install(system_name, match.group(1))
+            else:
+                minion_id = self._system_minion(system_name)
+                if minion_id and self.minions.installed(minion_id):
+                    self.minions.start(minion_id, f"{system_name} boots from disk")
+                    self._autostart_domains(system_name)
+                else:
+                    log.warning("%s: no PXE config and no installed OS", system_name)
+        except Exception:
+            log.exception("boot of %s failed", system_name)
+
+    def _install(self, system_name: str, autoyast_url: str) -> None:
+        delay, fail = self.faults.take("pxe")
+        if delay:
+            time.sleep(delay)
+        if fail:
+            log.warning("fault knob: install of %s fails", system_name)
+            return
+        rendered = parse_autoyast(self._fetch(autoyast_url))
+        minion_id = rendered.files.get("/etc/salt/minion_id", "").strip() or system_name
+        minion_d = {Path(p).name: text for p, text in rendered.files.items()
+                    if p.startswith("/etc/salt/minion.d/")}
+        # the minion's extension modules the profile writes (the libvirt events engine), where
+        # the host's Salt looks for them: the lab minion's root_dir stands for "/"
+        extmods = {p: text for p, text in rendered.files.items()
+                   if p.startswith(HOST_EXTMODS) and not p.endswith("/")}
+        (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
+        (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
+        grains = yaml.safe_load(minion_d.get("50-store-rollout.conf", "")) or {}
+        store_id = str((grains.get("grains") or {}).get("store_id", ""))
+        (self.paths.simulator / "systems" / f"{system_name}.store").write_text(store_id)
+        # the virt URI and images dir come from the profile (Cobbler's autoinstall_meta), as on
+        # a real host: the lab adds nothing there
+        extra: dict[str, Any] = {}
+        if self.faults.take("startup_highstate")[1]:
+            # the installed host comes up without its first highstate (lost or crashed run)
+            log.warning("fault knob: %s starts without its startup highstate", system_name)
+            extra["startup_states"] = ""
+        # a Leap 15.6 host runs the distribution's Salt 3006 (built-in virt module); on request
+        # its stock 3006.0 on Python 3.6, whose auth protocol 2 the master refuses
+        salt_bin = HOST_SALT_BIN
+        if self.faults.take("old_host_salt")[1]:
+            log.warning("fault knob: %s runs Salt 3006.0 on Python 3.6", system_name)
+            salt_bin = HOST_PY36_SALT_BIN
+        self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True,
+                             disk_files=extmods)
+        # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
+        # the one Cobbler rendered (the profile's http_server carries the port)
+        if rendered.nopxe_url:
+            self._nopxe(rendered.nopxe_url)
+        self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
+
+    def _nopxe(self, url: str) -> None:
+        """Cobbler's nopxe answers 200 with "True" or "False" (pxe_just_once off, no such
+        system): with "False" netboot stays on and the host reinstalls at its next boot, so the
+        install stops here, logged, instead of looking done."""
+        answer = self._fetch(url).strip()
+        if answer != "True":
+            raise RuntimeError(f"installer: Cobbler answered {answer!r} to {url}, not 'True': "
+                               "netboot stays on; check Cobbler's pxe_just_once setting and "
+                               "that the system exists")
+
+    def _fetch(self, url: str) -> str:
+        """GET as the installing machine does: from the store network, by the address Cobbler
+        rendered (a URL that only works on the orchestrator fails here, as on a store)."""
+        proc = self.minions.network().run(
+            [sys.executable, "-c", _FETCH, url], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"installer: GET {url} from the store network failed: "
+                               f"{proc.stderr.strip()}")
+        return proc.stdout
+
+    # -- reboots -----------------------------------------------------------------------
+    def reboot(self, minion_id: str) -> dict[str, Any]:
+        self.minions.minion_dir(minion_id)  # validates the id
+        threading.Thread(target=self._reboot, args=(minion_id,), daemon=True).start()
+        return {"minion": minion_id, "rebooting": True}
+
+    def _reboot(self, minion_id: str) -> None:
+        time.sleep(1.0)  # like `shutdown -r`: the state run that asked returns first
+        self.minions.stop(minion_id, "reboot")
+        delay, fail = self.faults.take("reboot")
+        time.sleep(0.5 + delay)  # powered off
+        if fail:
+            log.warning("fault knob: %s does not come back after reboot", minion_id)
+            return
+        if self.vms.domain_gone(minion_id):
+            log.info("%s: its domain was stopped or removed during the reboot; stays down",
+                     minion_id)
+            return
+        self.minions.start(minion_id, "reboot")

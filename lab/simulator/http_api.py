@@ -1,0 +1,64 @@
+"""The simulator's HTTP API: BMC power, fault knobs, minion status and reboots, the vm_start
+hook."""
+
+from __future__ import annotations
+
+import re
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING
+
+from lab.jsonhttp import JsonHandler
+
+if TYPE_CHECKING:
+    from lab.simulator.server import Simulator
+
+
+def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(JsonHandler):
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._reply(200, "ok")
+            elif self.path == "/minions":
+                self._reply(200, {"running": sim.minions.status(),
+                                  "history": sim.minions.history[-200:]})
+            elif self.path == "/faults":
+                self._reply(200, sim.faults.snapshot())
+            elif self.path == "/faults/taken":
+                self._reply(200, sim.faults.taken_snapshot())
+            else:
+                self._reply(404, {"error": "not found"})
+
+        def do_DELETE(self) -> None:
+            match = re.fullmatch(r"/faults(?:/(\w+))?", self.path)
+            if match:
+                sim.faults.clear(match.group(1))
+                self._reply(200, sim.faults.snapshot())
+            else:
+                self._reply(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            try:
+                body = self._json()
+                if self.path == "/power":
+                    if not sim.firmware.bmc_login_ok(self.headers.get("Authorization")):
+                        self._reply(401, {"error": "BMC login refused"})
+                        return
+                    self._reply(200, sim.firmware.power_action(str(body.get("action", "")),
+                                                      str(body.get("plug", ""))))
+                elif self.path == "/hooks/vm_start":
+                    delay, fail = sim.faults.take("vm_start")
+                    time.sleep(delay)
+                    self._reply(200, {"fail": fail, "domain": body.get("domain")})
+                elif m := re.fullmatch(r"/minions/([^/]+)/reboot", self.path):
+                    self._reply(200, sim.firmware.reboot(m.group(1)))
+                elif m := re.fullmatch(r"/faults/(\w+)", self.path):
+                    sim.faults.set(m.group(1), body)
+                    self._reply(200, sim.faults.snapshot())
+                else:
+                    self._reply(404, {"error": "not found"})
+            except ValueError as exc:
+                self._reply(400, {"error": str(exc)})
+
+    return Handler
+
