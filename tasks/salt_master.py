@@ -12,6 +12,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from store_rollout import step_rules
 from store_rollout.contracts import (
     AUTOSIGN_GRAIN,
     AUTOSIGN_REFUSED_TAG,
@@ -214,10 +215,9 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     # the project's modules on the hypervisor as the master has them now, before steps 4-6 call
     # them (its last highstate synced them; a rerun may come after a project update)
     master.cmd(store.hypervisor_minion_id, "saltutil.sync_modules", timeout=60)
-    # a key is stale only when its VM is going to be created anew; an existing domain (rerun,
-    # or a VM that is merely down right now) keeps the key it was accepted with
+    # a key is stale only when its VM is going to be created anew (step_rules.vm_key_kept)
     domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
-    if domain is not None and master.key_state(minion) == "accepted":
+    if step_rules.vm_key_kept(domain, lambda: master.key_state(minion)):
         logger.info("store %s: VM %s exists and its key is accepted; keeping it",
                     store.store_id, minion)
         return {"minion": minion, "deleted_stale_key": False, "token_issued": False}
