@@ -98,7 +98,7 @@ def test_vm_key_kept_reads_no_key_without_a_domain() -> None:
 
 def test_domain_reusable() -> None:
     assert step_rules.domain_reusable(domain())
-    assert step_rules.domain_reusable(domain(active=False, backing="/srv/images/base/cd/image.qcow2"))
+    assert step_rules.domain_reusable(domain(active=False, backing="/srv/images/base/cd/i.qcow2"))
     assert not step_rules.domain_reusable(None)
 
 

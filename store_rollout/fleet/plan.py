@@ -10,17 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from store_rollout import step_rules
-from store_rollout.contracts import (
-    STEP_CREATE_VM,
-    STEP_FIRSTBOOT,
-    STEP_IMAGE,
-    STEP_NOTIFY_ERP,
-    STEP_PREPARE_VM_KEYS,
-    STEP_PXE_INSTALL_HYPERVISOR,
-    STEP_WAIT_FOR_HYPERVISOR,
-    STEPS,
-)
+from store_rollout import contracts, step_rules
 from store_rollout.fleet.facts import StoreFacts, base_key_of
 
 
@@ -52,7 +42,7 @@ def _image(f: StoreFacts) -> StepPlan:
         transfer = True
         details.append(f"transfer: yes, {f.hypervisor} downloads it in step 5"
                        + ("" if f.hypervisor_answering else " (host not answering now)"))
-    return StepPlan(step=STEP_IMAGE, todo=not f.image_cached or transfer,
+    return StepPlan(step=contracts.STEP_IMAGE, todo=not f.image_cached or transfer,
                     action=built + ("; transfer to the hypervisor" if transfer else ""),
                     details=details, resumes_here=not f.image_cached)
 
@@ -64,7 +54,7 @@ def _pxe(f: StoreFacts) -> StepPlan:
                    + (f"exists, netboot {netboot}" if f.cobbler_record else "none")]
         if f.cobbler_netboot:
             details.append("netboot is on: a power cycle would reinstall this host")
-        return StepPlan(step=STEP_PXE_INSTALL_HYPERVISOR, todo=False,
+        return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
                         action="none: hypervisor installed and ready", details=details)
     if not f.cobbler_record:
         record = f"create Cobbler system {f.cobbler_system}"
@@ -78,7 +68,7 @@ def _pxe(f: StoreFacts) -> StepPlan:
     if f.hypervisor_key:
         details.append(f"delete hypervisor key {f.hypervisor} ({f.hypervisor_key})")
     details.append(f"issue a one-time autosign token for {f.hypervisor}")
-    return StepPlan(step=STEP_PXE_INSTALL_HYPERVISOR, todo=True,
+    return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=True,
                     action=f"{record}; netboot on; sync; power cycle", details=details)
 
 
@@ -96,25 +86,25 @@ def _wait(f: StoreFacts) -> StepPlan:
         details = _highstate_details(f)
         if f.highstate_changes:
             details.append("a rollout does not reapply the highstate of a ready host")
-        return StepPlan(step=STEP_WAIT_FOR_HYPERVISOR, todo=False,
+        return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=False,
                         action="none: hypervisor ready", details=details)
     if f.hypervisor_answering:
-        return StepPlan(step=STEP_WAIT_FOR_HYPERVISOR, todo=True,
+        return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=True,
                         action="wait for the ready event (host up, not ready)",
                         details=_highstate_details(f))
-    return StepPlan(step=STEP_WAIT_FOR_HYPERVISOR, todo=True,
+    return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=True,
                     action="wait for the install and the first highstate",
                     details=[f"{f.hypervisor} does not answer now"])
 
 
 def _keys(f: StoreFacts) -> StepPlan:
     if step_rules.vm_key_kept(f.domain, f.vm_key):
-        return StepPlan(step=STEP_PREPARE_VM_KEYS, todo=False,
+        return StepPlan(step=contracts.STEP_PREPARE_VM_KEYS, todo=False,
                         action=f"none: {f.domain_name} exists, key {f.vm} accepted")
     details = ([f"delete VM key {f.vm} ({f.vm_key})"] if f.vm_key else
                [f"no key of {f.vm} to delete"])
     details.append(f"issue a one-time autosign token for {f.vm} (accepted at its first contact)")
-    return StepPlan(step=STEP_PREPARE_VM_KEYS, todo=True,
+    return StepPlan(step=contracts.STEP_PREPARE_VM_KEYS, todo=True,
                     action="delete the stale VM key; issue a token" if f.vm_key
                     else "issue a one-time token", details=details)
 
@@ -126,7 +116,7 @@ def _create_vm(f: StoreFacts) -> StepPlan:
                f"{_short(f.image_key)}", "write its identity seed", "virt.start"]
     if not f.domain_known:
         details.insert(0, f"{f.hypervisor} does not answer now: domain assumed missing")
-    return StepPlan(step=STEP_CREATE_VM, todo=True, action=f"create {f.domain_name}",
+    return StepPlan(step=contracts.STEP_CREATE_VM, todo=True, action=f"create {f.domain_name}",
                     details=details)
 
 
@@ -145,38 +135,38 @@ def _reuse_vm(f: StoreFacts, domain: dict[str, Any]) -> StepPlan:
         actions.append("start it (virt.start)")
     else:
         actions.append("running")
-    return StepPlan(step=STEP_CREATE_VM, todo=todo,
+    return StepPlan(step=contracts.STEP_CREATE_VM, todo=todo,
                     action=f"reuse {f.domain_name}: " + ", ".join(actions), details=details)
 
 
 def _firstboot(f: StoreFacts) -> StepPlan:
     if f.firstboot_done:
         if f.domain is not None and (f.domain.get("seed") or {}).get("attached"):
-            return StepPlan(step=STEP_FIRSTBOOT, todo=True,
+            return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
                             action="firstboot done; retire the identity seed")
-        return StepPlan(step=STEP_FIRSTBOOT, todo=False, action="none: firstboot done")
+        return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=False, action="none: firstboot done")
     if f.vm_answering:
-        return StepPlan(step=STEP_FIRSTBOOT, todo=True,
+        return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
                         action=f"continue firstboot from stage {f.firstboot_stage}")
     if f.domain is None:
-        return StepPlan(step=STEP_FIRSTBOOT, todo=True,
+        return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
                         action="firstboot: reboot, highstate, report, reboot and verify")
-    return StepPlan(step=STEP_FIRSTBOOT, todo=True,
+    return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
                     action=f"wait for {f.vm} to answer (it does not now)",
                     details=[f"its key: {f.vm_key or 'none'}"])
 
 
 def _erp(f: StoreFacts) -> StepPlan:
     if f.erp_error:
-        return StepPlan(step=STEP_NOTIFY_ERP, todo=True, action="notice (ERP not readable)",
-                        details=[f.erp_error])
+        return StepPlan(step=contracts.STEP_NOTIFY_ERP, todo=True,
+                        action="notice (ERP not readable)", details=[f.erp_error])
     notice = f.notice_for_vm()
     if notice is not None:
-        return StepPlan(step=STEP_NOTIFY_ERP, todo=False,
+        return StepPlan(step=contracts.STEP_NOTIFY_ERP, todo=False,
                         action=f"none: replay keeps ERP id {notice['id']}")
     details = [f"ERP id {n['id']} is for an earlier VM (uuid {n.get('vm_uuid')})"
                for n in f.erp_notices]
-    return StepPlan(step=STEP_NOTIFY_ERP, todo=True,
+    return StepPlan(step=contracts.STEP_NOTIFY_ERP, todo=True,
                     action="new notice" + (" for the new VM" if f.erp_notices else ""),
                     details=details)
 
@@ -189,5 +179,5 @@ def plan_store(f: StoreFacts) -> list[StepPlan]:
 def first_todo(plan: list[StepPlan]) -> tuple[int, str] | None:
     """(1-based number, name) of the first step with something to do there (where a rerun
     resumes); None when none has."""
-    return next(((STEPS.index(p.step) + 1, p.step) for p in plan if p.todo and p.resumes_here),
-                None)
+    return next(((contracts.STEPS.index(p.step) + 1, p.step) for p in plan
+                 if p.todo and p.resumes_here), None)
