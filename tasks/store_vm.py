@@ -16,6 +16,10 @@ from tasks.salt_client import SaltMasterClient
 DEFINE_TIMEOUT = 180  # seconds virt.init may take (it writes the domain's XML and disks)
 
 
+class DomainVanished(Exception):
+    """The domain this step just defined or seeded is not on its hypervisor (not retried)."""
+
+
 class StoreVm:
     """One store's domain: `summary()` is storevirt.domain_summary (None: no domain)."""
 
@@ -74,6 +78,6 @@ class StoreVm:
     def _defined(self) -> dict[str, Any]:
         summary = self.summary()
         if summary is None:
-            raise RuntimeError(f"store {self.store.store_id}: domain {self.name} is gone from "
+            raise DomainVanished(f"store {self.store.store_id}: domain {self.name} is gone from "
                                f"{self.hypervisor} right after it was defined")
         return summary

@@ -68,7 +68,7 @@ class StoreFacts(BaseModel):
     @property
     def running(self) -> bool:
         """The domain exists and runs: step 5 would start nothing."""
-        return self.domain is not None and not step_rules.start_needed(self.domain)
+        return not step_rules.start_needed(self.domain)
 
     @property
     def firstboot_done(self) -> bool:
