@@ -1,6 +1,6 @@
 """Plan: what a rollout of each store would do now, step by step, changing nothing.
 
-Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet_state.py.
+Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet/.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from flows.rollout import DEFAULT_INVENTORY
-from store_rollout.fleet_state import first_todo, plan_markdown, plan_store
+from store_rollout.fleet.plan import first_todo, plan_store
+from store_rollout.fleet.render import plan_markdown
 from store_rollout.inventory import load_inventory
 from tasks.observe import observe_stores
 

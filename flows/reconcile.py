@@ -2,7 +2,7 @@
 rollout run of it; each mismatch named with the command that settles it. Changes nothing but a
 table artifact and a Prefect event per store whose result changed since the last reconcile.
 
-Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet_state.py.
+Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet/.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
 from flows.rollout import DEFAULT_INVENTORY
-from store_rollout.fleet_state import reconcile_store, reconcile_table
+from store_rollout.fleet.reconcile import reconcile_store
+from store_rollout.fleet.render import reconcile_table
 from store_rollout.inventory import load_inventory
 from tasks.observe import emit_store_changes, observe_stores, previous_reconcile
 from tasks.run_health import ZOMBIE_AFTER_SECONDS

@@ -8,7 +8,6 @@ retried POST is safe because every notice carries an Idempotency-Key the ERP ded
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from prefect import get_run_logger, task
 from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
+from store_rollout import step_rules
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
@@ -55,8 +55,7 @@ class ErpNotice:
 
     def idempotency_key(self) -> str:
         """Same store + same VM instance -> same key, so a rerun never makes a second notice."""
-        digest = hashlib.sha256(f"{self.store_id}/{self.vm_uuid}".encode()).hexdigest()[:32]
-        return f"store-rollout-{self.store_id}-{digest}"
+        return step_rules.erp_idempotency_key(self.store_id, self.vm_uuid)
 
     def payload(self) -> dict[str, Any]:
         return {"store_id": self.store_id, "site_code": self.site_code,

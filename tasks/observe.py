@@ -5,7 +5,7 @@ Prefect (each store's last rollout run and its heartbeats).
 
 One batched call per kind for all the stores asked about (one Salt job per function over a
 list target, one key listing, one Prefect query), so 25 stores cost about what one does.
-The facts go to store_rollout/fleet_state.py, which draws the conclusions.
+The facts go to store_rollout/fleet/, which draws the conclusions.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from store_rollout.contracts import FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_NEW, HYPERVISOR_READY_GRAIN
-from store_rollout.fleet_state import LastRun, StoreFacts, StoreStatus
+from store_rollout.fleet.facts import LastRun, StoreFacts
+from store_rollout.fleet.reconcile import StoreStatus
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.cobbler import CobblerError, cobbler_client, system_changes

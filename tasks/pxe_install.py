@@ -13,6 +13,7 @@ from passlib.hash import sha512_crypt
 from prefect import get_run_logger, task
 from pydantic import SecretStr
 
+from store_rollout import step_rules
 from store_rollout.contracts import AUTOSIGN_GRAIN, ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
@@ -114,7 +115,8 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     minion = store.hypervisor_minion_id
     system = store.cobbler_system
     # resume: a hypervisor that is up and reported ready is not reinstalled
-    if master.key_state(minion) == "accepted" and hypervisor_ready(master, minion):
+    if step_rules.hypervisor_installed(master.key_state(minion),
+                                       lambda: hypervisor_ready(master, minion)):
         logger.info("store %s: hypervisor %s already installed and ready; no PXE",
                     store.store_id, minion)
         return {"system": system, "created": False, "skipped": True}

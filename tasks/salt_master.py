@@ -10,6 +10,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from store_rollout import step_rules
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
@@ -57,10 +58,9 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     master.cmd(store.hypervisor_minion_id, "saltutil.sync_utils", kwarg={"refresh": False},
                timeout=60)
     master.cmd(store.hypervisor_minion_id, "saltutil.sync_modules", timeout=60)
-    # a key is stale only when its VM is going to be created anew; an existing domain (rerun,
-    # or a VM that is merely down right now) keeps the key it was accepted with
+    # a key is stale only when its VM is going to be created anew (step_rules.vm_key_kept)
     domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
-    if domain is not None and master.key_state(minion) == "accepted":
+    if step_rules.vm_key_kept(domain, lambda: master.key_state(minion)):
         logger.info("store %s: VM %s exists and its key is accepted; keeping it",
                     store.store_id, minion)
         return {"minion": minion, "deleted_stale_key": False, "token_issued": False}

@@ -26,6 +26,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from store_rollout import step_rules
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
@@ -36,6 +37,7 @@ from tasks.salt import (
     SaltTransientError,
     master_client,
 )
+from tasks.store_vm import StoreVm
 
 log = logging.getLogger(__name__)
 DOWNLOAD_TIMEOUT = 3 * 3600  # seconds one download call may take (~1.5 GB over a slow link)
@@ -184,55 +186,44 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
     identity seed CD-ROM, write the seed, then virt.start with backoff until the domain runs
-    (`start_domain`). An existing domain on the same base image is reused, not recreated.
+    (`start_domain`). An existing domain is reused, not recreated (step_rules.domain_reusable).
 
     Prefect retries (3 attempts) only on SaltTransientError: a minion that did not answer."""
     logger = get_run_logger()
     settings = load_settings()
     master = master_client(settings.salt_master_config)
-    hv, name, vm_minion = store.hypervisor_minion_id, store.vm_name, store.vm_minion_id
-    summary = master.cmd(hv, "storevirt.domain_summary", [name])
-    reused = summary is not None
+    vm = StoreVm(master, store)
+    summary = vm.summary()
     delivered: dict[str, Any] | None = None
-    if summary is None:
-        delivered = deliver_image(master, store, settings, image)
-        logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"], hv,
-                    "already there" if delivered["cached"] else
-                    f"{delivered['transferred']} bytes in {delivered['seconds']}s"
-                    + (f" (resumed at {delivered['resumed_from']})"
-                       if delivered["resumed_from"] else ""))
-        overlay = master.cmd(hv, "storevirt.create_overlay", [name, delivered["path"]],
-                             kwarg={"size_mib": store.vm.disk_gib * 1024})
-        seed = master.cmd(hv, "storevirt.seed_path", [name])
-        master.cmd(hv, "virt.init", [name, store.vm.vcpus, store.vm.memory_mib],
-                   kwarg=init_kwargs(store, settings.vm_type, overlay["path"], seed),
-                   timeout=180)
-        summary = master.cmd(hv, "storevirt.domain_summary", [name])
-        logger.info("store %s: domain %s defined on overlay %s", store.store_id, name,
-                    overlay["path"])
+    if step_rules.domain_reusable(summary):
+        logger.info("store %s: domain %s exists; reusing it", store.store_id, vm.name)
     else:
-        logger.info("store %s: domain %s exists; reusing it", store.store_id, name)
-    if summary["seed"].get("minion_id") != vm_minion:
-        # a fresh domain, or one whose creation was interrupted before its seed was written
-        if summary["active"]:
-            master.cmd(hv, "virt.stop", [name])
-        master.cmd(hv, "storevirt.seed_identity",
-                   [name, {"minion_id": vm_minion, "store_id": store.store_id,
-                           "autosign_token": master.token_for(vm_minion) or ""}])
-        summary = master.cmd(hv, "storevirt.domain_summary", [name])
-    if not summary.get("autostart"):
-        # the store comes back by itself after a power cut: the host's libvirt starts it at
-        # boot (Salt 3006's virt.init has no autostart argument)
-        master.cmd(hv, "virt.set_autostart", [name], kwarg={"state": "on"})
-        logger.info("store %s: domain %s marked autostart on %s", store.store_id, name, hv)
-    if summary["active"]:  # a rerun: already running, nothing to start
-        logger.info("store %s: domain %s already running", store.store_id, name)
-        return vm_result(summary, hv, reused, delivered)
+        delivered = deliver_image(master, store, settings, image)
+        logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"],
+                    vm.hypervisor, delivery_note(delivered))
+        disk, seed = vm.create_disks(delivered["path"])
+        summary = vm.define(init_kwargs(store, settings.vm_type, disk, seed))
+        logger.info("store %s: domain %s defined on overlay %s", store.store_id, vm.name, disk)
+    summary, settled = vm.settle(summary)
+    if settled:
+        logger.info("store %s: domain %s: %s", store.store_id, vm.name, "; ".join(settled))
+    if not step_rules.start_needed(summary):  # a rerun: already running, nothing to start
+        logger.info("store %s: domain %s already running", store.store_id, vm.name)
+        return vm_result(summary, vm.hypervisor, delivered)
     started = time.monotonic()
     start_domain(master, store, start_timeout, logger=logger)
-    logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, name,
+    logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, vm.name,
                 time.monotonic() - started)
-    return vm_result(summary, hv, reused, delivered)
+    return vm_result(summary, vm.hypervisor, delivered)
+
+
+def delivery_note(delivered: dict[str, Any]) -> str:
+    """How the base image came to the hypervisor, for the log."""
+    if delivered["cached"]:
+        return "already there"
+    resumed = delivered["resumed_from"]
+    return (f"{delivered['transferred']} bytes in {delivered['seconds']}s"
+            + (f" (resumed at {resumed})" if resumed else ""))
 
 
 def start_domain(master: SaltMasterClient, store: Store, timeout: float,
@@ -271,9 +262,9 @@ def start_domain(master: SaltMasterClient, store: Store, timeout: float,
                                        "running after virt.start")
 
 
-def vm_result(summary: dict[str, Any], hypervisor: str, reused: bool,
+def vm_result(summary: dict[str, Any], hypervisor: str,
               delivered: dict[str, Any] | None) -> dict[str, Any]:
-    return {"domain": summary["name"], "hypervisor": hypervisor, "reused": reused,
+    return {"domain": summary["name"], "hypervisor": hypervisor, "reused": delivered is None,
             # None for a reused domain; transferred 0 when the base was there (staged)
             "image_delivery": delivered,
             "uuid": summary["uuid"], "disk": summary["disk"], "backing": summary["backing"],

@@ -1,4 +1,4 @@
-"""plan and reconcile rules (store_rollout/fleet_state.py) on facts built by hand, and the pure
+"""plan and reconcile rules (store_rollout/fleet/) on facts built by hand, and the pure
 helpers of tasks/observe.py and tasks/cobbler.py they rest on. The lab tests
 (tests/test_plan_reconcile.py) check the same conclusions on real systems."""
 
@@ -14,16 +14,10 @@ from store_rollout.contracts import (
     STEP_NOTIFY_ERP,
     STEPS,
 )
-from store_rollout.fleet_state import (
-    LastRun,
-    StoreFacts,
-    base_key_of,
-    first_todo,
-    plan_markdown,
-    plan_store,
-    reconcile_store,
-    reconcile_table,
-)
+from store_rollout.fleet.facts import LastRun, StoreFacts, base_key_of
+from store_rollout.fleet.plan import first_todo, plan_store
+from store_rollout.fleet.reconcile import reconcile_store
+from store_rollout.fleet.render import plan_markdown, reconcile_table
 from tasks.cobbler import SystemSpec, record_fields, spec_fields, system_changes
 from tasks.observe import highstate_changes
 

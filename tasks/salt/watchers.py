@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from store_rollout import step_rules
 from store_rollout.contracts import (
     AUTOSIGN_REFUSED_TAG,
     FIRSTBOOT_EVENT_DONE,
     FIRSTBOOT_EVENT_PREFIX,
-    FIRSTBOOT_STAGE_DONE,
     HYPERVISOR_READY_TAG,
 )
 from store_rollout.inventory import Store
@@ -182,7 +182,7 @@ class FirstbootWatcher:
         deadline = self.started + self.timeout
         with self.master.subscribe("") as bus:
             self._revoke_once()
-            done = firstboot_stage(self.master, self.minion) == FIRSTBOOT_STAGE_DONE
+            done = step_rules.firstboot_done(firstboot_stage(self.master, self.minion))
             contacted = done or self.master.key_state(self.minion) is not None
             while not done:
                 contacted = contacted or self.last is not None
@@ -222,7 +222,7 @@ class FirstbootWatcher:
         if event.tag == f"salt/minion/{minion}/start":
             self.minion_starts.append(self._since_start())
             self._revoke_once()
-            return firstboot_stage(self.master, minion) == FIRSTBOOT_STAGE_DONE
+            return step_rules.firstboot_done(firstboot_stage(self.master, minion))
         if event.tag.startswith(FIRSTBOOT_EVENT_PREFIX):
             stage = event.tag[len(FIRSTBOOT_EVENT_PREFIX):]
             self.stages[stage] = self._since_start()

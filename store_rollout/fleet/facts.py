@@ -1,0 +1,90 @@
+"""One store as the real systems report it (tasks/observe.py gathers it, changing nothing)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from store_rollout import step_rules
+
+_BASE_KEY = re.compile(r"/base/(?P<key>[0-9a-f]{16,64})/image\.qcow2$")
+
+
+class LastRun(BaseModel):
+    """Prefect's newest store-rollout run of a store."""
+
+    id: str
+    name: str
+    state: str  # the state's name: Completed, Failed, Crashed, Running, Scheduled...
+    started: str | None = None
+    # seconds since its last heartbeat (a Running run); None: none seen
+    heartbeat_age: float | None = None
+
+
+class StoreFacts(BaseModel):
+    """One store as the real systems report it. None means "could not be read" where the
+    field says so; every read is one batched call per kind (tasks/observe.py)."""
+
+    store_id: str
+    hypervisor: str
+    vm: str
+    domain_name: str
+    cobbler_system: str
+    # image step: the key a rollout would use, cached on the orchestrator or to be built
+    image_key: str
+    image_cached: bool
+    image_builder: str
+    # Cobbler
+    cobbler_record: bool
+    cobbler_netboot: bool | None = None
+    cobbler_changes: list[str] = Field(default_factory=list)  # described, secrets masked
+    # Salt: the hypervisor
+    hypervisor_key: str | None = None  # accepted, pending, rejected, denied, None
+    hypervisor_answering: bool = False
+    hypervisor_ready: bool = False
+    highstate_changes: list[str] | None = None  # test=True; None: not checked
+    highstate_note: str | None = None  # why it was not checked, or its error
+    # libvirt, read through the hypervisor; None when the hypervisor did not answer
+    base_image_on_hypervisor: bool | None = None
+    domain: dict[str, Any] | None = None  # storevirt.domain_summary
+    domain_known: bool = False  # the hypervisor answered: `domain` None means no domain
+    # Salt: the VM
+    vm_key: str | None = None
+    vm_answering: bool = False
+    firstboot_stage: str | None = None
+    # ERP
+    erp_notices: list[dict[str, Any]] = Field(default_factory=list)
+    erp_error: str | None = None
+    # Prefect (reconcile only)
+    last_run: LastRun | None = None
+
+    @property
+    def installed(self) -> bool:
+        """Step 2 would skip the PXE install."""
+        return step_rules.hypervisor_installed(self.hypervisor_key, self.hypervisor_ready)
+
+    @property
+    def running(self) -> bool:
+        """The domain exists and runs: step 5 would start nothing."""
+        return not step_rules.start_needed(self.domain)
+
+    @property
+    def firstboot_done(self) -> bool:
+        """Step 6 would find firstboot over (the VM answers with its last stage)."""
+        return step_rules.firstboot_done(self.firstboot_stage if self.vm_answering else None)
+
+    @property
+    def domain_uuid(self) -> str | None:
+        return None if self.domain is None else str(self.domain.get("uuid"))
+
+    def notice_for_vm(self) -> dict[str, Any] | None:
+        """The ERP's notice for the VM that exists now (its uuid is in the idempotency key)."""
+        return step_rules.erp_notice_for(self.erp_notices, self.domain_uuid)
+
+
+def base_key_of(backing: str | None) -> str | None:
+    """The image key of a VM disk's backing file (<images>/base/<key>/image.qcow2)."""
+    match = _BASE_KEY.search(backing or "")
+    return match.group("key") if match else None

@@ -1,0 +1,183 @@
+"""What a rollout of a store started now would do, step by step (`store-rollout plan`).
+
+Each step's "already done" test is store_rollout/step_rules.py's, the one its task acts on;
+this module only says what the step would do about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from store_rollout import contracts, step_rules
+from store_rollout.fleet.facts import StoreFacts, base_key_of
+
+
+class StepPlan(BaseModel):
+    step: str
+    todo: bool
+    action: str
+    details: list[str] = Field(default_factory=list)
+    # False when the step's work happens in a later step (a cached image's transfer: step 5),
+    # so a rerun is not said to resume here
+    resumes_here: bool = True
+
+
+def _short(key: str | None) -> str:
+    return (key or "?")[:12]
+
+
+def _image(f: StoreFacts) -> StepPlan:
+    built = (f"cache hit {_short(f.image_key)}" if f.image_cached
+             else f"build {_short(f.image_key)} ({f.image_builder} builder)")
+    details = [f"image key {f.image_key}"]
+    if f.domain_known and step_rules.domain_reusable(f.domain):
+        transfer = False
+        details.append(f"transfer: no, domain {f.domain_name} exists and is reused")
+    elif f.base_image_on_hypervisor:
+        transfer = False
+        details.append(f"transfer: no, {f.hypervisor} has the base image")
+    else:
+        transfer = True
+        details.append(f"transfer: yes, {f.hypervisor} downloads it in step 5"
+                       + ("" if f.hypervisor_answering else " (host not answering now)"))
+    return StepPlan(step=contracts.STEP_IMAGE, todo=not f.image_cached or transfer,
+                    action=built + ("; transfer to the hypervisor" if transfer else ""),
+                    details=details, resumes_here=not f.image_cached)
+
+
+def _pxe(f: StoreFacts) -> StepPlan:
+    netboot = {True: "on", False: "off", None: "-"}[f.cobbler_netboot]
+    if f.installed:
+        details = [f"Cobbler system {f.cobbler_system}: "
+                   + (f"exists, netboot {netboot}" if f.cobbler_record else "none")]
+        if f.cobbler_netboot:
+            details.append("netboot is on: a power cycle would reinstall this host")
+        return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
+                        action="none: hypervisor installed and ready", details=details)
+    if not f.cobbler_record:
+        record = f"create Cobbler system {f.cobbler_system}"
+    elif f.cobbler_changes:
+        record = f"update Cobbler system {f.cobbler_system} ({len(f.cobbler_changes)} fields)"
+    else:
+        record = f"Cobbler system {f.cobbler_system} unchanged"
+    details = [*f.cobbler_changes,
+               f"netboot: on (now {netboot})" if f.cobbler_record else "netboot: on",
+               f"sync system {f.cobbler_system}", "power cycle through Cobbler (PXE install)"]
+    if f.hypervisor_key:
+        details.append(f"delete hypervisor key {f.hypervisor} ({f.hypervisor_key})")
+    details.append(f"issue a one-time autosign token for {f.hypervisor}")
+    return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=True,
+                    action=f"{record}; netboot on; sync; power cycle", details=details)
+
+
+def _highstate_details(f: StoreFacts) -> list[str]:
+    if f.highstate_changes is None:
+        return [f"highstate test=True: {f.highstate_note or 'not checked'}"]
+    if not f.highstate_changes:
+        return ["highstate test=True: no changes"]
+    return [f"highstate test=True: {len(f.highstate_changes)} states would change",
+            *f.highstate_changes]
+
+
+def _wait(f: StoreFacts) -> StepPlan:
+    if f.installed:
+        details = _highstate_details(f)
+        if f.highstate_changes:
+            details.append("a rollout does not reapply the highstate of a ready host")
+        return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=False,
+                        action="none: hypervisor ready", details=details)
+    if f.hypervisor_answering:
+        return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=True,
+                        action="wait for the ready event (host up, not ready)",
+                        details=_highstate_details(f))
+    return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=True,
+                    action="wait for the install and the first highstate",
+                    details=[f"{f.hypervisor} does not answer now"])
+
+
+def _keys(f: StoreFacts) -> StepPlan:
+    if step_rules.vm_key_kept(f.domain, f.vm_key):
+        return StepPlan(step=contracts.STEP_PREPARE_VM_KEYS, todo=False,
+                        action=f"none: {f.domain_name} exists, key {f.vm} accepted")
+    details = ([f"delete VM key {f.vm} ({f.vm_key})"] if f.vm_key else
+               [f"no key of {f.vm} to delete"])
+    details.append(f"issue a one-time autosign token for {f.vm} (accepted at its first contact)")
+    return StepPlan(step=contracts.STEP_PREPARE_VM_KEYS, todo=True,
+                    action="delete the stale VM key; issue a token" if f.vm_key
+                    else "issue a one-time token", details=details)
+
+
+def _create_vm(f: StoreFacts) -> StepPlan:
+    if step_rules.domain_reusable(f.domain):
+        return _reuse_vm(f, f.domain)
+    details = [f"virt.init {f.domain_name} (start=False) on an overlay of image "
+               f"{_short(f.image_key)}", "write its identity seed", "virt.start"]
+    if not f.domain_known:
+        details.insert(0, f"{f.hypervisor} does not answer now: domain assumed missing")
+    return StepPlan(step=contracts.STEP_CREATE_VM, todo=True, action=f"create {f.domain_name}",
+                    details=details)
+
+
+def _reuse_vm(f: StoreFacts, domain: dict[str, Any]) -> StepPlan:
+    details = [f"uuid {f.domain_uuid}, disk {domain.get('disk')}"]
+    base = base_key_of(domain.get("backing"))
+    if base and base != f.image_key:
+        details.append(f"its disk is on image {_short(base)}, the current image is "
+                       f"{_short(f.image_key)}: reused as is (roll the store back to move it)")
+    todo, actions = False, []
+    if step_rules.seed_needed(domain, f.vm):
+        todo = True
+        actions.append("seed its identity")
+    if step_rules.start_needed(domain):
+        todo = True
+        actions.append("start it (virt.start)")
+    else:
+        actions.append("running")
+    return StepPlan(step=contracts.STEP_CREATE_VM, todo=todo,
+                    action=f"reuse {f.domain_name}: " + ", ".join(actions), details=details)
+
+
+def _firstboot(f: StoreFacts) -> StepPlan:
+    if f.firstboot_done:
+        if f.domain is not None and (f.domain.get("seed") or {}).get("attached"):
+            return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
+                            action="firstboot done; retire the identity seed")
+        return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=False, action="none: firstboot done")
+    if f.vm_answering:
+        return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
+                        action=f"continue firstboot from stage {f.firstboot_stage}")
+    if f.domain is None:
+        return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
+                        action="firstboot: reboot, highstate, report, reboot and verify")
+    return StepPlan(step=contracts.STEP_FIRSTBOOT, todo=True,
+                    action=f"wait for {f.vm} to answer (it does not now)",
+                    details=[f"its key: {f.vm_key or 'none'}"])
+
+
+def _erp(f: StoreFacts) -> StepPlan:
+    if f.erp_error:
+        return StepPlan(step=contracts.STEP_NOTIFY_ERP, todo=True,
+                        action="notice (ERP not readable)", details=[f.erp_error])
+    notice = f.notice_for_vm()
+    if notice is not None:
+        return StepPlan(step=contracts.STEP_NOTIFY_ERP, todo=False,
+                        action=f"none: replay keeps ERP id {notice['id']}")
+    details = [f"ERP id {n['id']} is for an earlier VM (uuid {n.get('vm_uuid')})"
+               for n in f.erp_notices]
+    return StepPlan(step=contracts.STEP_NOTIFY_ERP, todo=True,
+                    action="new notice" + (" for the new VM" if f.erp_notices else ""),
+                    details=details)
+
+
+def plan_store(f: StoreFacts) -> list[StepPlan]:
+    """What a rollout of this store started now would do, step by step."""
+    return [_image(f), _pxe(f), _wait(f), _keys(f), _create_vm(f), _firstboot(f), _erp(f)]
+
+
+def first_todo(plan: list[StepPlan]) -> tuple[int, str] | None:
+    """(1-based number, name) of the first step with something to do there (where a rerun
+    resumes); None when none has."""
+    return next(((contracts.STEPS.index(p.step) + 1, p.step) for p in plan
+                 if p.todo and p.resumes_here), None)

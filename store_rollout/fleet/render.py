@@ -1,0 +1,33 @@
+"""The plan as Markdown and the reconcile table, as the flows' artifacts show them."""
+
+from __future__ import annotations
+
+from store_rollout.fleet.plan import StepPlan
+from store_rollout.fleet.reconcile import StoreStatus
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def plan_markdown(plans: dict[str, list[StepPlan]]) -> str:
+    lines = ["# Rollout plan", ""]
+    for store_id, plan in plans.items():
+        todo = [p for p in plan if p.todo]
+        lines += [f"## Store {store_id}: "
+                  + (f"{len(todo)} of {len(plan)} steps to do" if todo else "nothing to do"), "",
+                  "| step | to do | action | details |", "|---|---|---|---|"]
+        for p in plan:
+            details = "<br>".join(_cell(d) for d in p.details)
+            lines.append(f"| {p.step} | {'yes' if p.todo else 'no'} | {_cell(p.action)} | "
+                         f"{details} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def reconcile_table(statuses: list[StoreStatus]) -> list[dict[str, str]]:
+    """Rows of the reconcile table artifact (one per store)."""
+    return [{"store": s.store_id, "status": s.status, "last run": s.last_run, "systems": s.real,
+             "mismatch": "; ".join(m.what for m in s.mismatches),
+             "fix": "; ".join(m.fix for m in s.mismatches), "fingerprint": s.fingerprint()}
+            for s in statuses]

@@ -1,0 +1,77 @@
+"""Each step's "already done" rule, written once: the tasks act on it, plan and reconcile
+(store_rollout/fleet/) predict with it, so a rerun does what the plan said it would.
+
+Pure functions of plain facts: a key state as `key.list_all` names it, a domain as
+`storevirt.domain_summary` describes it (None: no domain), a firstboot stage grain, the ERP's
+notices. Callers reach them as `step_rules.<name>` (never `from ... import`), so that
+tests/test_step_rules.py can swap one and see both sides follow.
+
+A fact that costs a call to a host may be passed as a callable: it is called only when the
+rule needs it (an unaccepted minion is never asked for a grain, which would wait out a timeout).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, TypeGuard, TypeVar
+
+from store_rollout.contracts import FIRSTBOOT_STAGE_DONE
+
+T = TypeVar("T")
+Domain = dict[str, Any] | None  # storevirt.domain_summary's answer
+
+KEY_ACCEPTED = "accepted"
+
+
+def _now(fact: T | Callable[[], T]) -> T:
+    return fact() if callable(fact) else fact
+
+
+def hypervisor_installed(key_state: str | None, ready: bool | Callable[[], bool]) -> bool:
+    """Step 2 skips the PXE install (and step 3 its wait): the hypervisor's key is accepted and
+    its highstate set the ready grain."""
+    return key_state == KEY_ACCEPTED and bool(_now(ready))
+
+
+def vm_key_kept(domain: Domain,
+                key_state: str | None | Callable[[], str | None]) -> bool:
+    """Step 4 keeps the VM's key (no delete, no new token): the domain exists (a rerun, or a VM
+    merely down now) and the key it was accepted with is still accepted. A key is stale only
+    when its VM is going to be created anew."""
+    return domain_reusable(domain) and _now(key_state) == KEY_ACCEPTED
+
+
+def domain_reusable(domain: Domain) -> TypeGuard[dict[str, Any]]:
+    """Step 5 reuses the store's domain as it is (no image transfer, no new overlay, whatever
+    base image its disk is on: moving it is a rollback's job) when one exists."""
+    return domain is not None
+
+
+def seed_needed(domain: Domain, vm_minion: str) -> bool:
+    """Step 5 writes the identity seed: a fresh domain, or one whose creation was interrupted
+    before its seed named this minion."""
+    return domain is None or (domain.get("seed") or {}).get("minion_id") != vm_minion
+
+
+def start_needed(domain: Domain) -> bool:
+    """Step 5 starts the domain: it is not running."""
+    return domain is None or not domain.get("active")
+
+
+def firstboot_done(stage: str | None) -> bool:
+    """Step 6 is over: the VM's firstboot stage grain says so (None: the VM does not answer)."""
+    return stage == FIRSTBOOT_STAGE_DONE
+
+
+def erp_idempotency_key(store_id: str, vm_uuid: str) -> str:
+    """Step 7's notice identity: same store and same VM instance, same key, so the ERP replays
+    a rerun's notice instead of making a second one; a new VM (new uuid) gets a new notice."""
+    digest = hashlib.sha256(f"{store_id}/{vm_uuid}".encode()).hexdigest()[:32]
+    return f"store-rollout-{store_id}-{digest}"
+
+
+def erp_notice_for(notices: list[dict[str, Any]], vm_uuid: str | None) -> dict[str, Any] | None:
+    """The ERP's notice for the VM with this uuid (step 7 would replay it), or None: a notice
+    of an earlier VM of the store does not count (its idempotency key has another uuid)."""
+    return next((n for n in notices if vm_uuid and n.get("vm_uuid") == vm_uuid), None)

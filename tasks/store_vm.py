@@ -1,0 +1,83 @@
+"""The store VM's libvirt domain on its hypervisor, through the hypervisor's Salt minion: one
+method per change step 5 makes (saltext-virt's `virt`, the project's `storevirt`).
+
+Which of them a run needs is store_rollout/step_rules.py's to say, the rules plan and reconcile
+predict with; this client only carries them out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store_rollout import step_rules
+from store_rollout.inventory import Store
+from tasks.salt import SaltMasterClient
+
+DEFINE_TIMEOUT = 180  # seconds virt.init may take (it writes the domain's XML and disks)
+
+
+class DomainVanished(Exception):
+    """The domain this step just defined or seeded is not on its hypervisor (not retried)."""
+
+
+class StoreVm:
+    """One store's domain: `summary()` is storevirt.domain_summary (None: no domain)."""
+
+    def __init__(self, master: SaltMasterClient, store: Store) -> None:
+        self.master, self.store = master, store
+        self.hypervisor, self.name = store.hypervisor_minion_id, store.vm_name
+
+    def summary(self) -> dict[str, Any] | None:
+        # by name: virt.vm_state enumerates every domain of the host and fails when another
+        # one goes away meanwhile
+        summary: dict[str, Any] | None = self.master.cmd(
+            self.hypervisor, "storevirt.domain_summary", [self.name])
+        return summary
+
+    def create_disks(self, base_path: str) -> tuple[str, str]:
+        """(overlay disk, seed ISO path) of a new domain, the overlay on `base_path`."""
+        overlay = self.master.cmd(self.hypervisor, "storevirt.create_overlay",
+                                  [self.name, base_path],
+                                  kwarg={"size_mib": self.store.vm.disk_gib * 1024})
+        seed = self.master.cmd(self.hypervisor, "storevirt.seed_path", [self.name])
+        return str(overlay["path"]), str(seed)
+
+    def define(self, init_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """virt.init with these arguments (start=False); the new domain's summary."""
+        vm = self.store.vm
+        self.master.cmd(self.hypervisor, "virt.init", [self.name, vm.vcpus, vm.memory_mib],
+                        kwarg=init_kwargs, timeout=DEFINE_TIMEOUT)
+        return self._defined()
+
+    def settle(self, summary: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """The identity seed written (step_rules.seed_needed) and autostart on; returns the
+        summary after them and what was done."""
+        done = []
+        if step_rules.seed_needed(summary, self.store.vm_minion_id):
+            summary = self.seed_identity(summary)
+            done.append("identity seeded")
+        if not summary.get("autostart"):
+            # the store comes back by itself after a power cut: the host's libvirt starts it
+            # at boot (Salt 3006's virt.init has no autostart argument)
+            self.master.cmd(self.hypervisor, "virt.set_autostart", [self.name],
+                            kwarg={"state": "on"})
+            done.append(f"marked autostart on {self.hypervisor}")
+        return summary, done
+
+    def seed_identity(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Write the seed the guest reads its identity from (the domain stopped first: the
+        guest reads it at boot); the summary after it."""
+        if summary["active"]:
+            self.master.cmd(self.hypervisor, "virt.stop", [self.name])
+        minion = self.store.vm_minion_id
+        self.master.cmd(self.hypervisor, "storevirt.seed_identity",
+                        [self.name, {"minion_id": minion, "store_id": self.store.store_id,
+                                     "autosign_token": self.master.token_for(minion) or ""}])
+        return self._defined()
+
+    def _defined(self) -> dict[str, Any]:
+        summary = self.summary()
+        if summary is None:
+            raise DomainVanished(f"store {self.store.store_id}: domain {self.name} is gone from "
+                               f"{self.hypervisor} right after it was defined")
+        return summary
