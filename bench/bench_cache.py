@@ -11,13 +11,15 @@ from pathlib import Path
 
 from common import emit, machine
 
+from lab.state import LAB_IMAGE_DESCRIPTION
 from tasks.kiwi import ImageCache, make_builder, resolve_description
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--description", default="lab-debian")
+    parser.add_argument("--description", default=str(LAB_IMAGE_DESCRIPTION),
+                        help="a name under image_builds/ or a description's directory")
     parser.add_argument("--builder", default="lab", choices=["lab", "kiwi"])
     args = parser.parse_args()
     cache_dir = Path(tempfile.mkdtemp(prefix="bench-cache-"))
@@ -33,7 +35,7 @@ def main() -> None:
                          "seconds": time.perf_counter() - started})
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
-    emit({"benchmark": "cache", "description": args.description, "builder": args.builder,
+    emit({"benchmark": "cache", "description": desc.name, "builder": args.builder,
           "first_hit": runs[0]["hit"], "first_kiwi_seconds": runs[0]["kiwi"],
           "first_seconds": runs[0]["seconds"],
           "second_hit": runs[1]["hit"], "second_kiwi_seconds": runs[1]["kiwi"],

@@ -18,6 +18,10 @@ SALT_STATES_DIR = REPO_ROOT / "salt_states"
 SALT_OVERLAY_DIR = REPO_ROOT / "lab" / "salt_overlay"
 LAB_FILE_ROOTS = (SALT_OVERLAY_DIR, SALT_STATES_DIR)
 IMAGE_BUILDS_DIR = REPO_ROOT / "image_builds"
+# the lab's own KIWI descriptions, beside the shipped ones but not among them
+LAB_IMAGE_BUILDS_DIR = REPO_ROOT / "lab" / "image_builds"
+# what the lab's store VMs boot (the full lab builds it; the default lab simulates its guest)
+LAB_IMAGE_DESCRIPTION = LAB_IMAGE_BUILDS_DIR / "lab-debian"
 VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
 # the Salt a Leap 15.6 store host runs (3006, built-in virt module): the simulated hypervisors'
 # minions run it, the VMs' minions and the master run the project's Salt (VENV_BIN)
@@ -229,7 +233,7 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_POWER_USER": info.power_user,
         "STORE_ROLLOUT_POWER_PASSWORD": info.power_password,
         # the full lab boots a real image; the default lab's guests are simulated processes
-        "STORE_ROLLOUT_IMAGE_DESCRIPTION": "lab-debian",
+        "STORE_ROLLOUT_IMAGE_DESCRIPTION": str(LAB_IMAGE_DESCRIPTION),
         "STORE_ROLLOUT_IMAGE_BUILDER": "kiwi" if info.full else "lab",
         "STORE_ROLLOUT_IMAGE_CACHE_DIR": info.image_cache_dir,
         "STORE_ROLLOUT_IMAGE_BASE_URL": info.image_base_url,

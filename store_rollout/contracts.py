@@ -112,7 +112,7 @@ IDENTITY_SALT_DIR_ENV: Final = "STORE_IDENTITY_SALT_DIR"
 # -- store VM network ------------------------------------------------------------------------
 # The guest's name for the VM's one NIC (tasks/virt.interfaces_for gives it one): both images
 # pass net.ifnames=0 on the kernel command line and configure DHCP on this name (leap-jeos:
-# wicked's ifcfg-<VM_NIC> in config.sh; lab-debian: a systemd-networkd file in config.sh);
+# wicked's ifcfg-<VM_NIC> in config.sh; lab/image_builds/lab-debian: a systemd-networkd file);
 # tests/test_kiwi_images.py reads both descriptions and checks both against it.
 VM_NIC: Final = "eth0"
 

@@ -8,27 +8,40 @@ from pathlib import Path
 
 import pytest
 
-from tasks.kiwi import IMAGE_BUILDS_DIR, KiwiDescriptionError, validate_description
+from lab.state import REPO_ROOT
+from tasks.kiwi import KiwiDescriptionError, validate_description
 
 PARAMS = {"SALT_MASTER": "10.20.0.1", "SALT_MASTER_PORT": "4506"}
-OVERLAY = IMAGE_BUILDS_DIR / "overlays" / "salt-minion"
+SHARED_OVERLAY = Path("image_builds/overlays/salt-minion")
+OVERLAY = REPO_ROOT / SHARED_OVERLAY
 MINION_D = Path("root/etc/salt/minion.d")
 LEAP, DEBIAN = "leap-jeos", "lab-debian"
 PROFILE = {LEAP: None, DEBIAN: "Disk"}
+# the shipped description under image_builds/, the lab's own under lab/ (both root -> the overlay)
+HOME = {LEAP: Path("image_builds"), DEBIAN: Path("lab/image_builds")}
+
+
+def desc_dir(name: str, root: Path = REPO_ROOT) -> Path:
+    """A description's directory in the repository (or in a copy from copy_tree_with_links)."""
+    return root / HOME[name] / name
 
 
 def copy_description(name: str, tmp_path: Path) -> Path:
     """A private copy with root/ resolved into a real directory (mutations stay local)."""
     dest = tmp_path / name
-    shutil.copytree(IMAGE_BUILDS_DIR / name, dest, symlinks=False)
+    shutil.copytree(desc_dir(name), dest, symlinks=False)
     return dest
 
 
 def copy_tree_with_links(tmp_path: Path) -> Path:
-    """image_builds/ copied with its relative symlinks kept (root -> ../overlays/...)."""
-    dest = tmp_path / "image_builds"
-    shutil.copytree(IMAGE_BUILDS_DIR, dest, symlinks=True)
-    assert (dest / LEAP / "root").is_symlink()
+    """The descriptions and the overlay copied as they sit in the repository, relative symlinks
+    kept (root -> .../image_builds/overlays/salt-minion); returns the copy's root."""
+    dest = tmp_path / "repo"
+    for home in sorted(set(HOME.values())):
+        shutil.copytree(REPO_ROOT / home, dest / home, symlinks=True)
+    for name in HOME:
+        root = desc_dir(name, dest) / "root"
+        assert root.is_symlink() and root.resolve() == (dest / SHARED_OVERLAY).resolve(), root
     return dest
 
 

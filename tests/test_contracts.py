@@ -23,6 +23,8 @@ from store_rollout import contracts as c
 
 SALT = Path("salt_states")
 IMAGES = Path("image_builds")
+# the lab's own descriptions: outside what ships, but their scripts spell the same contracts
+LAB_IMAGES = Path("lab/image_builds")
 FIRSTBOOT_DIR = SALT / "provisioning_helper" / "firstboot"
 HYPERVISOR_DEFAULTS = SALT / "hypervisor" / "parameters" / "defaults.yaml"
 MINION_D = IMAGES / "overlays" / "salt-minion" / "etc" / "salt" / c.MINION_CONF_DIR
@@ -334,7 +336,8 @@ def check_identity_script(r: Report) -> None:
     r.expect(path, None, "seed keys read", sorted(keys), sorted(c.SEED_KEYS), "SEED_KEYS")
     r.expect(path, written[0][0] if written else None, "minion.d file written",
              [name for _, name in written], [c.IDENTITY_CONF], "IDENTITY_CONF")
-    for config_sh in sorted((r.root / IMAGES).glob("*/config.sh")):
+    scripts = [p for top in (IMAGES, LAB_IMAGES) for p in sorted((r.root / top).glob("*/config.sh"))]
+    for config_sh in scripts:
         if f"minion.d/{c.IDENTITY_CONF}" not in config_sh.read_text():
             r.at(config_sh.relative_to(r.root), None,
                  f"does not remove a stray minion.d/{c.IDENTITY_CONF} (contracts.IDENTITY_CONF)")
@@ -350,7 +353,7 @@ def check_autoyast(r: Report) -> None:
 def check_words(r: Report) -> None:
     """Outside Python, every project word and minion.d file name is a known one (typos)."""
     known = {p.name for p in (r.root / MINION_D).iterdir()} | {c.IDENTITY_CONF} | HYPERVISOR_MINION_CONF
-    for top in (SALT, IMAGES):
+    for top in (SALT, IMAGES, LAB_IMAGES):
         for path in sorted((r.root / top).rglob("*")):
             if not path.is_file() or path.suffix in (".py", ".pyc"):
                 continue
@@ -405,8 +408,10 @@ def test_every_spelling_agrees_with_the_contracts(check: Any) -> None:
 
 
 def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
-    for top in (SALT, IMAGES):
-        shutil.copytree(REPO_ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
+    for top in (SALT, IMAGES, LAB_IMAGES):
+        # symlinks kept: the lab's root -> ../../../image_builds/overlays/... is the copy's overlay
+        shutil.copytree(REPO_ROOT / top, tmp_path / top, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
 
     def plant(path: Path, old: str, new: str) -> None:
         text = (tmp_path / path).read_text()
@@ -421,6 +426,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     plant(IDENTITY_SCRIPT, "SEED_LABEL=STORE_SEED", "SEED_LABEL=STORE-SEED")
     plant(SALT / "_modules" / "provisioning.py", '"15-identity.conf"', '"16-identity.conf"')
     plant(IMAGES / "leap-jeos" / "config.sh", "15-identity.conf", "15-identty.conf")
+    plant(LAB_IMAGES / "lab-debian" / "config.sh", "15-identity.conf", "15-identiy.conf")
     plant(AUTOYAST, "tag_prefix: store/libvirt", "tag_prefix: store/libvirt_events")
     plant(AUTOYAST, "  - store_libvirt_events:", "  - libvirt_events:")
     plant(SALT / "_engines" / "store_libvirt_events.py", 'CONNECTION_LOST = "connection/lost"',
@@ -440,6 +446,8 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
         "provisioning.py:16: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
+        "lab-debian/config.sh:14: minion.d file: found '15-identiy.conf'",
+        "lab-debian/config.sh:-: does not remove a stray minion.d/15-identity.conf",
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",
         "store_libvirt_events.py:62: CONNECTION_LOST: found 'connection/gone'",

@@ -19,7 +19,6 @@ import pytest
 from lab.state import REPO_ROOT
 from tasks.kiwi import (
     BUILD_PARAMS_FILE,
-    IMAGE_BUILDS_DIR,
     ImageCache,
     KiwiBuilder,
     KiwiBuildError,
@@ -27,7 +26,7 @@ from tasks.kiwi import (
 )
 from tasks.kiwi.overlay import MINION_LOCK, MINION_WHEELHOUSE
 from tests.helpers import cannot_run, load_salt_module
-from tests.kiwi_helpers import DEBIAN, PARAMS
+from tests.kiwi_helpers import DEBIAN, PARAMS, desc_dir
 
 
 def test_kiwi_builder_command_line(tmp_path: Path) -> None:
@@ -97,10 +96,10 @@ def test_image_minion_pins_are_the_store_hosts_salt() -> None:
     def pins(path: Path) -> dict[str, str]:
         lines = [line for line in path.read_text().splitlines() if line and line[0] != "#"]
         return dict(line.lower().split("==") for line in lines)
-    image = pins(IMAGE_BUILDS_DIR / DEBIAN / MINION_LOCK)
+    image = pins(desc_dir(DEBIAN) / MINION_LOCK)
     hosts = pins(REPO_ROOT / "requirements-salt3006.lock")
     assert image == {k: v for k, v in hosts.items() if k != "libvirt-python"}
-    config_sh = (IMAGE_BUILDS_DIR / DEBIAN / "config.sh").read_text()
+    config_sh = (desc_dir(DEBIAN) / "config.sh").read_text()
     assert f"wheelhouse=/{MINION_WHEELHOUSE}\n" in config_sh
     assert f'"$wheelhouse/{MINION_LOCK}"' in config_sh
 
@@ -170,7 +169,7 @@ def test_real_kiwi_build_of_lab_debian_boots(
     params = {**PARAMS, "KIWI_PROFILE": "Disk"}
     builder = KiwiBuilder(shared_cache_dir=cache_dir / "_kiwi-shared-cache")
     lines: list[str] = []
-    ref = ImageCache(cache_dir).ensure(IMAGE_BUILDS_DIR / DEBIAN, params, builder,
+    ref = ImageCache(cache_dir).ensure(desc_dir(DEBIAN), params, builder,
                                        log=lines.append)  # fmt: skip
     assert ref.path.is_file()
     assert json.loads(_run("qemu-img", "info", "--output=json", str(ref.path)))["format"] == "qcow2"
@@ -180,7 +179,7 @@ def test_real_kiwi_build_of_lab_debian_boots(
     _run("qemu-img", "convert", "-O", "raw", str(ref.path), str(raw))
     root = mounted_root(raw)
     minion_d = root / "etc/salt/minion.d"
-    expected = render_minion_d(IMAGE_BUILDS_DIR / DEBIAN, params)
+    expected = render_minion_d(desc_dir(DEBIAN), params)
     assert {p.name: p.read_text() for p in minion_d.iterdir()} == expected
     assert all(p.stat().st_mode & 0o777 == 0o640 for p in minion_d.iterdir())
     assert (root / "usr/local/sbin/store-identity").is_file()

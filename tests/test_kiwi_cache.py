@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tasks.kiwi import (
-    IMAGE_BUILDS_DIR,
     BuildOutput,
     BuildParamsError,
     ImageCache,
@@ -27,8 +26,10 @@ from tests.kiwi_helpers import (
     DEBIAN,
     LEAP,
     PARAMS,
+    SHARED_OVERLAY,
     copy_description,
     copy_tree_with_links,
+    desc_dir,
     edit,
     no_version,
 )
@@ -38,12 +39,12 @@ from tests.kiwi_helpers import (
 
 def test_image_key_stable_and_sensitive_to_overlay_and_params(tmp_path: Path) -> None:
     tree = copy_tree_with_links(tmp_path)
-    desc = tree / LEAP
+    desc = desc_dir(LEAP, tree)
     k1 = image_key(desc, PARAMS)
     assert k1 == image_key(desc, PARAMS) == image_key(desc, dict(reversed(PARAMS.items())))
     assert re.fullmatch(r"[0-9a-f]{64}", k1)
     # same tree content elsewhere -> same key (relative paths only)
-    assert image_key(IMAGE_BUILDS_DIR / LEAP, PARAMS) == k1
+    assert image_key(desc_dir(LEAP), PARAMS) == k1
     # defaults are applied before hashing
     assert image_key(desc, {"SALT_MASTER": "10.20.0.1"}) == k1
 
@@ -52,11 +53,11 @@ def test_image_key_stable_and_sensitive_to_overlay_and_params(tmp_path: Path) ->
     assert image_key(desc, PARAMS, builder="lab-v2") != k1
 
     # one shared overlay file changes -> the key of BOTH descriptions changes
-    k_debian = image_key(tree / DEBIAN, PARAMS)
-    conf = tree / "overlays/salt-minion/etc/salt/minion.d/10-grains.conf"
+    k_debian = image_key(desc_dir(DEBIAN, tree), PARAMS)
+    conf = tree / SHARED_OVERLAY / "etc/salt/minion.d/10-grains.conf"
     edit(conf, "role: store-server", "role: store-server-x")
     k2 = image_key(desc, PARAMS)
-    assert k2 != k1 and image_key(tree / DEBIAN, PARAMS) != k_debian
+    assert k2 != k1 and image_key(desc_dir(DEBIAN, tree), PARAMS) != k_debian
     # a mode change counts too
     conf.chmod(0o600)
     assert image_key(desc, PARAMS) != k2
@@ -85,7 +86,7 @@ class CountingLabBuilder(LabBuilder):
 def test_cache_miss_then_hit_without_kiwi(tmp_path: Path) -> None:
     cache = ImageCache(tmp_path / "cache")
     builder = CountingLabBuilder()
-    first = cache.ensure(IMAGE_BUILDS_DIR / DEBIAN, {**PARAMS, "KIWI_PROFILE": "Disk"}, builder)
+    first = cache.ensure(desc_dir(DEBIAN), {**PARAMS, "KIWI_PROFILE": "Disk"}, builder)
     assert not first.cache_hit and builder.calls == 1 and first.kiwi_seconds > 0
     assert first.path == tmp_path / "cache" / first.key / "image.qcow2"
 
@@ -105,7 +106,7 @@ def test_cache_miss_then_hit_without_kiwi(tmp_path: Path) -> None:
     assert {"built_at", "build_seconds", "kiwi_result"} <= set(meta)
     assert meta["kiwi_result"]["validated"]["name"] == "lab-debian12-store-server"
 
-    second = cache.ensure(IMAGE_BUILDS_DIR / DEBIAN, {**PARAMS, "KIWI_PROFILE": "Disk"}, builder)
+    second = cache.ensure(desc_dir(DEBIAN), {**PARAMS, "KIWI_PROFILE": "Disk"}, builder)
     assert second.cache_hit and second.key == first.key and second.path == first.path
     assert builder.calls == 1 and second.kiwi_seconds == 0 and second.build_seconds == 0
     # nothing left behind but the entry and its lock
@@ -123,7 +124,7 @@ def test_cache_concurrent_ensure_builds_once(tmp_path: Path) -> None:
 
     def run() -> None:
         barrier.wait()
-        refs.append(cache.ensure(IMAGE_BUILDS_DIR / LEAP, PARAMS, builder))
+        refs.append(cache.ensure(desc_dir(LEAP), PARAMS, builder))
 
     threads = [threading.Thread(target=run) for _ in range(2)]
     for t in threads:
@@ -147,5 +148,5 @@ def test_cache_failed_build_leaves_no_entry(tmp_path: Path) -> None:
 def test_cache_rejects_missing_params_before_building(tmp_path: Path) -> None:
     builder = CountingLabBuilder()
     with pytest.raises(BuildParamsError, match="no value for @SALT_MASTER@"):
-        ImageCache(tmp_path / "cache").ensure(IMAGE_BUILDS_DIR / LEAP, {}, builder)
+        ImageCache(tmp_path / "cache").ensure(desc_dir(LEAP), {}, builder)
     assert builder.calls == 0

@@ -23,7 +23,6 @@ from lxml import etree
 
 from store_rollout import contracts
 from tasks.kiwi import (
-    IMAGE_BUILDS_DIR,
     OBS_REPOSITORIES,
     KiwiBuilder,
     KiwiDescriptionError,
@@ -40,6 +39,7 @@ from tests.kiwi_helpers import (
     PROFILE,
     copy_description,
     copy_tree_with_links,
+    desc_dir,
     edit,
 )
 
@@ -320,7 +320,7 @@ def _differences(found: FirstBoot, expected: FirstBoot) -> list[str]:
 
 @pytest.mark.parametrize("name", [LEAP, DEBIAN])
 def test_each_description_keeps_the_first_boot_contract(name: str) -> None:
-    found = first_boot(IMAGE_BUILDS_DIR / name, PROFILE[name])
+    found = first_boot(desc_dir(name), PROFILE[name])
     assert not _differences(found, EXPECTED), f"{name}:\n" + "\n".join(
         _differences(found, EXPECTED))
 
@@ -328,8 +328,8 @@ def test_each_description_keeps_the_first_boot_contract(name: str) -> None:
 def test_leap_jeos_boots_like_lab_debian() -> None:
     """The lab boots lab-debian; production boots leap-jeos. Whatever the lab shows about the
     VM's first boot holds for production only as far as these agree."""
-    leap = first_boot(IMAGE_BUILDS_DIR / LEAP, PROFILE[LEAP])
-    debian = first_boot(IMAGE_BUILDS_DIR / DEBIAN, PROFILE[DEBIAN])
+    leap = first_boot(desc_dir(LEAP), PROFILE[LEAP])
+    debian = first_boot(desc_dir(DEBIAN), PROFILE[DEBIAN])
     assert leap == debian, "leap-jeos vs lab-debian:\n" + "\n".join(_differences(leap, debian))
 
 
@@ -477,7 +477,7 @@ def obs_repository_problems(config_xml: Path) -> list[str]:
 
 
 def test_leap_jeos_repositories_build_on_obs() -> None:
-    config_xml = IMAGE_BUILDS_DIR / LEAP / "config.xml"
+    config_xml = desc_dir(LEAP) / "config.xml"
     assert obs_repository_problems(config_xml) == []
     with _kiwi_session(None):
         state = XMLState(XMLDescription(str(config_xml)).load(), [])
@@ -499,7 +499,7 @@ def test_the_obs_rule_refuses_a_plain_url_whatever_its_profile(tmp_path: Path) -
 def test_leap_jeos_builds_locally_from_the_same_urls(tmp_path: Path) -> None:
     """A local kiwi-ng cannot resolve obsrepositories:/; KiwiBuilder drops it and adds Leap's
     repositories as build repositories (kiwi-ng runs its repository checks on that view)."""
-    args = local_repo_args(IMAGE_BUILDS_DIR / LEAP / "config.xml", None)
+    args = local_repo_args(desc_dir(LEAP) / "config.xml", None)
     assert args[0] == "--ignore-repos-used-for-build"
     added = args[2::2]
     assert args[1::2] == ["--add-repo"] * len(added)
@@ -509,7 +509,7 @@ def test_leap_jeos_builds_locally_from_the_same_urls(tmp_path: Path) -> None:
         tmp_path / "desc", None, tmp_path / "work", args)
     assert cmd[cmd.index("build") + 1:cmd.index("--description")] == args
     # lab-debian builds from its own URL: no option
-    assert local_repo_args(IMAGE_BUILDS_DIR / DEBIAN / "config.xml", PROFILE[DEBIAN]) == []
+    assert local_repo_args(desc_dir(DEBIAN) / "config.xml", PROFILE[DEBIAN]) == []
 
 
 def test_an_obs_only_description_is_refused_for_a_local_build(tmp_path: Path) -> None:
@@ -525,6 +525,6 @@ def test_an_obs_only_description_is_refused_for_a_local_build(tmp_path: Path) ->
 
 def test_image_key_follows_the_repositories(tmp_path: Path) -> None:
     tree = copy_tree_with_links(tmp_path)
-    key = image_key(tree / LEAP, PARAMS)
-    edit(tree / LEAP / "config.xml", "update/leap/15.6/backports", "update/leap/15.6/backportz")
-    assert image_key(tree / LEAP, PARAMS) != key
+    key = image_key(desc_dir(LEAP, tree), PARAMS)
+    edit(desc_dir(LEAP, tree) / "config.xml", "update/leap/15.6/backports", "update/leap/15.6/backportz")
+    assert image_key(desc_dir(LEAP, tree), PARAMS) != key

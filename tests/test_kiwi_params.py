@@ -13,16 +13,23 @@ import yaml
 
 from tasks.kiwi import (
     BUILD_PARAMS_FILE,
-    IMAGE_BUILDS_DIR,
     BuildParamsError,
     KiwiBuilder,
     render_minion_d,
 )
-from tests.kiwi_helpers import DEBIAN, LEAP, MINION_D, OVERLAY, PARAMS, copy_description
+from tests.kiwi_helpers import (
+    DEBIAN,
+    LEAP,
+    MINION_D,
+    OVERLAY,
+    PARAMS,
+    copy_description,
+    desc_dir,
+)
 
 
 def test_render_minion_d_substitutes_params() -> None:
-    files = render_minion_d(IMAGE_BUILDS_DIR / LEAP, {"SALT_MASTER": "salt.store-042.example"})
+    files = render_minion_d(desc_dir(LEAP), {"SALT_MASTER": "salt.store-042.example"})
     assert sorted(files) == ["00-master.conf", "10-grains.conf", "20-autosign.conf",
                              "90-bootstrap.conf"]  # fmt: skip
     assert all("@" not in text for text in files.values())
@@ -34,7 +41,7 @@ def test_render_minion_d_substitutes_params() -> None:
     assert "provisioning_helper.firstboot" in data["90-bootstrap.conf"]["sls_list"]
     # both descriptions carry the same files
     assert (
-        render_minion_d(IMAGE_BUILDS_DIR / DEBIAN, {"SALT_MASTER": "salt.store-042.example"})
+        render_minion_d(desc_dir(DEBIAN), {"SALT_MASTER": "salt.store-042.example"})
         == files
     )
     # the overlay itself is untouched
@@ -49,13 +56,13 @@ def test_render_minion_d_substitutes_params() -> None:
 )  # fmt: skip
 def test_render_minion_d_rejects_bad_params(params: dict[str, str], needle: str) -> None:
     with pytest.raises(BuildParamsError, match=re.escape(needle)):
-        render_minion_d(IMAGE_BUILDS_DIR / LEAP, params)
+        render_minion_d(desc_dir(LEAP), params)
 
 
 def test_config_sh_helper_renders_like_python(tmp_path: Path) -> None:
     """apply-build-params (run by config.sh in the image) == render_minion_d."""
     desc = copy_description(LEAP, tmp_path)
-    KiwiBuilder.prepare_description(IMAGE_BUILDS_DIR / LEAP, PARAMS, tmp_path / "copy")
+    KiwiBuilder.prepare_description(desc_dir(LEAP), PARAMS, tmp_path / "copy")
     params_file = tmp_path / "copy/root" / BUILD_PARAMS_FILE
     assert params_file.read_text().splitlines()[1:] == ["SALT_MASTER=10.20.0.1",
                                                         "SALT_MASTER_PORT=4506"]  # fmt: skip
@@ -64,7 +71,7 @@ def test_config_sh_helper_renders_like_python(tmp_path: Path) -> None:
     env = {"PATH": os.environ["PATH"]}
     subprocess.run([str(helper), str(params_file), str(minion_d)], check=True, env=env)
     rendered = {p.name: p.read_text() for p in sorted(minion_d.iterdir())}
-    assert rendered == render_minion_d(IMAGE_BUILDS_DIR / LEAP, PARAMS)
+    assert rendered == render_minion_d(desc_dir(LEAP), PARAMS)
     # image_builds/ itself untouched, and a missing value fails the build
     assert not (OVERLAY / BUILD_PARAMS_FILE).exists()
     proc = subprocess.run([str(helper), str(tmp_path / "none"), str(desc / MINION_D)],

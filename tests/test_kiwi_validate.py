@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tasks.kiwi import IMAGE_BUILDS_DIR, validate_description
+from tasks.kiwi import validate_description
 from tests.kiwi_helpers import (
     DEBIAN,
     LEAP,
     MINION_D,
+    OVERLAY,
     PROFILE,
     copy_description,
+    desc_dir,
     edit,
     no_version,
     problems_of,
@@ -27,7 +29,7 @@ from tests.kiwi_helpers import (
 
 
 def test_leap_jeos_validates_with_kiwi() -> None:
-    info = validate_description(IMAGE_BUILDS_DIR / LEAP, None)
+    info = validate_description(desc_dir(LEAP), None)
     assert info.name == "leap156-jeos-store-server"
     assert info.version == "15.6.0"
     assert (info.image_type, info.format) == ("oem", "qcow2")
@@ -35,23 +37,25 @@ def test_leap_jeos_validates_with_kiwi() -> None:
 
 
 def test_lab_debian_validates_with_kiwi_profile_disk() -> None:
-    info = validate_description(IMAGE_BUILDS_DIR / DEBIAN, "Disk")
+    info = validate_description(desc_dir(DEBIAN), "Disk")
     assert info.profiles == ["Disk"]
     assert (info.image_type, info.format) == ("oem", "qcow2")
     assert {"util-linux", "linux-image-amd64", "grub-pc"} <= set(info.packages)
     assert "salt-minion" not in info.packages  # not in Debian 12's archive
-    xml = (IMAGE_BUILDS_DIR / DEBIAN / "config.xml").read_text()
+    xml = (desc_dir(DEBIAN) / "config.xml").read_text()
     assert 'path="http://deb.debian.org/debian"' in xml
 
 
 def test_descriptions_share_one_overlay_and_scripts_are_sane() -> None:
     for name in (LEAP, DEBIAN):
-        root = IMAGE_BUILDS_DIR / name / "root"
-        assert root.is_symlink() and os.readlink(root) == "../overlays/salt-minion"
-        config_sh = IMAGE_BUILDS_DIR / name / "config.sh"
+        root = desc_dir(name) / "root"
+        # relative, so a checkout or a copy anywhere keeps it; the lab's sits deeper (lab/...)
+        assert root.is_symlink() and not os.path.isabs(os.readlink(root))
+        assert root.resolve() == OVERLAY.resolve()
+        config_sh = desc_dir(name) / "config.sh"
         assert config_sh.stat().st_mode & 0o777 == 0o755
         subprocess.run(["bash", "-n", str(config_sh)], check=True)
-    xml = (IMAGE_BUILDS_DIR / LEAP / "config.xml").read_text()
+    xml = (desc_dir(LEAP) / "config.xml").read_text()
     assert 'schemaversion="8.5"' in xml and 'image="oem"' in xml and 'format="qcow2"' in xml
 
 
@@ -62,7 +66,7 @@ def test_copy_of_description_validates(tmp_path: Path) -> None:
 
 def test_validation_writes_nothing_to_var_tmp(tmp_path: Path) -> None:
     before = set(os.listdir("/var/tmp"))
-    validate_description(IMAGE_BUILDS_DIR / LEAP, None, temp_dir=tmp_path / "kt")
+    validate_description(desc_dir(LEAP), None, temp_dir=tmp_path / "kt")
     assert set(os.listdir("/var/tmp")) == before
 
 

@@ -21,8 +21,8 @@ rm -f /etc/salt/pki/minion/minion.pem /etc/salt/pki/minion/minion.pub
 : > /etc/machine-id
 rm -f /var/lib/dbus/machine-id /etc/ssh/ssh_host_*
 
-# DHCP on the first NIC, the same first boot as lab-debian: no jeos-firstboot or cloud-init
-# here to write it. eth0 because config.xml passes net.ifnames=0 (why: see there).
+# DHCP on the first NIC, the same first boot as the Debian test image: no jeos-firstboot or
+# cloud-init here to write it. eth0 because config.xml passes net.ifnames=0 (why: see there).
 # wicked.service is not enabled by Leap's presets (an installed Leap gets it from YaST);
 # it is ordered before network-online.target, which it holds until the lease is there (at
 # most WAIT_FOR_INTERFACES of /etc/sysconfig/network/config).

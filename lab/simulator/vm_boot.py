@@ -16,7 +16,7 @@ from typing import Any
 
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.minions import MinionManager
-from lab.state import LabInfo, LabPaths
+from lab.state import LAB_IMAGE_BUILDS_DIR, LabInfo, LabPaths
 from store_rollout.contracts import IDENTITY_SALT_DIR_ENV, IDENTITY_SEED_DIR_ENV, SEED_LABEL
 
 log = logging.getLogger("lab.simulator")
@@ -163,7 +163,10 @@ class VmBoot:
         from tasks.kiwi import resolve_description
 
         meta = self._base_meta(xml)
-        return resolve_description(meta["description"]), meta.get("params", {})
+        # meta.json names the description, not its directory: the lab's own are under lab/
+        lab_own = LAB_IMAGE_BUILDS_DIR / meta["description"]
+        desc_dir = lab_own if lab_own.is_dir() else resolve_description(meta["description"])
+        return desc_dir, meta.get("params", {})
 
     def _base_meta(self, xml: ET.Element) -> dict[str, Any]:
         """meta.json of the base image this domain's disk is an overlay of."""

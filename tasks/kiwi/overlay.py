@@ -43,7 +43,7 @@ MINION_D = Path("etc/salt") / contracts.MINION_CONF_DIR
 BUILD_PARAMS_FILE = Path("etc/store-rollout/build-params")
 """Inside the ``root/`` overlay: KEY=value lines that ``config.sh`` applies, then removes."""
 MINION_LOCK = "minion-requirements.lock"
-"""In a description without a distribution salt-minion (lab-debian): the pinned Salt that
+"""In a description without a distribution salt-minion (Debian 12's): the pinned Salt that
 ``config.sh`` installs into ``/opt/salt``."""
 MINION_WHEELHOUSE = Path("usr/local/share/store-rollout/wheelhouse")
 """Inside the ``root/`` overlay: the wheels of ``MINION_LOCK`` (and the lock), which

@@ -23,7 +23,7 @@ def ensure_image(
     """Make sure the image for ``description`` + ``params`` is in the cache.
 
     Args:
-        description: Name under ``image_builds/`` (``leap-jeos``, ``lab-debian``) or a path.
+        description: Name under ``image_builds/`` (``leap-jeos``) or a description's directory.
         params: Build parameters, e.g. ``{"SALT_MASTER": "10.20.0.1"}``; ``KIWI_PROFILE``
             selects a KIWI profile, ``LAB_DISK_SIZE`` the lab image size.
         cache_dir: Image cache directory.
@@ -36,7 +36,7 @@ def ensure_image(
     Example:
         >>> @flow
         ... def images():
-        ...     return ensure_image("lab-debian", {"SALT_MASTER": "127.0.0.1"}, "/srv/cache")
+        ...     return ensure_image("leap-jeos", {"SALT_MASTER": "127.0.0.1"}, "/srv/cache")
     """
     logger = get_run_logger()
     if builder not in BUILDERS:

@@ -110,7 +110,7 @@ def validate_description(
         KiwiDescriptionError: With one entry per problem found.
 
     Example:
-        >>> validate_description(IMAGE_BUILDS_DIR / "lab-debian", "Disk").format
+        >>> validate_description(IMAGE_BUILDS_DIR / "leap-jeos", None).format
         'qcow2'
     """
     desc_dir = Path(desc_dir)
