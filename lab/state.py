@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from pathlib import Path
@@ -190,6 +189,3 @@ def load_lab_info(state_dir: Path | None = None) -> LabInfo:
         )
     return info
 
-
-def dump_json(data: object) -> str:
-    return json.dumps(data, indent=2, sort_keys=True)

@@ -159,7 +159,7 @@ def erp_client(settings: RolloutSettings | None = None) -> ErpClient:
                           timeout_seconds=settings.erp_timeout_seconds).get_client()
 
 
-@task(name="notify_erp", task_run_name="notify-erp-{store.store_id}", retries=ERP_RETRIES,
+@task(name="notify_erp", retries=ERP_RETRIES,
       retry_delay_seconds=ERP_RETRY_DELAYS, retry_condition_fn=retry_on(ErpUnavailable))
 def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
     """Step 7: tell the ERP the store server runs; returns the ERP's id for the run artifact."""
