@@ -17,22 +17,28 @@ class StepTimeouts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     hypervisor_timeout: float = Field(
-        1800, gt=0, description="Seconds step 3 waits for the hypervisor's ready event after the "
+        default=1800, gt=0,
+        description="Seconds step 3 waits for the hypervisor's ready event after the "
         "PXE install (power on, install, first highstate).")
     hypervisor_stall_timeout: float = Field(
-        300, gt=0, description="Seconds a hypervisor may answer without getting ready before its "
+        default=300, gt=0,
+        description="Seconds a hypervisor may answer without getting ready before its "
         "highstate is applied again.")
     firstboot_timeout: float = Field(
-        1800, gt=0, description="Seconds step 6 waits for the store VM's firstboot (two reboots "
+        default=1800, gt=0,
+        description="Seconds step 6 waits for the store VM's firstboot (two reboots "
         "and a highstate) to finish.")
     vm_stall_timeout: float = Field(
-        300, gt=0, description="Seconds without a sign of life from the store VM after which it "
+        default=300, gt=0,
+        description="Seconds without a sign of life from the store VM after which it "
         "is reset.")
     vm_contact_timeout: float = Field(
-        600, gt=0, description="Seconds step 6 waits for the store VM's minion to contact the "
+        default=600, gt=0,
+        description="Seconds step 6 waits for the store VM's minion to contact the "
         "master at all (its key or any event).")
     owner_wait_seconds: float = Field(
-        10, ge=0, description="Seconds to wait while another rollout or rollback of this store "
+        default=10, ge=0,
+        description="Seconds to wait while another rollout or rollback of this store "
         "runs; then the run fails naming that run, having changed nothing.")
 
 
