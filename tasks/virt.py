@@ -19,13 +19,13 @@ from prefect import get_run_logger, task
 from prefect.logging.loggers import LoggingAdapter
 from tenacity import (
     Retrying,
-    retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
 
+from store_rollout.contracts import DOWNLOAD_CUT
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.retry import retry_on
@@ -132,8 +132,22 @@ def domain_xml(store: Store, hypervisor_type: str, images_dir: str) -> str:
         conn.close()
 
 
-def _download_cut(exc: BaseException) -> bool:
-    return isinstance(exc, SaltCommandFailed) and "download cut" in exc.detail
+class ImageDownloadCut(SaltCommandFailed):
+    """The hypervisor's image download stopped midway: the next attempt resumes where it did."""
+
+
+def _ensure_base_image(master: SaltMasterClient, minion_id: str, args: list[Any],
+                       kwarg: dict[str, Any]) -> dict[str, Any]:
+    """storevirt.ensure_base_image on the hypervisor; a cut download (Salt carries the minion's
+    error as text) raised as ImageDownloadCut, classified here once."""
+    try:
+        result: dict[str, Any] = master.cmd(minion_id, "storevirt.ensure_base_image", args,
+                                            kwarg=kwarg, timeout=DOWNLOAD_TIMEOUT)
+    except SaltCommandFailed as exc:
+        if DOWNLOAD_CUT in exc.detail:
+            raise ImageDownloadCut(exc.minion_id, exc.fun, exc.retcode, exc.detail) from exc
+        raise
+    return result
 
 
 def deliver_image(master: SaltMasterClient, store: Store, settings: RolloutSettings,
@@ -143,14 +157,12 @@ def deliver_image(master: SaltMasterClient, store: Store, settings: RolloutSetti
     url = f"{settings.image_base_url}/{image['key']}/image.qcow2"
     ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
     for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_exponential(max=10),
-                            retry=retry_if_exception(_download_cut), reraise=True):
+                            retry=retry_if_exception_type(ImageDownloadCut), reraise=True):
         with attempt:
-            result: dict[str, Any] = master.cmd(
-                store.hypervisor_minion_id, "storevirt.ensure_base_image",
-                [url, image["key"], image["sha256"]],
-                kwarg={"meta": image["meta"], "ca_pem": ca_pem,
-                       "rate_limit": settings.image_rate_limit or None},
-                timeout=DOWNLOAD_TIMEOUT)
+            result = _ensure_base_image(
+                master, store.hypervisor_minion_id, [url, image["key"], image["sha256"]],
+                {"meta": image["meta"], "ca_pem": ca_pem,
+                 "rate_limit": settings.image_rate_limit or None})
     return result
 
 
