@@ -36,7 +36,7 @@ UPDATE_REPOS_META: Final = "update_repos"
 
 # -- image delivery ----------------------------------------------------------------------------
 # storevirt.ensure_base_image's failure text when the image server's answer stopped midway; the
-# orchestrator (tasks/virt.deliver_image) classifies that failure as ImageDownloadCut, once, and
+# orchestrator (tasks/image_delivery.py) classifies that failure as ImageDownloadCut, once, and
 # resumes the download on that type.
 DOWNLOAD_CUT: Final = "download cut"
 

@@ -21,7 +21,7 @@ from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.blocks import load_block
-from tasks.retry import retry_on
+from tasks.retry import OutsideCallFailed, retry_on
 
 ERP_CONNECT_TIMEOUT = 3.05
 ERP_TIMEOUT = (ERP_CONNECT_TIMEOUT, 15.0)  # (connect, read) seconds: never wait forever
@@ -31,16 +31,9 @@ ERP_RETRIES = 4
 ERP_RETRY_DELAYS: list[float] = [2, 5, 15, 30]
 
 
-class ErpError(Exception):
-    """The ERP call failed: `operation` ("POST" a notice, "GET" the notices), the `store_id` it
-    was for and, when the ERP answered, the HTTP `status`; `str()` is the message a person reads."""
-
-    def __init__(self, message: str, *, operation: str | None = None, store_id: str | None = None,
-                 status: int | None = None) -> None:
-        super().__init__(message)
-        self.operation = operation
-        self.store_id = store_id
-        self.status = status
+class ErpError(OutsideCallFailed):
+    """The ERP call failed: `operation` ("POST" a notice, "GET" the notices), the store it was
+    for (`subject`) and, when the ERP answered, the HTTP `status`."""
 
 
 class ErpUnavailable(ErpError):
@@ -97,7 +90,7 @@ class ErpClient:
         except requests.RequestException as exc:
             raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id} failed: "
                                  f"{type(exc).__name__}", operation="POST",
-                                 store_id=notice.store_id) from None
+                                 subject=notice.store_id) from None
         self._check_status(resp, "POST", url, notice.store_id)
         try:
             body = resp.json()
@@ -105,7 +98,7 @@ class ErpClient:
         except (ValueError, TypeError, KeyError):  # JSONDecodeError is a ValueError
             raise ErpError(f"ERP POST {url} for store {notice.store_id}: HTTP {resp.status_code} "
                            f"without a JSON object with an id: {self._redact(resp.text)[:100]!r}",
-                           operation="POST", store_id=notice.store_id,
+                           operation="POST", subject=notice.store_id,
                            status=resp.status_code) from None
         return {"erp_id": erp_id, "replay": bool(body.get("replay")),
                 "status": resp.status_code, "idempotency_key": notice.idempotency_key()}
@@ -122,14 +115,14 @@ class ErpClient:
         except requests.RequestException as exc:
             raise ErpUnavailable(f"ERP GET {url} for store {store_id} failed: "
                                  f"{type(exc).__name__}", operation="GET",
-                                 store_id=store_id) from None
+                                 subject=store_id) from None
         self._check_status(resp, "GET", url, store_id)
         try:
             notices = resp.json()["notices"]
         except (ValueError, TypeError, KeyError):
             raise ErpError(f"ERP GET {url} for store {store_id}: HTTP {resp.status_code} without "
                            f"a JSON object with notices: {self._redact(resp.text)[:100]!r}",
-                           operation="GET", store_id=store_id, status=resp.status_code) from None
+                           operation="GET", subject=store_id, status=resp.status_code) from None
         return [dict(n) for n in notices]
 
     def _check_status(self, resp: requests.Response, operation: str, url: str,
@@ -138,11 +131,11 @@ class ErpClient:
         status = resp.status_code
         if status >= 500 or status == 429:
             raise ErpUnavailable(f"ERP {operation} {url} for store {store_id}: HTTP {status}",
-                                 operation=operation, store_id=store_id, status=status)
+                                 operation=operation, subject=store_id, status=status)
         if status >= 400:
             raise ErpRejected(f"ERP {operation} {url} for store {store_id}: HTTP {status} "
                               f"{self._redact(resp.text)[:200]}",
-                              operation=operation, store_id=store_id, status=status)
+                              operation=operation, subject=store_id, status=status)
 
     def _redact(self, text: str) -> str:
         """An ERP body quoted in an error, without our token should the ERP echo it."""

@@ -12,7 +12,6 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -20,14 +19,13 @@ from prefect.logging.loggers import LoggingAdapter
 from tenacity import (
     Retrying,
     retry_if_exception_type,
-    stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
 
-from store_rollout.contracts import DOWNLOAD_CUT
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings import load_settings
+from tasks.image_delivery import deliver_image
 from tasks.retry import retry_on
 from tasks.salt_client import (
     SaltCommandFailed,
@@ -38,7 +36,6 @@ from tasks.salt_client import (
 )
 
 log = logging.getLogger(__name__)
-DOWNLOAD_TIMEOUT = 3 * 3600  # seconds one download call may take (~1.5 GB over a slow link)
 
 
 class VmError(Exception):
@@ -130,40 +127,6 @@ def domain_xml(store: Store, hypervisor_type: str, images_dir: str) -> str:
             consoles=copy.deepcopy(kwargs["consoles"])))
     finally:
         conn.close()
-
-
-class ImageDownloadCut(SaltCommandFailed):
-    """The hypervisor's image download stopped midway: the next attempt resumes where it did."""
-
-
-def _ensure_base_image(master: SaltMasterClient, minion_id: str, args: list[Any],
-                       kwarg: dict[str, Any]) -> dict[str, Any]:
-    """storevirt.ensure_base_image on the hypervisor; a cut download (Salt carries the minion's
-    error as text) raised as ImageDownloadCut, classified here once."""
-    try:
-        result: dict[str, Any] = master.cmd(minion_id, "storevirt.ensure_base_image", args,
-                                            kwarg=kwarg, timeout=DOWNLOAD_TIMEOUT)
-    except SaltCommandFailed as exc:
-        if DOWNLOAD_CUT in exc.detail:
-            raise ImageDownloadCut(exc.minion_id, exc.fun, exc.retcode, exc.detail) from exc
-        raise
-    return result
-
-
-def deliver_image(master: SaltMasterClient, store: Store, settings: RolloutSettings,
-                  image: dict[str, Any]) -> dict[str, Any]:
-    """The base image on the store's hypervisor, downloaded by it from the image server and
-    verified there; a cut download is resumed (a few times), never restarted."""
-    url = f"{settings.image_base_url}/{image['key']}/image.qcow2"
-    ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
-    for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_exponential(max=10),
-                            retry=retry_if_exception_type(ImageDownloadCut), reraise=True):
-        with attempt:
-            result = _ensure_base_image(
-                master, store.hypervisor_minion_id, [url, image["key"], image["sha256"]],
-                {"meta": image["meta"], "ca_pem": ca_pem,
-                 "rate_limit": settings.image_rate_limit or None})
-    return result
 
 
 class HypervisorNotUp(VmError):

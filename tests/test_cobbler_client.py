@@ -169,14 +169,14 @@ def test_unknown_object_is_not_found(cobbler: tuple[FakeCobbler, CobblerClient])
     with pytest.raises(CobblerNotFound, match="^Cobbler power on hv-9: 'internal error, unknown "
                                               "system name hv-9'$") as info:
         client.power("hv-9", "on")
-    assert (info.value.operation, info.value.name, info.value.status) == ("power", "hv-9", None)
+    assert (info.value.operation, info.value.subject, info.value.status) == ("power", "hv-9", None)
 
 
 def test_refused_value_is_rejected(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
     _, client = cobbler
     with pytest.raises(CobblerRejected, match="modify_system mac_address: 'invalid MAC") as info:
         client._modify("hv-1", "system::hv-1", "mac_address", "zz")
-    assert (info.value.operation, info.value.name) == ("modify_system", "hv-1")
+    assert (info.value.operation, info.value.subject) == ("modify_system", "hv-1")
 
 
 def test_login_refused_names_the_user_never_the_password(
@@ -207,7 +207,7 @@ def test_disable_netboot_answered_false_is_an_error(
                                               r"netboot of system 'hv-1' is still on: set "
                                               r"pxe_just_once: true in Cobbler's settings") as info:
         client.disable_netboot("hv-1")
-    assert (info.value.operation, info.value.name) == ("disable_netboot", "hv-1")
+    assert (info.value.operation, info.value.subject) == ("disable_netboot", "hv-1")
     assert fake.systems["hv-1"]["netboot_enabled"] is True
     with pytest.raises(CobblerRejected, match="netboot of system 'hv-9' is still on"):
         client.disable_netboot("hv-9")  # removed since it was looked up

@@ -211,7 +211,7 @@ class CuttingMaster:
 
 def deliver(master: CuttingMaster) -> dict[str, Any]:
     from store_rollout.inventory import parse_inventory
-    from tasks.virt import deliver_image
+    from tasks.image_delivery import deliver_image
 
     store = parse_inventory({"stores": [{
         "store_id": "s1", "erp": {"site_code": "S1"},
@@ -223,18 +223,18 @@ def deliver(master: CuttingMaster) -> dict[str, Any]:
 
 
 def test_a_cut_download_is_classified_once_and_resumed() -> None:
-    from tasks.virt import ImageDownloadCut, _ensure_base_image
+    from tasks.image_delivery import ImageDownloadCut, _cut_as_a_type
 
     cut = f"image {KEY}: {DOWNLOAD_CUT} from http://images at 1024 bytes (reset); the next attempt"
     master = CuttingMaster(cut)
     assert deliver(master)["transferred"] == 1 and master.calls == 2
-    with pytest.raises(ImageDownloadCut, match=DOWNLOAD_CUT) as info:
-        _ensure_base_image(CuttingMaster(cut), "store-s1-hv", [], {})  # type: ignore[arg-type]
+    with pytest.raises(ImageDownloadCut, match=DOWNLOAD_CUT) as info, _cut_as_a_type():
+        CuttingMaster(cut).cmd("store-s1-hv", "storevirt.ensure_base_image", [])
     assert info.value.minion_id == "store-s1-hv" and info.value.retcode == 1
 
 
 def test_another_download_failure_is_not_retried() -> None:
-    from tasks.virt import ImageDownloadCut
+    from tasks.image_delivery import ImageDownloadCut
 
     master = CuttingMaster(f"image {KEY}: sha256 mismatch")
     with pytest.raises(SaltCommandFailed, match="sha256 mismatch") as info:

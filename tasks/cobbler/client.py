@@ -69,7 +69,7 @@ class CobblerClient:
         """`fn()`, its failure mapped to a CobblerError naming `what` (the call and its
         arguments; the error's `operation` is its first word) and the object `name`."""
         def error(cls: type[CobblerError], message: str, status: int | None = None) -> CobblerError:
-            return cls(message, operation=what.split()[0], name=name, status=status)
+            return cls(message, operation=what.split()[0], subject=name, status=status)
 
         try:
             with external("cobbler"):
@@ -141,7 +141,7 @@ class CobblerClient:
         for other in self.find_systems(mac_address=spec.mac):
             if other != spec.name:
                 raise CobblerRejected(f"MAC {spec.mac} already belongs to Cobbler system {other!r}",
-                                      operation="find_system", name=spec.name)
+                                      operation="find_system", subject=spec.name)
         existing = self.get_system(spec.name)
         tok = self.token()
         if existing is None:
@@ -175,7 +175,7 @@ class CobblerClient:
                         lambda: self._proxy.modify_system(handle, key, value, tok), name)
         if ok is False:
             raise CobblerRejected(f"Cobbler refused system field {key!r}",
-                                  operation="modify_system", name=name)
+                                  operation="modify_system", subject=name)
 
     @staticmethod
     def _confirmed(what: str, answer: Any, why: str, name: str | None = None) -> None:
@@ -183,7 +183,7 @@ class CobblerClient:
         would report done what was not (netboot still on, a host never power-cycled)."""
         if answer is False:
             raise CobblerRejected(f"Cobbler answered False to {what}: {why}",
-                                  operation=what.split()[0], name=name)
+                                  operation=what.split()[0], subject=name)
 
     def sync(self) -> None:
         """Full sync. It deletes and rewrites every PXE config, so a machine PXE-booting
@@ -205,10 +205,10 @@ class CobblerClient:
                                    lambda: self._proxy.get_task_status(task_id), name)[2]
                 if state in ("notification", "running"):  # queued, then running
                     raise _SyncRunning(f"Cobbler sync of {name} still running after {timeout:.0f}s",
-                                       operation="sync", name=name)
+                                       operation="sync", subject=name)
                 if state != "complete":
                     raise CobblerError(f"Cobbler sync of {name} ended {state!r}; see Cobbler's "
-                                       f"log for task {task_id}", operation="sync", name=name)
+                                       f"log for task {task_id}", operation="sync", subject=name)
 
     def power(self, name: str, action: str) -> Any:
         """`status`: True when the host is on. Any other action: True, or CobblerRejected when

@@ -1,19 +1,14 @@
 """What a Cobbler call can fail with: each error names the call (`operation`), the system or
-profile it was about (`name`, when there is one) and, for an HTTP-level failure, the `status`;
-`str()` is the message a person reads. Retries key on the type (`CobblerUnavailable`)."""
+profile it was about (`subject`, when there is one) and, for an HTTP-level failure, the
+`status`; `str()` is the message a person reads. Retries key on the type (`CobblerUnavailable`)."""
 
 from __future__ import annotations
 
+from tasks.retry import OutsideCallFailed
 
-class CobblerError(Exception):
+
+class CobblerError(OutsideCallFailed):
     """A Cobbler call failed."""
-
-    def __init__(self, message: str, *, operation: str | None = None, name: str | None = None,
-                 status: int | None = None) -> None:
-        super().__init__(message)
-        self.operation = operation
-        self.name = name
-        self.status = status
 
 
 class CobblerUnavailable(CobblerError):
