@@ -1,6 +1,5 @@
 """`store-rollout` command line: rollouts, batches, plan, reconcile, staging, status, rollback,
-vm-xml.
-
+vm-xml. How they run flows is app/runner.py; what they show, app/live.py and app/views.py.
 Sub-commands other packages register (entry point group `store_rollout.commands`, e.g. the
 lab's `store-rollout lab ...`) are added without this module importing them.
 """
@@ -10,22 +9,32 @@ from __future__ import annotations
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from store_rollout.settings import SettingsError, prefect_settings_of_file
+from app.runner import (
+    COMMAND_GROUP,
+    command_prefect_settings,
+    console,
+    finished,
+    recent_runs,
+    refuse,
+    run_batch,
+    run_stores,
+    validate_rollback,
+    validate_stores,
+)
+from app.views import print_batch, print_plan, print_reconcile, print_runs, print_staged
+from store_rollout.inventory import DEFAULT_INVENTORY
+from store_rollout.settings import SettingsError
+from store_rollout.step_timeouts import STEP_TIMEOUTS, StepTimeouts
 
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     help="Roll out retail stores: KIWI image, Cobbler PXE, Salt, libvirt, ERP.",
 )
-console = Console(stderr=True)
-COMMAND_GROUP = "store_rollout.commands"
 
 
 @app.callback()
@@ -33,180 +42,40 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
     """With STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL), every command talks to the
     Prefect server that file names: set as Prefect settings for the command's duration, whatever
     was imported before."""
-    import os
-
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
-        PREFECT_HOME,
-        temporary_settings,
-    )
-
-    from tasks.run_health import HEARTBEAT_ENV
-
-    # flow runs of this process (and of `serve`'s children) send heartbeats, so the server's
-    # automation marks them Crashed if this process dies (tasks/run_health.py)
-    os.environ.update({k: v for k, v in HEARTBEAT_ENV.items() if k not in os.environ})
-    names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME,
-             "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": PREFECT_FLOWS_HEARTBEAT_FREQUENCY}
-    updates = {**prefect_settings_of_file(),
-               "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]}
-    ctx.with_resource(temporary_settings(updates={names[k]: v for k, v in updates.items()}))
+    ctx.with_resource(command_prefect_settings())
 
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
-DEFAULT_INVENTORY = Path("examples/inventory.yaml")
+INVENTORY = Path(DEFAULT_INVENTORY)
 
 
-def validate_stores(store_ids: list[str], inventory: Path) -> None:
-    """Inventory, store ids and settings, checked before anything is touched."""
-    from store_rollout.inventory import InventoryError, load_inventory
-    from store_rollout.settings import load_settings
-    from tasks.preflight import PreflightError, preflight
-
-    try:
-        inv = load_inventory(inventory)
-        stores = inv.select(store_ids) if store_ids else list(inv.stores)
-        preflight(stores, load_settings())
-    except SettingsError as exc:
-        refuse_settings(exc)
-    except (InventoryError, PreflightError) as exc:
-        refuse(str(exc))
-
-
-def refuse(message: str, *more: str) -> NoReturn:
-    """Exit 2 with the error as one line: rich would cut it at 80 columns where stderr is not a
-    terminal (a log, a CI job); a terminal wraps it itself."""
-    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
-    for line in more:
-        console.print(escape(line), soft_wrap=True)
-    raise typer.Exit(2)
-
-
-def refuse_settings(exc: SettingsError) -> NoReturn:
-    """The settings' one-line error and the lines a command plugin adds to it (`settings_hint`
-    in the plugin's module: the lab names a lab running on this machine); the person decides,
-    the CLI never picks one."""
-    from importlib import import_module
-
-    hints: list[str] = []
-    for entry in entry_points(group=COMMAND_GROUP):
-        hint = getattr(import_module(entry.module), "settings_hint", None)
-        hints += hint(exc.missing) if hint is not None else []
-    refuse(exc.brief, *hints)
-
-
-def finished(state: Any, what: str, code: int = 1) -> Any:
-    """The result of a flow run the command ran, or exit `code` naming its state and message."""
-    if not state.is_completed():
-        console.print(f"[red]{what} {state.name}:[/] {state.message}")
-        raise typer.Exit(code)
-    return state.result()
-
-
-class LiveSteps:
-    """A rich table of stores x steps, fed by the flow's in-process step listener."""
-
-    def __init__(self, store_ids: list[str]) -> None:
-        from store_rollout.contracts import STEPS
-
-        self.steps = STEPS
-        self.state: dict[str, dict[str, str]] = {s: {} for s in store_ids}
-
-    def __call__(self, store_id: str, step: str, state: str, seconds: float) -> None:
-        label = {
-            "running": "[yellow]running[/]",
-            "done": f"[green]{seconds:.1f}s[/]",
-            "failed": f"[red]failed {seconds:.1f}s[/]",
-        }[state]
-        self.state.setdefault(store_id, {})[step] = label
-
-    def __rich__(self) -> Table:
-        table = Table(title="store rollout")
-        table.add_column("store")
-        for step in self.steps:
-            table.add_column(step.replace("_", " "))
-        for sid, steps in self.state.items():
-            table.add_row(sid, *[steps.get(step, "[dim]-[/]") for step in self.steps])
-        return table
-
-
-def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: float) -> list[dict[str, object]]:
-    """Run one flow per store, concurrently, in this process; returns one summary each."""
-    import contextlib
-    import contextvars
-    import sys
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from rich.live import Live
-
-    from flows.rollout import store_rollout
-    from store_rollout import steps
-
-    view = LiveSteps(store_ids)
-    steps.add_listener(view)
-
-    def one(sid: str) -> dict[str, object]:
-        started = time.monotonic()
-        state = store_rollout(sid, str(inventory.resolve()), return_state=True, **params)
-        summary: dict[str, object] = {
-            "store_id": sid,
-            "state": state.name,
-            "seconds": round(time.monotonic() - started, 1),
-        }
-        if state.is_completed():
-            summary.update(state.result())
-            summary["state"] = "Completed"
-        else:
-            # whole: step errors name what failed and the fix (a few hundred characters)
-            summary["error"] = str(state.message or "")[:2000]
-        return summary
-
-    live_cm = Live(view, console=console, refresh_per_second=4) if live else contextlib.nullcontext()
-    try:
-        # Salt prints to stdout; keep stdout for the --json result only
-        with (
-            live_cm,
-            contextlib.redirect_stdout(sys.stderr),
-            ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool,
-        ):
-            # each thread runs in a copy of this context: the Prefect settings the command
-            # applied (the lab's API URL) are context variables, which new threads do not see
-            contexts = {sid: contextvars.copy_context() for sid in store_ids}
-            results = list(pool.map(lambda sid: contexts[sid].run(one, sid), store_ids))
-    finally:
-        steps.remove_listener(view)
-    return results
-
-
-HypervisorStall = Annotated[float, typer.Option(
-    help="seconds a hypervisor may answer without getting ready before its highstate is applied again")]
+def timeout_option(name: str) -> Any:
+    """A step timeout's option, its help the StepTimeouts field's description."""
+    return typer.Option(help=StepTimeouts.model_fields[name].description)
 
 
 @app.command("rollout")
 def rollout(
     store_id: str,
-    inventory: Inventory = DEFAULT_INVENTORY,
+    inventory: Inventory = INVENTORY,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    hypervisor_timeout: Annotated[float, typer.Option(help="seconds for step 3")] = 1800,
-    firstboot_timeout: Annotated[float, typer.Option(help="seconds for step 6")] = 1800,
-    vm_stall_timeout: Annotated[float, typer.Option(help="silence (s) after which a hung VM is reset")] = 300,
-    hypervisor_stall_timeout: HypervisorStall = 300,
-    vm_contact_timeout: Annotated[float, typer.Option(
-        help="seconds step 6 waits for the VM's minion to contact the master at all")] = 600,
+    hypervisor_timeout: Annotated[float, timeout_option("hypervisor_timeout")] = (
+        STEP_TIMEOUTS.hypervisor_timeout),
+    firstboot_timeout: Annotated[float, timeout_option("firstboot_timeout")] = (
+        STEP_TIMEOUTS.firstboot_timeout),
+    vm_stall_timeout: Annotated[float, timeout_option("vm_stall_timeout")] = (
+        STEP_TIMEOUTS.vm_stall_timeout),
+    hypervisor_stall_timeout: Annotated[float, timeout_option("hypervisor_stall_timeout")] = (
+        STEP_TIMEOUTS.hypervisor_stall_timeout),
+    vm_contact_timeout: Annotated[float, timeout_option("vm_contact_timeout")] = (
+        STEP_TIMEOUTS.vm_contact_timeout),
 ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
     validate_stores([store_id], inventory)
     result = run_stores(
-        [store_id],
-        inventory,
-        live=not as_json,
-        hypervisor_timeout=hypervisor_timeout,
-        firstboot_timeout=firstboot_timeout,
-        vm_stall_timeout=vm_stall_timeout,
-        hypervisor_stall_timeout=hypervisor_stall_timeout,
-        vm_contact_timeout=vm_contact_timeout,
+        [store_id], inventory, live=not as_json, hypervisor_timeout=hypervisor_timeout,
+        firstboot_timeout=firstboot_timeout, vm_stall_timeout=vm_stall_timeout,
+        hypervisor_stall_timeout=hypervisor_stall_timeout, vm_contact_timeout=vm_contact_timeout,
     )[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
@@ -222,78 +91,30 @@ def rollout(
 
 @app.command("batch")
 def batch(
-    inventory: Inventory = DEFAULT_INVENTORY,
+    inventory: Inventory = INVENTORY,
     store: Annotated[list[str] | None, typer.Option("--store", help="only these stores")] = None,
     canary: Annotated[int, typer.Option(help="stores in the canary wave")] = 1,
     wave_size: Annotated[int, typer.Option(help="stores per wave")] = 5,
     max_in_flight: Annotated[int, typer.Option(help="stores at once (fleet-wide)")] = 3,
     halt_threshold: Annotated[float, typer.Option(help="halt when failed/finished exceeds this")] = 0.2,
-    stage_only: Annotated[
-        bool,
-        typer.Option(
-            "--stage-only",
-            help="only put the image on the batch's hypervisors (ahead of the "
-            "rollout window; `stage-images` is the deployment)",
-        ),
-    ] = False,
+    stage_only: Annotated[bool, typer.Option("--stage-only", help=(
+        "only put the image on the batch's hypervisors (ahead of the rollout window; "
+        "`stage-images` is the deployment)"))] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Roll out a batch in waves (canary first) with a progress bar per store."""
     if stage_only:
         stage(list(store or []), inventory, as_json)
         return
-    import contextlib
-    import sys
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from store_rollout.contracts import STEPS
-    from store_rollout.inventory import load_inventory
-    from store_rollout.steps import add_listener, remove_listener
-
     validate_stores(list(store or []), inventory)
-    from flows.batch_rollout import batch_rollout
-
-    ids = [s.store_id for s in load_inventory(inventory).select(list(store or []) or None)]
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[step]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=as_json,
-    )
-    bars = {sid: progress.add_task(f"store {sid}", total=len(STEPS), step="queued") for sid in ids}
-
-    def listen(sid: str, step: str, state: str, _s: float) -> None:
-        if sid in bars:
-            done = STEPS.index(step) + (1 if state == "done" else 0)
-            progress.update(bars[sid], completed=done, step=f"{step} {state}")
-
-    add_listener(listen)
-    try:
-        with progress, contextlib.redirect_stdout(sys.stderr):
-            state = batch_rollout(
-                str(inventory.resolve()),
-                tuple(ids),
-                canary,
-                wave_size,
-                max_in_flight,
-                halt_threshold,
-                return_state=True,
-            )
-    finally:
-        remove_listener(listen)
+    state = run_batch(inventory, list(store or []), show_progress=not as_json, canary=canary,
+                      wave_size=wave_size, max_in_flight=max_in_flight,
+                      halt_failure_ratio=halt_threshold)
     rows = state.result() if state.is_completed() else []
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
     else:
-        table = Table(title="batch")
-        for col in ("store", "state", "step reached", "seconds", "error"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r["store_id"], r["state"], r["step_reached"], str(r["seconds"]), r["error"][:80])
-        Console(width=160).print(table)
+        print_batch(rows)
     if not state.is_completed() or any(r["state"] != "Completed" for r in rows):
         raise typer.Exit(1)
 
@@ -304,31 +125,11 @@ def status(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Recent rollout, batch and rollback runs with their states."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.sorting import FlowRunSort
-
-    with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=limit)
-        flows = {f.id: f.name for f in client.read_flows()}
-    rows = [
-        {
-            "name": r.name,
-            "flow": flows.get(r.flow_id, "?"),
-            "state": r.state.name if r.state else "?",
-            "start": r.start_time.isoformat(timespec="seconds") if r.start_time else "-",
-            "seconds": round(r.total_run_time.total_seconds(), 1),
-        }
-        for r in runs
-    ]
+    rows = recent_runs(limit)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title="recent runs")
-    for col in ("run", "flow", "state", "started", "seconds"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(str(r["name"]), str(r["flow"]), str(r["state"]), str(r["start"]), str(r["seconds"]))
-    Console(width=160).print(table)
+    print_runs(rows)
 
 
 @app.command("prefect-setup")
@@ -354,18 +155,9 @@ def prefect_setup() -> None:
 
 
 @app.command("rollback")
-def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
+def rollback(store_id: str, inventory: Inventory = INVENTORY) -> None:
     """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
-    from store_rollout.inventory import InventoryError, load_inventory
-    from store_rollout.settings import load_settings
-
-    try:
-        load_inventory(inventory).get(store_id)
-        load_settings()  # refused here, not as a failed flow run once the rollback has begun
-    except InventoryError as exc:
-        refuse(str(exc))
-    except SettingsError as exc:
-        refuse_settings(exc)
+    validate_rollback(store_id, inventory)
     from flows.store_rollback import store_rollback
 
     state = store_rollback(store_id, str(inventory.resolve()), return_state=True)
@@ -378,7 +170,7 @@ def rollback(store_id: str, inventory: Inventory = DEFAULT_INVENTORY) -> None:
 @app.command("plan")
 def plan(
     store_ids: Annotated[list[str], typer.Argument(help="stores to plan")],
-    inventory: Inventory = DEFAULT_INVENTORY,
+    inventory: Inventory = INVENTORY,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
     highstate_test: Annotated[bool, typer.Option(
         help="run each answering hypervisor's highstate in test=True")] = True,
@@ -392,25 +184,14 @@ def plan(
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
-    out = Console(width=160)
-    for sid, store in result.items():
-        todo = store["todo"]
-        table = Table(title=f"store {sid}: " + (f"{len(todo)} steps to do, from "
-                                                f"{store['resumes_at']}" if todo else
-                                                "nothing to do"), show_lines=True)
-        for col in ("step", "to do", "action", "details"):
-            table.add_column(col)
-        for step in store["steps"]:
-            table.add_row(step["step"], "[yellow]yes[/]" if step["todo"] else "no",
-                          step["action"], "\n".join(step["details"]))
-        out.print(table)
+    print_plan(result)
 
 
 @app.command("reconcile")
 def reconcile(
     store_ids: Annotated[list[str] | None, typer.Argument(
         help="stores to check (default: every store of the inventory)")] = None,
-    inventory: Inventory = DEFAULT_INVENTORY,
+    inventory: Inventory = INVENTORY,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
     """Every store's real state against its last rollout run; each mismatch with its fix.
@@ -420,28 +201,19 @@ def reconcile(
 
     result = finished(store_reconcile(str(inventory.resolve()), store_ids or None,
                                       return_state=True), "reconcile", code=2)
-    stores = result["stores"]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
     else:
-        table = Table(title="reconcile: " + ", ".join(
-            f"{n} {status}" for status, n in sorted(result["counts"].items())), show_lines=True)
-        for col in ("store", "status", "last run", "systems", "mismatch → fix"):
-            table.add_column(col)
-        for sid, s in stores.items():
-            table.add_row(sid, s["status"], s["last_run"], s["real"], "\n".join(
-                f"{m['what']} → {m['fix']}" for m in s["mismatches"]))
-        Console(width=180).print(table)
-    if any(s["mismatches"] for s in stores.values()):
+        print_reconcile(result)
+    if any(s["mismatches"] for s in result["stores"].values()):
         raise typer.Exit(1)
 
 
 @app.command("stage")
 def stage(
-    store_ids: Annotated[
-        list[str] | None, typer.Argument(help="stores to stage (default: every store of the inventory)")
-    ] = None,
-    inventory: Inventory = DEFAULT_INVENTORY,
+    store_ids: Annotated[list[str] | None, typer.Argument(
+        help="stores to stage (default: every store of the inventory)")] = None,
+    inventory: Inventory = INVENTORY,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Put the base image on the stores' hypervisors ahead of the rollout window."""
@@ -453,29 +225,17 @@ def stage(
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
-    for sid, staged in result["stores"].items():
-        console.print(
-            f"store {sid}: image {result['image_key'][:12]} on {staged['hypervisor']}: "
-            + (
-                "already there"
-                if staged["cached"]
-                else f"{staged['transferred']} bytes in {staged['seconds']}s"
-            )
-        )
+    print_staged(result, console)
 
 
 @app.command("vm-xml")
 def vm_xml(
     store_id: str,
-    inventory: Inventory = DEFAULT_INVENTORY,
-    hypervisor: Annotated[
-        str, typer.Option("--hypervisor", help="hypervisor type: xen (production) or kvm")
-    ] = "xen",
-    images_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--images-dir", help="the hypervisor's VM images dir (default: the vm_images_dir setting)"
-        ),
+    inventory: Inventory = INVENTORY,
+    hypervisor: Annotated[str, typer.Option(
+        "--hypervisor", help="hypervisor type: xen (production) or kvm")] = "xen",
+    images_dir: Annotated[str | None, typer.Option(
+        "--images-dir", help="the hypervisor's VM images dir (default: the vm_images_dir setting)")
     ] = None,
 ) -> None:
     """Print the domain XML step 5 would define for a store (virt.init's own generator)."""
@@ -484,10 +244,7 @@ def vm_xml(
     from tasks.virt import DEVICE_MODELS, domain_xml
 
     if hypervisor not in DEVICE_MODELS:
-        console.print(
-            f"[red]error:[/] --hypervisor {hypervisor!r}: choose one of {', '.join(sorted(DEVICE_MODELS))}"
-        )
-        raise typer.Exit(2)
+        refuse(f"--hypervisor {hypervisor!r}: choose one of {', '.join(sorted(DEVICE_MODELS))}")
     try:
         store = load_inventory(inventory).select([store_id])[0]
     except InventoryError as exc:
@@ -497,9 +254,8 @@ def vm_xml(
             images_dir = load_settings().vm_images_dir
         except SettingsError:
             images_dir = str(RolloutSettings.model_fields["vm_images_dir"].default)
-            console.print(
-                f"note: settings not loadable here; images dir {images_dir} (pass --images-dir to choose)"
-            )
+            console.print(f"note: settings not loadable here; images dir {images_dir} (pass "
+                          "--images-dir to choose)")
     print(domain_xml(store, hypervisor, images_dir))
 
 
@@ -513,7 +269,7 @@ def serve(
 ) -> None:
     """Serve prefect.yaml's deployments from this process: the single-host alternative to a work
     pool and `prefect worker start` (same names, parameters, schedules and tags)."""
-    from app.deployments import DeploymentConfigError, runner_deployments
+    from app.deployments import DeploymentConfigError, runner_deployments, served_as_json
 
     try:
         served = runner_deployments(deployment or None)
@@ -521,12 +277,7 @@ def serve(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     if list_only:
-        print(json.dumps([{
-            "name": d.name, "entrypoint": d.entrypoint, "description": d.description,
-            "parameters": d.parameters, "tags": d.tags,
-            "schedules": [{"cron": getattr(s.schedule, "cron", None),
-                           "timezone": getattr(s.schedule, "timezone", None), "active": s.active}
-                          for s in d.schedules or []]} for d in served], indent=2))
+        print(json.dumps([served_as_json(d) for d in served], indent=2))
         return
     from prefect import serve as prefect_serve
 

@@ -121,3 +121,13 @@ def deploy_from_source(spec: DeploymentSpec, *, source: str, name: str | None = 
         name=name or spec.name, work_pool_name=work_pool or spec.work_pool,
         description=spec.description or None, parameters=spec.parameters, tags=list(spec.tags),
         schedules=[s.schedule() for s in spec.schedules], print_next_steps=False))
+
+
+def served_as_json(served: RunnerDeployment) -> dict[str, Any]:
+    """What `store-rollout serve --list` prints of one deployment."""
+    return {"name": served.name, "entrypoint": served.entrypoint,
+            "description": served.description, "parameters": served.parameters,
+            "tags": served.tags,
+            "schedules": [{"cron": getattr(s.schedule, "cron", None),
+                           "timezone": getattr(s.schedule, "timezone", None), "active": s.active}
+                          for s in served.schedules or []]}

@@ -16,9 +16,9 @@ from prefect.artifacts import (
 )
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.rollout import DEFAULT_INVENTORY, store_rollout
+from flows.rollout import store_rollout
 from store_rollout import steps
-from store_rollout.inventory import load_inventory
+from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.waves import plan_waves, should_halt
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, set_limit
 

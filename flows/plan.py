@@ -11,10 +11,9 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows.rollout import DEFAULT_INVENTORY
 from store_rollout.fleet.plan import first_todo, plan_store
 from store_rollout.fleet.render import plan_markdown
-from store_rollout.inventory import load_inventory
+from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from tasks.observe import observe_stores
 
 ARTIFACT_KEY = "store-plan"

@@ -12,10 +12,9 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from flows.rollout import DEFAULT_INVENTORY
 from store_rollout.fleet.reconcile import reconcile_store
 from store_rollout.fleet.render import reconcile_table
-from store_rollout.inventory import load_inventory
+from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from tasks.observe import emit_store_changes, observe_stores, previous_reconcile
 from tasks.run_health import ZOMBIE_AFTER_SECONDS
 

@@ -20,8 +20,9 @@ from store_rollout.contracts import (
     STEP_PXE_INSTALL_HYPERVISOR,
     STEP_WAIT_FOR_HYPERVISOR,
 )
-from store_rollout.inventory import load_inventory
+from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.settings import load_settings
+from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
 from tasks.erp import notify_erp
 from tasks.firstboot import firstboot
@@ -31,8 +32,6 @@ from tasks.pxe_install import pxe_install_hypervisor
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.slots import store_owner, this_flow_run
 from tasks.virt import create_vm
-
-DEFAULT_INVENTORY = "examples/inventory.yaml"
 
 
 def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
@@ -45,11 +44,12 @@ def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
 
 @flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel])
 def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
-                  hypervisor_timeout: float = 1800, firstboot_timeout: float = 1800,
-                  vm_stall_timeout: float = 300,
-                  hypervisor_stall_timeout: float = 300,
-                  vm_contact_timeout: float = 600,
-                  owner_wait_seconds: float = 10) -> dict[str, Any]:
+                  hypervisor_timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
+                  firstboot_timeout: float = STEP_TIMEOUTS.firstboot_timeout,
+                  vm_stall_timeout: float = STEP_TIMEOUTS.vm_stall_timeout,
+                  hypervisor_stall_timeout: float = STEP_TIMEOUTS.hypervisor_stall_timeout,
+                  vm_contact_timeout: float = STEP_TIMEOUTS.vm_contact_timeout,
+                  owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds) -> dict[str, Any]:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:

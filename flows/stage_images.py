@@ -9,8 +9,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.rollout import DEFAULT_INVENTORY
-from store_rollout.inventory import load_inventory
+from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.settings import load_settings
 from tasks.kiwi import ensure_image
 from tasks.virt import stage_image
@@ -32,8 +31,7 @@ def stage_images(store_ids: tuple[str, ...] = (),
         store_ids: Stores to stage (empty: every store of the inventory).
         inventory: Inventory file (YAML or CSV) on the worker's host.
     """
-    inv = load_inventory(inventory)
-    stores = inv.select(list(store_ids)) if store_ids else list(inv.stores)
+    stores = load_inventory(inventory).select(list(store_ids))
     settings = load_settings()
     image = ensure_image(settings.image_description, settings.image_params,
                          settings.image_cache_dir, settings.image_builder)

@@ -8,18 +8,18 @@ from typing import Any
 
 from prefect import flow, tags
 
-from store_rollout.inventory import load_inventory
+from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.cobbler import disable_hypervisor_netboot
 from tasks.salt_master import remove_vm_key
 from tasks.slots import store_owner, this_flow_run
 from tasks.virt import remove_vm
 
-DEFAULT_INVENTORY = "examples/inventory.yaml"
-
 
 @flow(name="store-rollback", flow_run_name="rollback-{store_id}")
 def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY,
-                   owner_wait_seconds: float = 10, own_store: bool = True) -> dict[str, Any]:
+                   owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
+                   own_store: bool = True) -> dict[str, Any]:
     """Reverse order of the rollout; every step is idempotent.
 
     Args:

@@ -10,7 +10,6 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-YAST_NS = "http://www.suse.com/1.0/yast2ns"
 NOPXE_RE = re.compile(r"""https?://[^\s"'<>]+/cblr/svc/op/nopxe/system/[^\s"'<>;&|)]+""")
 SCRIPT_SECTIONS = ("pre-scripts", "postpartitioning-scripts", "chroot-scripts", "post-scripts",
                    "init-scripts")

@@ -18,6 +18,7 @@ from rich.table import Table
 from lab.manager import Lab
 from lab.state import LabPaths, load_lab_info, running_labs, state_dir_from_env
 from lab.store_network import BRIDGE
+from store_rollout.inventory import DEFAULT_INVENTORY
 from store_rollout.settings import SETTINGS_FILE_ENV
 
 lab_app = typer.Typer(no_args_is_help=True, help="The local lab (real services, simulated hardware).")
@@ -107,7 +108,7 @@ def lab_down(
 
 
 @lab_app.command("demo")
-def demo(inventory: Inventory = Path("examples/inventory.yaml"), state_dir: StateDir = None) -> None:
+def demo(inventory: Inventory = Path(DEFAULT_INVENTORY), state_dir: StateDir = None) -> None:
     """Roll out every store of the inventory concurrently in the lab and print a summary."""
     # the demo is the lab's by definition: it names the lab itself
     lab_dir = state_dir_from_env(state_dir)
@@ -124,7 +125,7 @@ def demo(inventory: Inventory = Path("examples/inventory.yaml"), state_dir: Stat
 
 
 def _demo(inventory: Path) -> None:
-    from app.cli import run_stores, validate_stores
+    from app.runner import run_stores, validate_stores
     from store_rollout.contracts import STEPS
     from store_rollout.inventory import load_inventory
 

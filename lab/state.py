@@ -261,6 +261,3 @@ def load_lab_info(state_dir: Path | None = None) -> LabInfo:
         )
     return info
 
-
-def dump_json(data: object) -> str:
-    return json.dumps(data, indent=2, sort_keys=True)

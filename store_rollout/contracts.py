@@ -34,6 +34,12 @@ ROOT_PASSWORD_HASH_META: Final = "root_password_hash"
 # the update repositories, space-separated `alias=url` (settings.hypervisor_update_repos)
 UPDATE_REPOS_META: Final = "update_repos"
 
+# -- image delivery ----------------------------------------------------------------------------
+# storevirt.ensure_base_image's failure text when the image server's answer stopped midway; the
+# orchestrator (tasks/image_delivery.py) classifies that failure as ImageDownloadCut, once, and
+# resumes the download on that type.
+DOWNLOAD_CUT: Final = "download cut"
+
 # -- hypervisor ready ------------------------------------------------------------------------
 # The last state of a hypervisor's highstate sets this grain and fires this event
 # (salt_states/hypervisor/ready via parameters/defaults.yaml `ready:`); step 3

@@ -5,7 +5,7 @@ pydantic-settings sources, earlier ones win: Prefect Secret blocks for single se
 and the dotenv file STORE_ROLLOUT_SETTINGS_FILE names (the same variables, one per line; the
 local lab writes one). A settings file is only ever read when named.
 
-Credentials Blocks (tasks/cobbler.py, tasks/erp.py) are named here too
+Credentials Blocks (tasks/cobbler/, tasks/erp.py) are named here too
 (`STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK`...); loading them is the tasks' business, so with a
 Block named the service's own fields (URL, user, secret) are no longer required.
 """

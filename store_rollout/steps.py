@@ -40,11 +40,9 @@ class StepClock:
     def __init__(self, store_id: str) -> None:
         self.store_id = store_id
         self.seconds: dict[str, float] = {}
-        self.reached: str | None = None
 
     def run(self, step: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one step; a Prefect task's run is named `<step>-<store>` (what the UI lists)."""
-        self.reached = step
         with_options = getattr(fn, "with_options", None)
         if with_options is not None:
             fn = with_options(task_run_name=f"{step}-{self.store_id}")

@@ -21,7 +21,7 @@ from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.blocks import load_block
-from tasks.retry import retry_on
+from tasks.retry import OutsideCallFailed, retry_on
 
 ERP_CONNECT_TIMEOUT = 3.05
 ERP_TIMEOUT = (ERP_CONNECT_TIMEOUT, 15.0)  # (connect, read) seconds: never wait forever
@@ -31,8 +31,9 @@ ERP_RETRIES = 4
 ERP_RETRY_DELAYS: list[float] = [2, 5, 15, 30]
 
 
-class ErpError(Exception):
-    """The ERP call failed."""
+class ErpError(OutsideCallFailed):
+    """The ERP call failed: `operation` ("POST" a notice, "GET" the notices), the store it was
+    for (`subject`) and, when the ERP answered, the HTTP `status`."""
 
 
 class ErpUnavailable(ErpError):
@@ -87,19 +88,17 @@ class ErpClient:
                                          timeout=self.timeout)
         except requests.RequestException as exc:
             raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id} failed: "
-                                 f"{type(exc).__name__}") from None
-        if resp.status_code >= 500 or resp.status_code == 429:  # 429: busy, worth retrying
-            raise ErpUnavailable(f"ERP POST {url} for store {notice.store_id}: HTTP "
-                                 f"{resp.status_code}")
-        if resp.status_code >= 400:
-            raise ErpRejected(f"ERP POST {url} for store {notice.store_id}: HTTP "
-                              f"{resp.status_code} {self._redact(resp.text)[:200]}")
+                                 f"{type(exc).__name__}", operation="POST",
+                                 subject=notice.store_id) from None
+        self._check_status(resp, "POST", url, notice.store_id)
         try:
             body = resp.json()
             erp_id = body["id"]
         except (ValueError, TypeError, KeyError):  # JSONDecodeError is a ValueError
             raise ErpError(f"ERP POST {url} for store {notice.store_id}: HTTP {resp.status_code} "
-                           f"without a JSON object with an id: {self._redact(resp.text)[:100]!r}") from None
+                           f"without a JSON object with an id: {self._redact(resp.text)[:100]!r}",
+                           operation="POST", subject=notice.store_id,
+                           status=resp.status_code) from None
         return {"erp_id": erp_id, "replay": bool(body.get("replay")),
                 "status": resp.status_code, "idempotency_key": notice.idempotency_key()}
 
@@ -114,18 +113,28 @@ class ErpClient:
                                         timeout=self.timeout)
         except requests.RequestException as exc:
             raise ErpUnavailable(f"ERP GET {url} for store {store_id} failed: "
-                                 f"{type(exc).__name__}") from None
-        if resp.status_code >= 500 or resp.status_code == 429:
-            raise ErpUnavailable(f"ERP GET {url} for store {store_id}: HTTP {resp.status_code}")
-        if resp.status_code >= 400:
-            raise ErpRejected(f"ERP GET {url} for store {store_id}: HTTP {resp.status_code} "
-                              f"{self._redact(resp.text)[:200]}")
+                                 f"{type(exc).__name__}", operation="GET",
+                                 subject=store_id) from None
+        self._check_status(resp, "GET", url, store_id)
         try:
             notices = resp.json()["notices"]
         except (ValueError, TypeError, KeyError):
             raise ErpError(f"ERP GET {url} for store {store_id}: HTTP {resp.status_code} without "
-                           f"a JSON object with notices: {self._redact(resp.text)[:100]!r}") from None
+                           f"a JSON object with notices: {self._redact(resp.text)[:100]!r}",
+                           operation="GET", subject=store_id, status=resp.status_code) from None
         return [dict(n) for n in notices]
+
+    def _check_status(self, resp: requests.Response, operation: str, url: str,
+                      store_id: str) -> None:
+        """429 and 5xx: ErpUnavailable (busy, worth retrying); another 4xx: ErpRejected."""
+        status = resp.status_code
+        if status >= 500 or status == 429:
+            raise ErpUnavailable(f"ERP {operation} {url} for store {store_id}: HTTP {status}",
+                                 operation=operation, subject=store_id, status=status)
+        if status >= 400:
+            raise ErpRejected(f"ERP {operation} {url} for store {store_id}: HTTP {status} "
+                              f"{self._redact(resp.text)[:200]}",
+                              operation=operation, subject=store_id, status=status)
 
     def _redact(self, text: str) -> str:
         """An ERP body quoted in an error, without our token should the ERP echo it."""
@@ -158,7 +167,7 @@ def erp_client(settings: RolloutSettings | None = None) -> ErpClient:
                           timeout_seconds=settings.erp_timeout_seconds).get_client()
 
 
-@task(name="notify_erp", task_run_name="notify-erp-{store.store_id}", retries=ERP_RETRIES,
+@task(name="notify_erp", retries=ERP_RETRIES,
       retry_delay_seconds=ERP_RETRY_DELAYS, retry_condition_fn=retry_on(ErpUnavailable))
 def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
     """Step 7: tell the ERP the store server runs; returns the ERP's id for the run artifact."""

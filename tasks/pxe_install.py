@@ -2,7 +2,7 @@
 (system record, netboot, sync, power) and the Salt master (the host's key and its one-time
 autosign token, and whether the host is already installed and ready).
 
-The clients are tasks/cobbler.py and tasks/salt/; this module only composes them.
+The clients are tasks/cobbler/ and tasks/salt/; this module only composes them.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
         power_user=bmc.username, power_pass=bmc.password, power_id=system)
 
 
-@task(name="pxe_install_hypervisor", task_run_name="pxe-install-{store.store_id}",
-      retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
+@task(name="pxe_install_hypervisor", retries=4, retry_delay_seconds=[2, 4, 8, 16],
+      retry_condition_fn=retry_on(CobblerUnavailable))
 def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), power cycle.

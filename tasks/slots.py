@@ -37,10 +37,6 @@ OWNER_POLL_SECONDS = 5
 FILESYSTEM_LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 
 
-class SlotLimitMissing(RuntimeError):
-    """A fleet-wide limit the pipeline relies on does not exist (or is inactive) on the server."""
-
-
 def limit_problem(name: str, limit: int) -> str | None:
     """What is wrong with the global concurrency limit `name` on the Prefect server, if anything."""
     fix = f"create it: `prefect global-concurrency-limit create {name} --limit {limit}`"

@@ -12,23 +12,21 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.logging.loggers import LoggingAdapter
 from tenacity import (
     Retrying,
-    retry_if_exception,
     retry_if_exception_type,
-    stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
 
 from store_rollout import step_rules
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings import load_settings
+from tasks.image_delivery import deliver_image
 from tasks.retry import retry_on
 from tasks.salt import (
     SaltCommandFailed,
@@ -40,7 +38,6 @@ from tasks.salt import (
 from tasks.store_vm import StoreVm
 
 log = logging.getLogger(__name__)
-DOWNLOAD_TIMEOUT = 3 * 3600  # seconds one download call may take (~1.5 GB over a slow link)
 
 
 class VmError(Exception):
@@ -132,28 +129,6 @@ def domain_xml(store: Store, hypervisor_type: str, images_dir: str) -> str:
             consoles=copy.deepcopy(kwargs["consoles"])))
     finally:
         conn.close()
-
-
-def _download_cut(exc: BaseException) -> bool:
-    return isinstance(exc, SaltCommandFailed) and "download cut" in exc.detail
-
-
-def deliver_image(master: SaltMasterClient, store: Store, settings: RolloutSettings,
-                  image: dict[str, Any]) -> dict[str, Any]:
-    """The base image on the store's hypervisor, downloaded by it from the image server and
-    verified there; a cut download is resumed (a few times), never restarted."""
-    url = f"{settings.image_base_url}/{image['key']}/image.qcow2"
-    ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
-    for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_exponential(max=10),
-                            retry=retry_if_exception(_download_cut), reraise=True):
-        with attempt:
-            result: dict[str, Any] = master.cmd(
-                store.hypervisor_minion_id, "storevirt.ensure_base_image",
-                [url, image["key"], image["sha256"]],
-                kwarg={"meta": image["meta"], "ca_pem": ca_pem,
-                       "rate_limit": settings.image_rate_limit or None},
-                timeout=DOWNLOAD_TIMEOUT)
-    return result
 
 
 class HypervisorNotUp(VmError):

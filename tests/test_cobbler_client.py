@@ -167,14 +167,16 @@ def test_calls_that_work(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
 def test_unknown_object_is_not_found(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
     _, client = cobbler
     with pytest.raises(CobblerNotFound, match="^Cobbler power on hv-9: 'internal error, unknown "
-                                              "system name hv-9'$"):
+                                              "system name hv-9'$") as info:
         client.power("hv-9", "on")
+    assert (info.value.operation, info.value.subject, info.value.status) == ("power", "hv-9", None)
 
 
 def test_refused_value_is_rejected(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
     _, client = cobbler
-    with pytest.raises(CobblerRejected, match="modify_system mac_address: 'invalid MAC"):
-        client._modify("system::hv-1", "mac_address", "zz")
+    with pytest.raises(CobblerRejected, match="modify_system mac_address: 'invalid MAC") as info:
+        client._modify("hv-1", "system::hv-1", "mac_address", "zz")
+    assert (info.value.operation, info.value.subject) == ("modify_system", "hv-1")
 
 
 def test_login_refused_names_the_user_never_the_password(
@@ -203,8 +205,9 @@ def test_disable_netboot_answered_false_is_an_error(
     fake.pxe_just_once = False
     with pytest.raises(CobblerRejected, match=r"^Cobbler answered False to disable_netboot hv-1: "
                                               r"netboot of system 'hv-1' is still on: set "
-                                              r"pxe_just_once: true in Cobbler's settings"):
+                                              r"pxe_just_once: true in Cobbler's settings") as info:
         client.disable_netboot("hv-1")
+    assert (info.value.operation, info.value.subject) == ("disable_netboot", "hv-1")
     assert fake.systems["hv-1"]["netboot_enabled"] is True
     with pytest.raises(CobblerRejected, match="netboot of system 'hv-9' is still on"):
         client.disable_netboot("hv-9")  # removed since it was looked up
@@ -213,7 +216,7 @@ def test_disable_netboot_answered_false_is_an_error(
 def test_rollback_fails_when_cobbler_leaves_netboot_on(
         cobbler: tuple[FakeCobbler, CobblerClient], monkeypatch: pytest.MonkeyPatch) -> None:
     """The rollback's Cobbler step (flows/store_rollback.py) fails, not "netboot: False"."""
-    import tasks.cobbler
+    import tasks.cobbler.task
     from store_rollout.inventory import parse_inventory
 
     fake, client = cobbler
@@ -222,7 +225,7 @@ def test_rollback_fails_when_cobbler_leaves_netboot_on(
         "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
     fake.systems[store.cobbler_system] = {"name": store.cobbler_system, "netboot_enabled": True}
     fake.pxe_just_once = False
-    monkeypatch.setattr(tasks.cobbler, "cobbler_client", lambda settings=None: client)
+    monkeypatch.setattr(tasks.cobbler.task, "cobbler_client", lambda settings=None: client)
     with pytest.raises(CobblerRejected, match="netboot of system 'store-s1-hv' is still on"):
         tasks.cobbler.disable_hypervisor_netboot.fn(store)
     # not a transient failure: the task's retries do not wait it out
@@ -281,6 +284,7 @@ def test_http_status(status: int, expected: type[CobblerError]) -> None:
     error = answering(status)
     assert type(error) is expected
     assert f"answered HTTP {status} " in str(error) and "during login" in str(error)
+    assert (error.operation, error.status) == ("login", status)
     assert "127.0.0.1:" in str(error)
 
 

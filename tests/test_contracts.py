@@ -51,7 +51,7 @@ DISTINCT = {name: getattr(c, name) for name in (
     "FIRSTBOOT_SLS", "FIRSTBOOT_STAGE_GRAIN", "FIRSTBOOT_EVENT_PREFIX", "ROLLOUT_PROGRESS_TAG",
     "BOOTSTRAP_CONF", "IDENTITY_CONF", "SEED_LABEL", "SEED_FILE", "IDENTITY_SEED_DIR_ENV",
     "IDENTITY_SALT_DIR_ENV", "LIBVIRT_EVENTS_CONF", "LIBVIRT_EVENTS_ENGINE",
-    "LIBVIRT_CONNECTION_LOST", "LIBVIRT_CONNECTION_RESTORED")}
+    "LIBVIRT_CONNECTION_LOST", "LIBVIRT_CONNECTION_RESTORED", "DOWNLOAD_CUT")}
 PYTHON_PACKAGES = ("store_rollout", "tasks", "flows", "app", "lab")
 
 
@@ -295,6 +295,15 @@ def check_salt_modules(r: Report) -> None:
         for name in names:
             value, line = constants.get(name, (None, None))
             r.expect(path, line, name, value, getattr(c, name), name)
+    # the hypervisor's image download: in storevirt or the helpers it imports from _utils
+    candidates = [SALT / "_modules" / "storevirt.py",
+                  *sorted(p.relative_to(r.root) for p in (r.root / SALT / "_utils").glob("*.py"))]
+    found = [(path, *python_constants(r.root / path)["DOWNLOAD_CUT"]) for path in candidates
+             if "DOWNLOAD_CUT" in python_constants(r.root / path)]
+    if not found:
+        r.at(candidates[0], None, "no DOWNLOAD_CUT (store_rollout.contracts.DOWNLOAD_CUT)")
+    for path, value, line in found:
+        r.expect(path, line, "DOWNLOAD_CUT", value, c.DOWNLOAD_CUT, "DOWNLOAD_CUT")
 
 
 def check_minion_d(r: Report) -> None:
@@ -435,6 +444,10 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
           'TOKEN_MAP_FILE = "store_rollout_tokens.json"', 'TOKEN_MAP_FILE = "tokens.json"')
     plant(SALT / "_engines" / "store_prefect_events.py", 'LIBVIRT_EVENT_PREFIX = "store/libvirt"',
           'LIBVIRT_EVENT_PREFIX = "salt/engines/libvirt_events"')
+    cut_at = next(path.relative_to(tmp_path) for path in [
+        tmp_path / SALT / "_modules" / "storevirt.py", *sorted((tmp_path / SALT / "_utils").glob("*.py"))]
+        if 'DOWNLOAD_CUT = "download cut"' in path.read_text())
+    plant(cut_at, 'DOWNLOAD_CUT = "download cut"', 'DOWNLOAD_CUT = "download stopped"')
     found = "\n".join(problems(tmp_path))
     for expected in (
         "provisioning_helper/firstboot/verify.sls:14: grain set: found 'firstboot_stag'",
@@ -453,5 +466,6 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "store_libvirt_events.py:62: CONNECTION_LOST: found 'connection/gone'",
         "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
         "store_autosign_guard.py:35: TOKEN_MAP_FILE: found 'tokens.json'",
+        "DOWNLOAD_CUT: found 'download stopped', expected 'download cut'",
     ):
         assert expected in found, f"{expected!r} not reported; reported:\n{found}"

@@ -99,6 +99,7 @@ def test_4xx_is_rejected_once_without_the_token(erp: tuple[ScriptedErp, ErpClien
     error = error_of(client)
     assert type(error) is ErpRejected
     assert f"for store 0042: HTTP {status} bad request with Authorization: Bearer ***" in str(error)
+    assert (error.operation, error.subject, error.status) == ("POST", "0042", status)
     assert len(server.received) == 1  # not retried
 
 
@@ -110,6 +111,7 @@ def test_busy_or_5xx_is_unavailable_after_the_retries(
     error = error_of(client)
     assert type(error) is ErpUnavailable
     assert str(error) == f"ERP POST {client.base_url}{NOTICE_PATH} for store 0042: HTTP {status}"
+    assert (error.operation, error.subject, error.status) == ("POST", "0042", status)
     assert len(server.received) == requests_per_failed_notice
 
 
@@ -136,6 +138,7 @@ def test_2xx_without_a_json_id_is_an_erp_error(erp: tuple[ScriptedErp, ErpClient
     error = error_of(client)
     assert type(error) is ErpError
     assert "for store 0042: HTTP 201 without a JSON object with an id" in str(error)
+    assert (error.operation, error.subject, error.status) == ("POST", "0042", 201)
 
 
 def test_connection_refused() -> None:

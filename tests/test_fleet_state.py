@@ -1,5 +1,5 @@
 """plan and reconcile rules (store_rollout/fleet/) on facts built by hand, and the pure
-helpers of tasks/observe.py and tasks/cobbler.py they rest on. The lab tests
+helpers of tasks/observe.py and tasks/cobbler/ they rest on. The lab tests
 (tests/test_plan_reconcile.py) check the same conclusions on real systems."""
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +24,8 @@ import requests
 from salt.exceptions import CommandExecutionError
 
 from lab import image_server
+from store_rollout.contracts import DOWNLOAD_CUT
+from tasks.salt import SaltCommandFailed
 from tests.helpers import load_salt_module
 
 KEY = "k" * 16
@@ -88,7 +91,7 @@ def test_cut_download_resumes_with_a_range_request(served: Served, cache: tuple[
                                                    tmp_path: Path) -> None:
     deliver = delivery_to(tmp_path / "hv")
     served.lab("POST", "/_lab/faults", json={"cut_after": SIZE // 2})
-    with pytest.raises(CommandExecutionError, match="download cut"):
+    with pytest.raises(CommandExecutionError, match=DOWNLOAD_CUT):
         deliver(served.url(), KEY, cache[1])
     part = tmp_path / "hv" / "base" / KEY / "image.qcow2.part"
     assert part.stat().st_size == SIZE // 2
@@ -193,3 +196,51 @@ def test_tls_is_verified_never_skipped(cache: tuple[Path, str], tmp_path: Path) 
                                            ca_pem=ca_pem)["transferred"] == SIZE
     finally:
         srv.server.shutdown()
+
+
+class CuttingMaster:
+    """A Salt master whose hypervisor answers ensure_base_image with these failures first (the
+    text Salt carries back from the minion), then the delivered image."""
+
+    def __init__(self, *failures: str) -> None:
+        self.failures = list(failures)
+        self.calls = 0
+
+    def cmd(self, minion_id: str, fun: str, args: list[Any], **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.failures:
+            raise SaltCommandFailed(minion_id, fun, 1, self.failures.pop(0))
+        return {"path": "/var/lib/store-rollout/base/k/image.qcow2", "transferred": 1}
+
+
+def deliver(master: CuttingMaster) -> dict[str, Any]:
+    from store_rollout.inventory import parse_inventory
+    from tasks.image_delivery import deliver_image
+
+    store = parse_inventory({"stores": [{
+        "store_id": "s1", "erp": {"site_code": "S1"},
+        "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
+    settings = SimpleNamespace(image_base_url="http://images", image_ca_bundle=None,
+                               image_rate_limit=None)
+    image = {"key": KEY, "sha256": "0" * 64, "meta": {}}
+    return deliver_image(master, store, settings, image)  # type: ignore[arg-type]
+
+
+def test_a_cut_download_is_classified_once_and_resumed() -> None:
+    from tasks.image_delivery import ImageDownloadCut, _cut_as_a_type
+
+    cut = f"image {KEY}: {DOWNLOAD_CUT} from http://images at 1024 bytes (reset); the next attempt"
+    master = CuttingMaster(cut)
+    assert deliver(master)["transferred"] == 1 and master.calls == 2
+    with pytest.raises(ImageDownloadCut, match=DOWNLOAD_CUT) as info, _cut_as_a_type():
+        CuttingMaster(cut).cmd("store-s1-hv", "storevirt.ensure_base_image", [])
+    assert info.value.minion_id == "store-s1-hv" and info.value.retcode == 1
+
+
+def test_another_download_failure_is_not_retried() -> None:
+    from tasks.image_delivery import ImageDownloadCut
+
+    master = CuttingMaster(f"image {KEY}: sha256 mismatch")
+    with pytest.raises(SaltCommandFailed, match="sha256 mismatch") as info:
+        deliver(master)
+    assert not isinstance(info.value, ImageDownloadCut) and master.calls == 1

@@ -28,13 +28,16 @@ import yaml
 from passlib.hash import sha512_crypt
 
 from lab import cobbler_service, procs
-from lab.autoyast import YAST_NS, parse_autoyast
+from lab.autoyast import parse_autoyast
 from lab.procs import ProcessRecord
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import parse_inventory
 from store_rollout.settings import LEAP_UPDATE_REPOS, load_settings
 from tests.helpers import BASE_ENV, cannot_run
 from tests.test_root_password import COBBLER_DEFAULT_HASH, glibc_crypt
+
+# the AutoYaST profile's default namespace (yast2ns), as the installer reads it
+YAST_NS = "http://www.suse.com/1.0/yast2ns"
 
 pytestmark = pytest.mark.lab
 

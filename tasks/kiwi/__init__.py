@@ -17,129 +17,50 @@ Modules, bottom-up (each imports only the ones above it):
 * :mod:`~tasks.kiwi.validate`: :func:`resolve_description` and
   :func:`validate_description` (KIWI's checks + ``bash -n`` + the overlay contract, every
   failure collected into one :class:`KiwiDescriptionError`).
+* :mod:`~tasks.kiwi.kiwi_ng`: :class:`KiwiBuilder` (``kiwi-ng system build``, needs root).
 * :mod:`~tasks.kiwi.builders`: :class:`LabBuilder` (KIWI validation + an empty qcow2 from
-  ``qemu-img``) and :class:`KiwiBuilder` (``kiwi-ng system build``, needs root).
+  ``qemu-img``) and :func:`make_builder`, which picks a builder by name.
 * :mod:`~tasks.kiwi.cache`: :class:`ImageCache`, ``<cache>/<key>/image.qcow2`` +
   ``meta.json`` keyed by :func:`image_key`; a hit does no KIWI work; concurrent misses for one
   key build once.
 * :mod:`~tasks.kiwi.task`: the Prefect task :func:`ensure_image` (the only place Prefect is
   used).
 
-Everything public is re-exported here: import from ``tasks.kiwi``, not from the modules.
+What other packages use is exported here (``__all__``, pinned by tests/test_public_surface.py):
+import it from ``tasks.kiwi``; the rest belongs to the modules.
 """
 
 from __future__ import annotations
 
-from tasks.kiwi.builders import (
-    BUILDERS,
-    KIWI_BUILD_TIMEOUT,
-    KIWI_VERSION,
-    LAB_DISK_SIZE,
-    QEMU_IMG_TIMEOUT,
-    KiwiBuilder,
-    LabBuilder,
-    make_builder,
-)
-from tasks.kiwi.cache import ImageCache, file_sha256, image_key
-from tasks.kiwi.errors import (
-    BuildParamsError,
-    KiwiBuildError,
-    KiwiBuildTimeout,
-    KiwiDescriptionError,
-    KiwiTaskError,
-)
-from tasks.kiwi.inprocess import (
-    OBS_REPOSITORIES,
-    RUNTIME_CHECKS,
-    explain_schema_errors,
-    local_repo_args,
-)
-from tasks.kiwi.models import Builder, BuildOutput, DescriptionInfo, ImageRef, LineSink
-from tasks.kiwi.overlay import (
-    APPLY_PARAMS_SCRIPT,
-    AUTOSIGN_GRAIN,
-    BOOTSTRAP_CONF,
-    BUILD_PARAMS_FILE,
-    FIRSTBOOT_SLS,
-    IDENTITY_SCRIPT,
-    IDENTITY_UNIT,
-    MINION_D,
-    PLACEHOLDER_RE,
-    REQUIRED_PACKAGES,
-)
-from tasks.kiwi.params import (
-    BUILDER_PARAMS,
-    DEFAULT_PARAMS,
-    PARAM_KEY_RE,
-    PARAM_VALUE_RE,
-    render_minion_d,
-    resolve_params,
-)
+from tasks.kiwi.builders import LabBuilder, make_builder
+from tasks.kiwi.cache import ImageCache, image_key
+from tasks.kiwi.errors import BuildParamsError, KiwiBuildError, KiwiDescriptionError
+from tasks.kiwi.inprocess import OBS_REPOSITORIES, local_repo_args
+from tasks.kiwi.kiwi_ng import KiwiBuilder
+from tasks.kiwi.models import BuildOutput
+from tasks.kiwi.overlay import BUILD_PARAMS_FILE, IDENTITY_SCRIPT
+from tasks.kiwi.params import render_minion_d
 from tasks.kiwi.task import ensure_image, image_status
-from tasks.kiwi.validate import (
-    IMAGE_BUILDS_DIR,
-    SAMPLE_VALUE,
-    VALIDATE_BASH_TIMEOUT,
-    resolve_description,
-    validate_description,
-)
+from tasks.kiwi.validate import IMAGE_BUILDS_DIR, resolve_description, validate_description
 
 __all__ = [
-    # errors
-    "BuildParamsError",
-    "KiwiBuildError",
-    "KiwiBuildTimeout",
-    "KiwiDescriptionError",
-    "KiwiTaskError",
-    # models
-    "BuildOutput",
-    "Builder",
-    "DescriptionInfo",
-    "ImageRef",
-    "LineSink",
-    # overlay
-    "APPLY_PARAMS_SCRIPT",
-    "AUTOSIGN_GRAIN",
-    "BOOTSTRAP_CONF",
     "BUILD_PARAMS_FILE",
-    "FIRSTBOOT_SLS",
     "IDENTITY_SCRIPT",
-    "IDENTITY_UNIT",
-    "MINION_D",
-    "PLACEHOLDER_RE",
-    "REQUIRED_PACKAGES",
-    # params
-    "BUILDER_PARAMS",
-    "DEFAULT_PARAMS",
-    "PARAM_KEY_RE",
-    "PARAM_VALUE_RE",
-    "render_minion_d",
-    "resolve_params",
-    # inprocess
-    "OBS_REPOSITORIES",
-    "RUNTIME_CHECKS",
-    "explain_schema_errors",
-    "local_repo_args",
-    # validate
     "IMAGE_BUILDS_DIR",
-    "SAMPLE_VALUE",
-    "VALIDATE_BASH_TIMEOUT",
+    "OBS_REPOSITORIES",
+    "BuildOutput",
+    "BuildParamsError",
+    "ImageCache",
+    "KiwiBuildError",
+    "KiwiBuilder",
+    "KiwiDescriptionError",
+    "LabBuilder",
+    "ensure_image",
+    "image_key",
+    "image_status",
+    "local_repo_args",
+    "make_builder",
+    "render_minion_d",
     "resolve_description",
     "validate_description",
-    # builders
-    "BUILDERS",
-    "KIWI_BUILD_TIMEOUT",
-    "KIWI_VERSION",
-    "LAB_DISK_SIZE",
-    "QEMU_IMG_TIMEOUT",
-    "KiwiBuilder",
-    "LabBuilder",
-    "make_builder",
-    # cache
-    "ImageCache",
-    "file_sha256",
-    "image_key",
-    # task
-    "ensure_image",
-    "image_status",
 ]

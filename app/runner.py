@@ -1,0 +1,194 @@
+"""Running flows from a command in this process: the checks before anything is touched, the
+one-line refusals, and the concurrent per-store runner (`store-rollout rollout`, the lab's
+`demo`) with its live view.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from store_rollout.settings import SettingsError
+
+console = Console(stderr=True)
+# entry points that add sub-commands (the lab's `store-rollout lab ...`) and settings hints
+COMMAND_GROUP = "store_rollout.commands"
+
+
+def command_prefect_settings() -> Any:
+    """The Prefect settings of a command's duration, whatever was imported before: with
+    STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL) the Prefect server that file names; and heartbeats
+    for this process's flow runs (and `serve`'s children), so the server's automation marks
+    them Crashed if this process dies (tasks/run_health.py)."""
+    import os
+
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_HOME,
+        temporary_settings,
+    )
+
+    from store_rollout.settings import prefect_settings_of_file
+    from tasks.run_health import HEARTBEAT_ENV
+
+    os.environ.update({k: v for k, v in HEARTBEAT_ENV.items() if k not in os.environ})
+    names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME,
+             "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": PREFECT_FLOWS_HEARTBEAT_FREQUENCY}
+    updates = {**prefect_settings_of_file(),
+               "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]}
+    return temporary_settings(updates={names[k]: v for k, v in updates.items()})
+
+
+def validate_stores(store_ids: list[str], inventory: Path) -> None:
+    """Inventory, store ids and settings, checked before anything is touched."""
+    from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import load_settings
+    from tasks.preflight import PreflightError, preflight
+
+    try:
+        preflight(load_inventory(inventory).select(store_ids), load_settings())
+    except SettingsError as exc:
+        refuse_settings(exc)
+    except (InventoryError, PreflightError) as exc:
+        refuse(str(exc))
+
+
+def validate_rollback(store_id: str, inventory: Path) -> None:
+    """The store and the settings, refused here, not as a failed flow run once the rollback has
+    begun (no preflight: a rollback also undoes a half-configured store)."""
+    from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import load_settings
+
+    try:
+        load_inventory(inventory).get(store_id)
+        load_settings()
+    except InventoryError as exc:
+        refuse(str(exc))
+    except SettingsError as exc:
+        refuse_settings(exc)
+
+
+def refuse(message: str, *more: str) -> NoReturn:
+    """Exit 2 with the error as one line: rich would cut it at 80 columns where stderr is not a
+    terminal (a log, a CI job); a terminal wraps it itself."""
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    for line in more:
+        console.print(escape(line), soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def refuse_settings(exc: SettingsError) -> NoReturn:
+    """The settings' one-line error and the lines a command plugin adds to it (`settings_hint`
+    in the plugin's module: the lab names a lab running on this machine); the person decides,
+    the CLI never picks one."""
+    from importlib import import_module
+    from importlib.metadata import entry_points
+
+    hints: list[str] = []
+    for entry in entry_points(group=COMMAND_GROUP):
+        hint = getattr(import_module(entry.module), "settings_hint", None)
+        hints += hint(exc.missing) if hint is not None else []
+    refuse(exc.brief, *hints)
+
+
+def finished(state: Any, what: str, code: int = 1) -> Any:
+    """The result of a flow run the command ran, or exit `code` naming its state and message."""
+    if not state.is_completed():
+        console.print(f"[red]{what} {state.name}:[/] {state.message}")
+        raise typer.Exit(code)
+    return state.result()
+
+
+def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: float) -> list[dict[str, object]]:
+    """Run one flow per store, concurrently, in this process; returns one summary each."""
+    import contextlib
+    import contextvars
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rich.live import Live
+
+    from app.live import LiveSteps
+    from flows.rollout import store_rollout
+    from store_rollout import steps
+
+    view = LiveSteps(store_ids)
+    steps.add_listener(view)
+
+    def one(sid: str) -> dict[str, object]:
+        started = time.monotonic()
+        state = store_rollout(sid, str(inventory.resolve()), return_state=True, **params)
+        summary: dict[str, object] = {
+            "store_id": sid,
+            "state": state.name,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        if state.is_completed():
+            summary.update(state.result())
+            summary["state"] = "Completed"
+        else:
+            # whole: step errors name what failed and the fix (a few hundred characters)
+            summary["error"] = str(state.message or "")[:2000]
+        return summary
+
+    live_cm = Live(view, console=console, refresh_per_second=4) if live else contextlib.nullcontext()
+    try:
+        # Salt prints to stdout; keep stdout for the --json result only
+        with (
+            live_cm,
+            contextlib.redirect_stdout(sys.stderr),
+            ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool,
+        ):
+            # each thread runs in a copy of this context: the Prefect settings the command
+            # applied (the lab's API URL) are context variables, which new threads do not see
+            contexts = {sid: contextvars.copy_context() for sid in store_ids}
+            results = list(pool.map(lambda sid: contexts[sid].run(one, sid), store_ids))
+    finally:
+        steps.remove_listener(view)
+    return results
+
+
+def run_batch(inventory: Path, store_ids: list[str], show_progress: bool, **waves: Any) -> Any:
+    """The batch flow in this process with a progress bar per store; returns its final state."""
+    import contextlib
+    import sys
+
+    from app.live import BatchProgress
+    from flows.batch_rollout import batch_rollout
+    from store_rollout import steps
+    from store_rollout.inventory import load_inventory
+
+    ids = [s.store_id for s in load_inventory(inventory).select(store_ids)]
+    progress = BatchProgress(ids, console, disable=not show_progress)
+    steps.add_listener(progress)
+    try:
+        with progress, contextlib.redirect_stdout(sys.stderr):
+            return batch_rollout(str(inventory.resolve()), tuple(ids), return_state=True, **waves)
+    finally:
+        steps.remove_listener(progress)
+
+
+def recent_runs(limit: int) -> list[dict[str, Any]]:
+    """The Prefect server's latest flow runs, newest first: name, flow, state, start, seconds."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=limit)
+        flows = {f.id: f.name for f in client.read_flows()}
+    return [
+        {
+            "name": r.name,
+            "flow": flows.get(r.flow_id, "?"),
+            "state": r.state.name if r.state else "?",
+            "start": r.start_time.isoformat(timespec="seconds") if r.start_time else "-",
+            "seconds": round(r.total_run_time.total_seconds(), 1),
+        }
+        for r in runs
+    ]

@@ -1,0 +1,65 @@
+"""What a command prints once its flow run has finished: one table (or line) per result, wide
+enough not to wrap in a log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def print_batch(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="batch")
+    for col in ("store", "state", "step reached", "seconds", "error"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["store_id"], r["state"], r["step_reached"], str(r["seconds"]), r["error"][:80])
+    Console(width=160).print(table)
+
+
+def print_runs(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="recent runs")
+    for col in ("run", "flow", "state", "started", "seconds"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["name"]), str(r["flow"]), str(r["state"]), str(r["start"]), str(r["seconds"]))
+    Console(width=160).print(table)
+
+
+def print_plan(result: dict[str, Any]) -> None:
+    out = Console(width=160)
+    for sid, store in result.items():
+        todo = store["todo"]
+        table = Table(title=f"store {sid}: " + (f"{len(todo)} steps to do, from "
+                                                f"{store['resumes_at']}" if todo else
+                                                "nothing to do"), show_lines=True)
+        for col in ("step", "to do", "action", "details"):
+            table.add_column(col)
+        for step in store["steps"]:
+            table.add_row(step["step"], "[yellow]yes[/]" if step["todo"] else "no",
+                          step["action"], "\n".join(step["details"]))
+        out.print(table)
+
+
+def print_reconcile(result: dict[str, Any]) -> None:
+    table = Table(title="reconcile: " + ", ".join(
+        f"{n} {status}" for status, n in sorted(result["counts"].items())), show_lines=True)
+    for col in ("store", "status", "last run", "systems", "mismatch → fix"):
+        table.add_column(col)
+    for sid, s in result["stores"].items():
+        table.add_row(sid, s["status"], s["last_run"], s["real"], "\n".join(
+            f"{m['what']} → {m['fix']}" for m in s["mismatches"]))
+    Console(width=180).print(table)
+
+
+def print_staged(result: dict[str, Any], console: Console) -> None:
+    for sid, staged in result["stores"].items():
+        console.print(
+            f"store {sid}: image {result['image_key'][:12]} on {staged['hypervisor']}: "
+            + (
+                "already there"
+                if staged["cached"]
+                else f"{staged['transferred']} bytes in {staged['seconds']}s"
+            )
+        )

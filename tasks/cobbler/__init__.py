@@ -1,0 +1,40 @@
+"""Cobbler: the XML-RPC client (`client`), its errors (`errors`), the hypervisor's system
+record (`systems`), and the Blocks and task the pipeline gets it through (`task`). Import from
+`tasks.cobbler`."""
+
+from __future__ import annotations
+
+from tasks.cobbler.client import CobblerClient
+from tasks.cobbler.errors import (
+    CobblerAuthError,
+    CobblerError,
+    CobblerNotFound,
+    CobblerRejected,
+    CobblerUnavailable,
+)
+from tasks.cobbler.systems import SystemSpec, record_fields, spec_fields, system_changes
+from tasks.cobbler.task import (
+    BmcCredentials,
+    CobblerCredentials,
+    bmc_credentials,
+    cobbler_client,
+    disable_hypervisor_netboot,
+)
+
+__all__ = [
+    "BmcCredentials",
+    "CobblerAuthError",
+    "CobblerClient",
+    "CobblerCredentials",
+    "CobblerError",
+    "CobblerNotFound",
+    "CobblerRejected",
+    "CobblerUnavailable",
+    "SystemSpec",
+    "bmc_credentials",
+    "cobbler_client",
+    "disable_hypervisor_netboot",
+    "record_fields",
+    "spec_fields",
+    "system_changes",
+]

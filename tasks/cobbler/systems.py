@@ -1,0 +1,118 @@
+"""A hypervisor's Cobbler system record: what the rollout wants it to be (`SystemSpec`), its
+fields as Cobbler stores them, and the differences between the two (plan and reconcile)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import SecretStr
+
+from store_rollout.contracts import ROOT_PASSWORD_HASH_META
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """What the rollout wants Cobbler to know about one hypervisor."""
+
+    name: str
+    hostname: str
+    mac: str
+    profile: str
+    ip: str | None = None
+    netmask: str | None = None
+    gateway: str | None = None
+    interface: str = "eth0"
+    # not in repr: the one-time token and the root password's hash
+    autoinstall_meta: dict[str, str] = field(default_factory=dict, repr=False)
+    power_type: str = ""
+    power_address: str = ""
+    power_user: str = ""
+    power_pass: SecretStr | str = field(default="", repr=False)  # the BMC password
+    power_id: str = ""
+
+    def interface_fields(self) -> dict[str, Any]:
+        i = self.interface
+        fields: dict[str, Any] = {f"macaddress-{i}": self.mac, f"dnsname-{i}": self.hostname,
+                                  f"static-{i}": bool(self.ip)}
+        if self.ip:
+            fields[f"ipaddress-{i}"] = self.ip
+        if self.netmask:
+            fields[f"netmask-{i}"] = self.netmask
+        return fields
+
+
+# never shown in a plan: the BMC password and the hash of root's password (at most "changes";
+# a plan's spec has no hash, it never reads the password), and the one-time token each install
+# gets anew
+SECRET_FIELDS = frozenset({"power_pass", f"autoinstall_meta.{ROOT_PASSWORD_HASH_META}"})
+ONE_TIME_FIELDS = frozenset({"autoinstall_meta.autosign_token"})
+
+
+def spec_fields(spec: SystemSpec) -> dict[str, Any]:
+    """The record fields `upsert_system` sets for `spec`, flat (`interfaces.eth0.mac_address`,
+    `autoinstall_meta.<key>`), as `record_fields` reads them back from Cobbler."""
+    i = spec.interface
+    fields: dict[str, Any] = {
+        "profile": spec.profile, "hostname": spec.hostname,
+        f"interfaces.{i}.mac_address": spec.mac.lower(), f"interfaces.{i}.dns_name": spec.hostname,
+        f"interfaces.{i}.static": bool(spec.ip),
+    }
+    if spec.ip:
+        fields[f"interfaces.{i}.ip_address"] = spec.ip
+    if spec.netmask:
+        fields[f"interfaces.{i}.netmask"] = spec.netmask
+    if spec.gateway:
+        fields["gateway"] = spec.gateway
+    fields.update({f"autoinstall_meta.{k}": str(v) for k, v in spec.autoinstall_meta.items()})
+    for key in ("power_type", "power_address", "power_user", "power_pass", "power_id"):
+        value = getattr(spec, key)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value:
+            fields[key] = value
+    fields["netboot_enabled"] = True
+    return fields
+
+
+def record_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """A Cobbler system record (get_system) flattened the way `spec_fields` names fields."""
+    fields: dict[str, Any] = {k: v for k, v in record.items()
+                              if isinstance(v, str | bool | int) and k != "interfaces"}
+    for name, iface in (record.get("interfaces") or {}).items():
+        for key, value in (iface or {}).items():
+            fields[f"interfaces.{name}.{key}"] = value.lower() if key == "mac_address" else value
+    meta = record.get("autoinstall_meta") or {}
+    fields.update({f"autoinstall_meta.{k}": str(v) for k, v in meta.items()})
+    return fields
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field a rollout's upsert would set differently; values None for secret fields."""
+
+    field: str
+    current: Any
+    wanted: Any
+
+    def describe(self) -> str:
+        if self.field in SECRET_FIELDS:
+            return f"{self.field}: changes (secret, not shown)"
+        if self.current is None:
+            return f"{self.field}: {self.wanted!r} (new)"
+        return f"{self.field}: {self.current!r} -> {self.wanted!r}"
+
+
+def system_changes(spec: SystemSpec, record: dict[str, Any] | None) -> list[FieldChange]:
+    """What upserting `spec` would change in `record` (None: the record is created, every
+    field is new), field by field, without secret values."""
+    current = record_fields(record) if record is not None else {}
+    changes = []
+    for key, wanted in spec_fields(spec).items():
+        if key in ONE_TIME_FIELDS or current.get(key) == wanted:
+            continue
+        if key in SECRET_FIELDS:
+            changes.append(FieldChange(key, None, None))
+        else:
+            changes.append(FieldChange(key, current.get(key), wanted))
+    return changes

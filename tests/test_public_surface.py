@@ -1,0 +1,50 @@
+"""Each package's public surface, pinned (as httpx pins its own): what other packages may import
+from it. A name added to or dropped from a package's `__init__` fails here until this list says
+so; a name no other package uses belongs in its module, not in the list."""
+
+from __future__ import annotations
+import __future__
+
+import importlib
+import types
+
+import pytest
+
+SURFACES = {
+    "store_rollout.inventory": [
+        "DEFAULT_INVENTORY", "InventoryError", "Store", "load_inventory", "parse_inventory",
+    ],
+    "tasks.cobbler": [
+        "BmcCredentials", "CobblerAuthError", "CobblerClient", "CobblerCredentials",
+        "CobblerError", "CobblerNotFound", "CobblerRejected", "CobblerUnavailable", "SystemSpec",
+        "bmc_credentials", "cobbler_client", "disable_hypervisor_netboot", "record_fields",
+        "spec_fields", "system_changes",
+    ],
+    "tasks.kiwi": [
+        "BUILD_PARAMS_FILE", "BuildOutput", "BuildParamsError", "IDENTITY_SCRIPT",
+        "IMAGE_BUILDS_DIR", "ImageCache", "KiwiBuildError", "KiwiBuilder", "KiwiDescriptionError",
+        "LabBuilder", "OBS_REPOSITORIES", "ensure_image", "image_key", "image_status",
+        "local_repo_args", "make_builder", "render_minion_d", "resolve_description",
+        "validate_description",
+    ],
+}
+
+
+def public_names(module: types.ModuleType) -> set[str]:
+    """What the package's namespace offers besides its submodules and `from __future__`."""
+    return {name for name, value in vars(module).items()
+            if not name.startswith("_") and not isinstance(value, types.ModuleType)
+            and not isinstance(value, __future__._Feature)}
+
+
+@pytest.mark.parametrize("package", sorted(SURFACES))
+def test_exported_names(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(SURFACES[package])
+    assert public_names(module) == set(SURFACES[package]), "exported but not in __all__"
+
+
+def test_the_check_sees_an_unlisted_name() -> None:
+    planted = types.ModuleType("planted")
+    exec("from __future__ import annotations\nimport os\nX = 1\n_y = 2\n", vars(planted))
+    assert public_names(planted) == {"X"}
