@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +72,53 @@ def lab(lab_dir: Path) -> Iterator[LabInfo]:
         yield info
     finally:
         instance.down()
+
+
+def _dead_services(info: LabInfo) -> list[str]:
+    from lab.manager import Lab
+
+    return [row["service"] for row in Lab.at(Path(info.state_dir)).status() if not row["alive"]]
+
+
+@pytest.fixture(autouse=True)
+def _lab_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Around every lab test: every service alive and no fault knob set, before and after. A test
+    that kills a service for good or leaves a knob set fails itself, naming what it left; the lab
+    is then repaired (`up` restarts what died, the knobs are reset), so the next test on this
+    worker starts clean instead of failing for a reason that looks unrelated."""
+    if "lab" not in request.fixturenames:
+        yield
+        return
+    from lab.faults import knobs_set, reset_all
+    from lab.manager import Lab
+
+    info: LabInfo = request.getfixturevalue("lab")
+    lab = Lab.at(Path(info.state_dir))
+    if _dead_services(info):  # a lab someone else broke (a reused dir): repaired quietly
+        lab.up()
+    reset_all(info)
+    yield
+    left: list[str] = []
+    dead = _dead_services(info)
+    if dead:
+        left.append(f"lab services dead after the test: {', '.join(dead)} (restarted)")
+        lab.up()
+    knobs = knobs_set(info)
+    reset_all(info)
+    if knobs:
+        left.append(f"fault knobs left set by the test: {knobs} (reset)")
+    if left:
+        pytest.fail("; ".join(left), pytrace=False)
+
+
+@pytest.fixture
+def faults(lab: LabInfo) -> Iterator[Callable[[str, dict[str, Any]], None]]:
+    """`faults(target, knob)` sets a fault knob of the lab (`lab.faults.set_fault`); every knob of
+    every service is cleared when the test ends, and a service that refuses fails the test."""
+    from lab.faults import reset_all, set_fault
+
+    yield lambda target, knob: set_fault(lab, target, knob)
+    reset_all(lab)
 
 
 @pytest.fixture(scope="session")
