@@ -367,7 +367,7 @@ def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
     from tasks.run_health import HEARTBEAT_SECONDS, ZOMBIE_AFTER_SECONDS
 
     api, alive, killed = lab.prefect_api_url, "f-alive", "f-zombie"
-    inv = write_inventory(tmp_path / "inv.yaml", [alive, killed], "52:54:00:fe:00")
+    inv = write_inventory(tmp_path / "inv.yaml", [alive, killed], "52:54:00:f7:00")
     faults("pxe", {"delay": ZOMBIE_AFTER_SECONDS + 20})  # step 3 waits that long
     logs = {sid: tmp_path / f"{sid}.log" for sid in (alive, killed)}
     procs = {sid: subprocess.Popen(  # logs to a file: a full stderr pipe would stall the run
