@@ -108,16 +108,17 @@ def _lab_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     from lab.manager import Lab
 
     info: LabInfo = request.getfixturevalue("lab")
-    lab = Lab.at(Path(info.state_dir))
-    if _dead_services(info):  # a lab someone else broke (a reused dir): repaired quietly
-        lab.up()
-    reset_all(info)
+    services = Lab.at(Path(info.state_dir))
+    if _dead_services(info):  # broken outside any test (a reused lab dir): repaired quietly
+        services.up()
+    if knobs_set(info):
+        reset_all(info)
     yield
     left: list[str] = []
     dead = _dead_services(info)
     if dead:
         left.append(f"lab services dead after the test: {', '.join(dead)} (restarted)")
-        lab.up()
+        services.up()
     knobs = knobs_set(info)
     reset_all(info)
     if knobs:

@@ -51,7 +51,6 @@ class _ScriptedErpHandler(BaseHTTPRequestHandler):
         script = self.server.script
         status, answer = script.pop(0) if len(script) > 1 else script[0]
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
         self.wfile.write(answer)
