@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +54,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                          indent=1) + "\n")
 
 
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[object]) -> Iterator[None]:
+@pytest.hookimpl(tryfirst=True, wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[object]) -> Generator[None, pytest.TestReport,
+                                                                          pytest.TestReport]:
     """The call phase's report on the item, for fixtures that keep evidence of a failure."""
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
+    report = yield
     if report.when == "call":
         item.rep_call = report  # type: ignore[attr-defined]
+    return report
 
 
 @pytest.fixture(scope="session")
