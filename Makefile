@@ -25,7 +25,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
 	xorriso libxml2-utils dnsmasq-base
 
-.PHONY: setup demo test test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
+.PHONY: setup demo test test-durations test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
 
 # Salt 3006.0, the minion Leap 15.6 hosts run: its source (never installed) for the compatibility test
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
@@ -92,6 +92,10 @@ lint: setup
 
 test: lint
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# tests/durations.json (the xdist order: longest first) from a run of the default suite
+test-durations: setup
+	STORE_ROLLOUT_RECORD_DURATIONS=1 $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-slow: setup
 	$(VENV)/bin/pytest -q -m kiwi_build

@@ -9,6 +9,7 @@ API (all JSON):
                                    a read, not recorded in the log
   POST /_lab/faults                {"status": 503, "count": 3} | {"delay": 5, "count": 1} |
                                    {"drop": true, "count": 1} ; applies to the next `count` notices
+  GET /_lab/faults                 {"faults": [...]}: the faults not yet used up
   DELETE /_lab/faults              clear faults
   GET /_lab/health                 "ok"
 
@@ -93,6 +94,9 @@ def make_handler(state: ErpState) -> type[BaseHTTPRequestHandler]:
             url = urllib.parse.urlsplit(self.path)
             if self.path == "/_lab/health":
                 self._reply(200, "ok")
+            elif self.path == "/_lab/faults":
+                with state.lock:
+                    self._reply(200, {"faults": [dict(f) for f in state.faults]})
             elif url.path == "/api/v1/store-rollouts":
                 if not state.authorized(self.headers.get("Authorization")):
                     self._reply(401, {"error": "missing or wrong bearer token"})

@@ -2,7 +2,8 @@
 production (`<image_base_url>/<key>/image.qcow2` and `meta.json`), with byte ranges.
 
 For tests it counts the body bytes it sent per path (`GET /_lab/stats`, `DELETE /_lab/stats`)
-and takes faults for the next image response (`POST /_lab/faults`):
+and takes faults for the next image response (`POST /_lab/faults`; `GET /_lab/faults` shows the
+ones not yet taken, `DELETE /_lab/faults` drops them):
 `{"cut_after": n}` closes the connection after n body bytes (a cut WAN link),
 `{"flip_byte_at": offset}` flips one byte at that file offset in transit (a corrupted transfer).
 
@@ -52,6 +53,9 @@ def make_handler(state: ImageServerState) -> type[JsonHandler]:
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/_lab/health":
                 self._reply(200, {"ok": True})
+            elif self.path == "/_lab/faults":
+                with state.lock:
+                    self._reply(200, {"faults": dict(state.faults)})
             elif self.path == "/_lab/stats":
                 with state.lock:
                     self._reply(200, {"sent": dict(state.sent),
@@ -60,13 +64,16 @@ def make_handler(state: ImageServerState) -> type[JsonHandler]:
                 self._serve(body=True)
 
         def do_DELETE(self) -> None:  # noqa: N802
-            if self.path != "/_lab/stats":
+            if self.path == "/_lab/faults":
+                state.take_faults()
+                self._reply(200, {"faults": {}})
+            elif self.path == "/_lab/stats":
+                with state.lock:
+                    state.sent.clear()
+                    state.requests.clear()
+                self._reply(200, {"cleared": True})
+            else:
                 self._reply(404, {"error": "not found"})
-                return
-            with state.lock:
-                state.sent.clear()
-                state.requests.clear()
-            self._reply(200, {"cleared": True})
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/_lab/faults":

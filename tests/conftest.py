@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,43 +19,50 @@ TEST_LAB_DIR = Path(str(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT /
                     + (f"-{_WORKER}" if _WORKER else ""))
 
 
-# Seconds each slow module (or test) took (2026-11-26, `make test` on a fresh clone, 2 xdist
-# workers on 2 cores; --durations); only their order matters: under pytest-xdist (--dist
-# loadgroup, no groups: each test is its own unit, handed to whichever worker is free) the longest
-# go first, so no worker starts a minute-long test at the end while the other idles. Tests do not
-# depend on each other's order or worker: each uses its own store ids, MACs and images in its
-# worker's lab.
-MEASURED_SECONDS = {
-    "tests/test_plan_reconcile.py": 198, "tests/test_ui.py": 181, "tests/test_rollout_e2e.py": 149,
-    "tests/test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun": 116,
-    "tests/test_faults.py::test_flow_process_killed_mid_step5_then_rerun": 85,
-    "tests/test_slots.py": 80, "tests/test_api_workers.py": 75, "tests/test_batch.py": 71,
-    "tests/test_cancel.py": 66, "tests/test_autosign_intruder.py": 50,
-    "tests/test_faults.py::test_erp_timeout_then_503_twice_then_201": 60,
-    "tests/test_faults.py": 45, "tests/test_security.py": 42, "tests/test_lab_lifecycle.py": 39,
-    "tests/test_bench.py::test_benchmark_quick[bench_event_reaction.py]": 14,
-    "tests/test_lab.py": 12, "tests/test_libvirt_events_engine.py": 11,
-    "tests/test_faults.py::test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why": 20,
-}
-
-
-def _measured(item: pytest.Item) -> int:
-    module = item.nodeid.split("::")[0]
-    return MEASURED_SECONDS.get(item.nodeid, MEASURED_SECONDS.get(module, 0))
+# Under pytest-xdist (--dist loadgroup, no groups: each test is its own unit, handed to whichever
+# worker is free) the longest tests go first, so no worker starts a minute-long test at the end
+# while the other idles. How long each took is recorded, not kept by hand: `make test-durations`
+# (STORE_ROLLOUT_RECORD_DURATIONS=1) writes setup+call+teardown seconds per test id into
+# DURATIONS_FILE; a test not in it counts 0. Tests do not depend on each other's order or worker:
+# each uses its own store ids and MACs (tests/test_lab_tests_isolated.py) in its worker's lab.
+DURATIONS_FILE = Path(__file__).parent / "durations.json"
+RECORD_DURATIONS = os.environ.get("STORE_ROLLOUT_RECORD_DURATIONS", "") == "1"
+_ran_seconds: dict[str, float] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first (a stable sort, so a module keeps its own order among equals)."""
-    items.sort(key=_measured, reverse=True)
+    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    items.sort(key=lambda item: recorded.get(item.nodeid, 0), reverse=True)
 
 
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[object]) -> Iterator[None]:
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Every phase's seconds (under xdist the controller sees the workers' reports too)."""
+    if RECORD_DURATIONS:
+        _ran_seconds[report.nodeid] = _ran_seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With STORE_ROLLOUT_RECORD_DURATIONS=1: the tests that ran replace their entries (a test
+    under a second is dropped, it counts 0 anyway); the others keep theirs."""
+    if not RECORD_DURATIONS or hasattr(session.config, "workerinput"):  # the controller writes
+        return
+    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    recorded = {k: v for k, v in recorded.items() if k not in _ran_seconds}
+    recorded.update({k: round(v, 2) for k, v in _ran_seconds.items() if v >= 1.0})
+    DURATIONS_FILE.write_text(json.dumps(dict(sorted(recorded.items(), key=lambda kv: -kv[1])),
+                                         indent=1) + "\n")
+
+
+@pytest.hookimpl(tryfirst=True, wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[object]) -> Generator[None, pytest.TestReport,
+                                                                          pytest.TestReport]:
     """The call phase's report on the item, for fixtures that keep evidence of a failure."""
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
+    report = yield
     if report.when == "call":
         item.rep_call = report  # type: ignore[attr-defined]
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +71,11 @@ def lab_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def lab(lab_dir: Path) -> Iterator[LabInfo]:
-    """The lab, up for the whole session; `lab down` runs at the end whatever happened."""
+def lab(lab_dir: Path, request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabInfo]:
+    """The lab, up for the whole session; at the end, whatever happened, `lab down --purge`: the
+    next session starts from an empty lab, not from this one's stores, keys and domains. After a
+    failure the services' logs are kept first, in pytest's temp dir (the path is printed)."""
     from lab.manager import Lab
 
     instance = Lab.at(lab_dir)
@@ -70,7 +83,60 @@ def lab(lab_dir: Path) -> Iterator[LabInfo]:
         info = instance.up()
         yield info
     finally:
-        instance.down()
+        logs = Path(instance.paths.logs)
+        if request.session.testsfailed and logs.is_dir():
+            kept = tmp_path_factory.getbasetemp() / f"lab-logs{'-' + _WORKER if _WORKER else ''}"
+            shutil.copytree(logs, kept, dirs_exist_ok=True)
+            print(f"\nlab logs of this session kept in {kept}")
+        instance.down(purge=True)
+
+
+def _dead_services(info: LabInfo) -> list[str]:
+    from lab.manager import Lab
+
+    return [row["service"] for row in Lab.at(Path(info.state_dir)).status() if not row["alive"]]
+
+
+@pytest.fixture(autouse=True)
+def _lab_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Around every lab test: every service alive and no fault knob set, before and after. A test
+    that kills a service for good or leaves a knob set fails itself, naming what it left; the lab
+    is then repaired (`up` restarts what died, the knobs are reset), so the next test on this
+    worker starts clean instead of failing for a reason that looks unrelated."""
+    if "lab" not in request.fixturenames:
+        yield
+        return
+    from lab.faults import knobs_set, reset_all
+    from lab.manager import Lab
+
+    info: LabInfo = request.getfixturevalue("lab")
+    services = Lab.at(Path(info.state_dir))
+    if _dead_services(info):  # broken outside any test (a reused lab dir): repaired quietly
+        services.up()
+    if knobs_set(info):
+        reset_all(info)
+    yield
+    left: list[str] = []
+    dead = _dead_services(info)
+    if dead:
+        left.append(f"lab services dead after the test: {', '.join(dead)} (restarted)")
+        services.up()
+    knobs = knobs_set(info)
+    reset_all(info)
+    if knobs:
+        left.append(f"fault knobs left set by the test: {knobs} (reset)")
+    if left:
+        pytest.fail("; ".join(left), pytrace=False)
+
+
+@pytest.fixture
+def faults(lab: LabInfo) -> Iterator[Callable[[str, dict[str, Any]], None]]:
+    """`faults(target, knob)` sets a fault knob of the lab (`lab.faults.set_fault`); every knob of
+    every service is cleared when the test ends, and a service that refuses fails the test."""
+    from lab.faults import reset_all, set_fault
+
+    yield lambda target, knob: set_fault(lab, target, knob)
+    reset_all(lab)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import operator
 import os
 import re
 import subprocess
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from functools import partial
@@ -41,6 +42,57 @@ def wait_for(condition: Callable[[], T], *, timeout: float, interval: float = 0.
     retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
                         retry=retry_if_result(operator.not_), retry_error_callback=timed_out)
     return retrying(condition)
+
+
+class Background:
+    """Actions a test starts beside its rollout (a service stopped, restarted later); an
+    exception in one is kept and raised by `join`, in the test that started it, instead of dying
+    with its thread while the test goes on (or the next one fails for it)."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+
+    def guarded(self, action: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                action()
+            except BaseException as exc:  # noqa: BLE001 - any of them is the test's to report
+                self.errors.append(exc)
+
+        return run
+
+    def later(self, seconds: float, action: Callable[[], object]) -> None:
+        """`action` in a thread of its own, `seconds` from now."""
+        timer = threading.Timer(seconds, self.guarded(action))
+        self.threads.append(timer)
+        timer.start()
+
+    def on_step(self, step_name: str, action: Callable[[], object]) -> Callable[[], None]:
+        """`action` when `step_name` starts (once, in the step's thread, before the step goes on);
+        returns the unregister function."""
+        from store_rollout import steps
+
+        fired = threading.Event()
+
+        def listener(_store: str, step: str, state: str, _seconds: float) -> None:
+            if step == step_name and state == "running" and not fired.is_set():
+                fired.set()
+                self.guarded(action)()
+
+        steps.add_listener(listener)
+        return lambda: steps.remove_listener(listener)
+
+    def join(self) -> None:
+        """Wait for every action; raise the first error any of them had (the rest named in it)."""
+        while self.threads:
+            self.threads.pop().join()
+        if self.errors:
+            first, *rest = self.errors
+            self.errors = []
+            if rest:
+                first.add_note(f"{len(rest)} more background error(s): {rest!r}")
+            raise first
 
 
 def cannot_run(reason: str) -> NoReturn:

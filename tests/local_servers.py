@@ -3,13 +3,17 @@ shut down when its `with` block (a fixture's finalizer) ends."""
 
 from __future__ import annotations
 
+import json
 import socket
 import socketserver
 import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+ERP_CREATED = (201, json.dumps({"id": "ERP-7", "replay": False}).encode())
 
 
 @contextmanager
@@ -25,6 +29,34 @@ def serving(server: socketserver.TCPServer) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+class ScriptedErp(ThreadingHTTPServer):
+    """An ERP that answers the (status, body) pairs of `script` in turn (the last one repeats)
+    and records every request it receives: path, headers and JSON body."""
+
+    def __init__(self, script: list[tuple[int, bytes]] | None = None) -> None:
+        super().__init__(("127.0.0.1", 0), _ScriptedErpHandler)
+        self.script: list[tuple[int, bytes]] = list(script or [ERP_CREATED])
+        self.received: list[dict[str, Any]] = []
+
+
+class _ScriptedErpHandler(BaseHTTPRequestHandler):
+    server: ScriptedErp
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.received.append({"path": self.path, "headers": dict(self.headers),
+                                     "json": json.loads(body)})
+        script = self.server.script
+        status, answer = script.pop(0) if len(script) > 1 else script[0]
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
 
 
 def refused_url() -> str:

@@ -5,10 +5,9 @@ A scripted ERP (http.server) on 127.0.0.1 records every request it receives.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -16,37 +15,18 @@ from pydantic import SecretStr
 from requests.adapters import HTTPAdapter
 
 from tasks.erp import NOTICE_PATH, ErpClient, ErpError, ErpNotice, ErpRejected, ErpUnavailable
-from tests.local_servers import refused_url, resetting_url, serving, silent_url
+from tests.local_servers import (
+    ERP_CREATED,
+    ScriptedErp,
+    refused_url,
+    resetting_url,
+    serving,
+    silent_url,
+)
 
 TOKEN = "erp-T0ken-do-not-log"
 NOTICE = ErpNotice(store_id="0042", site_code="S-42", cost_center=None, hypervisor="store-0042-hv",
                    vm_domain="store-0042-vm", vm_minion="store-0042-vm", vm_uuid="u-1")
-CREATED = (201, json.dumps({"id": "ERP-7", "replay": False}).encode())
-
-
-class ScriptedErp(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script: list[tuple[int, bytes]] = [CREATED]  # the last answer repeats
-        self.received: list[dict[str, Any]] = []
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ScriptedErp
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.received.append({"path": self.path, "headers": dict(self.headers),
-                                     "json": json.loads(body)})
-        script = self.server.script
-        status, answer = script.pop(0) if len(script) > 1 else script[0]
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 def client_for(url: str) -> ErpClient:
@@ -65,7 +45,7 @@ def requests_per_failed_notice(erp: tuple[ScriptedErp, ErpClient]) -> int:
     """How many requests one notify() sends to an ERP that keeps answering 503 (or 429).
 
     The session's adapter is requests' default (no retries): one request per call; the
-    notify_erp task's Prefect retries are the one retry layer (tests/test_retries.py).
+    notify_erp task's Prefect retries are the one retry layer (tests/test_erp_task.py).
     THE one place to update when the retry layering changes."""
     _, client = erp
     adapter = client.session.get_adapter(client.base_url)
@@ -118,7 +98,7 @@ def test_busy_or_5xx_is_unavailable_after_the_retries(
 def test_idempotency_key_is_stable_across_retries(erp: tuple[ScriptedErp, ErpClient],
                                                   requests_per_failed_notice: int) -> None:
     server, client = erp
-    server.script = [(503, b""), (503, b""), CREATED]
+    server.script = [(503, b""), (503, b""), ERP_CREATED]
     for _ in range(2):  # two task attempts that fail, as notify_erp's Prefect retries make them
         assert type(error_of(client)) is ErpUnavailable
     assert client.notify(NOTICE)["erp_id"] == "ERP-7"

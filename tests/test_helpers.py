@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from store_rollout.steps import STEPS, markdown_report
-from tests.helpers import parse_rollout_report, wait_for
+from tests.helpers import Background, parse_rollout_report, wait_for
 
 
 def test_wait_for_returns_the_first_truthy_value() -> None:
@@ -53,3 +53,40 @@ def test_parse_rollout_report_reads_what_markdown_report_writes() -> None:
         "vm": {"domain": "store-0042-vm", "uuid": "6f1c-uuid", "disk": "/d", "backing": "/b"}})
     assert parse_rollout_report(markdown) == {
         "step_seconds": seconds, "image_key_prefix": key[:16], "vm_uuid": "6f1c-uuid"}
+
+
+def test_background_error_is_raised_at_join_in_the_test_that_started_it() -> None:
+    background = Background()
+    done: list[str] = []
+
+    def restart() -> None:
+        raise RuntimeError("lab: cobblerd exited after start")
+
+    background.later(0.01, restart)
+    background.later(0.02, lambda: done.append("other action"))
+    with pytest.raises(RuntimeError, match="cobblerd exited after start"):
+        background.join()
+    assert done == ["other action"]  # every action was waited for, not only the failed one
+    background.join()  # raised once: a second join has nothing to report
+
+
+def test_background_step_action_runs_in_the_step_and_its_error_waits_for_join() -> None:
+    from store_rollout import steps
+
+    background = Background()
+    seen: list[str] = []
+
+    def action() -> None:
+        seen.append("acted")
+        raise ValueError("ERP fault refused")
+
+    undo = background.on_step("notify_erp", action)
+    try:
+        steps._notify("s1", "create_vm", "running", 0.0)
+        steps._notify("s1", "notify_erp", "running", 0.0)  # the step goes on: no raise here
+        steps._notify("s1", "notify_erp", "running", 0.0)  # once only
+    finally:
+        undo()
+    assert seen == ["acted"]
+    with pytest.raises(ValueError, match="ERP fault refused"):
+        background.join()

@@ -10,6 +10,7 @@ import uuid
 import xml.etree.ElementTree as ET
 import xmlrpc.client
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -59,13 +60,13 @@ def test_erp_receiver_records_post(lab: LabInfo) -> None:
     assert mine[0]["payload"] == {"store_id": "test-erp"}
 
 
-def test_erp_receiver_fault_injection(lab: LabInfo) -> None:
-    requests.post(f"{lab.erp_url}/_lab/faults", json={"status": 503, "count": 2}, timeout=5)
+def test_erp_receiver_fault_injection(lab: LabInfo, faults: Any) -> None:
+    faults("erp", {"status": 503, "count": 2})
     headers = {"Authorization": f"Bearer {lab.erp_token}"}
     codes = [requests.post(f"{lab.erp_url}/api/v1/store-rollouts", json={"store_id": "f"},
                            headers=headers, timeout=5).status_code for _ in range(3)]
     assert codes == [503, 503, 201]
-    requests.post(f"{lab.erp_url}/_lab/faults", json={"drop": True, "count": 1}, timeout=5)
+    faults("erp", {"drop": True, "count": 1})
     with pytest.raises(requests.ConnectionError):
         requests.post(f"{lab.erp_url}/api/v1/store-rollouts", json={"store_id": "f"},
                       headers=headers, timeout=5)
