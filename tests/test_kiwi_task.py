@@ -11,12 +11,12 @@ import pytest
 from prefect import flow
 
 from tasks.kiwi import ensure_image
-from tests.kiwi_helpers import DEBIAN, PARAMS
+from tests.kiwi_helpers import DEBIAN, PARAMS, desc_dir
 
 
 @flow(name="ensure-image-only")
 def image_step(cache_dir: str, builder: str = "lab") -> Any:
-    return ensure_image(DEBIAN, {**PARAMS, "KIWI_PROFILE": "Disk"}, cache_dir, builder,
+    return ensure_image(str(desc_dir(DEBIAN)), {**PARAMS, "KIWI_PROFILE": "Disk"}, cache_dir, builder,
                         return_state=True)
 
 
