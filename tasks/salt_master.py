@@ -202,6 +202,21 @@ def wait_for_hypervisor(store: Store, timeout: float = 900,
             "highstate_reapplied": reapplied}
 
 
+def sync_hypervisor_modules(master: SaltMasterClient, minion_id: str) -> list[str]:
+    """The project's modules on the hypervisor as the master has them now, before steps 4-6 call
+    them (its last highstate synced them; a rerun may come after a project update).
+
+    Cheaper than a bare `saltutil.sync_modules` (1-2 s a rerun, issue 28) with the same result:
+    the environment is named (the default renders the hypervisor's top file to find it, every
+    time; top.sls has only `base`), and the minion reloads its modules only when the sync
+    brought any (the default reloads them all even when nothing changed)."""
+    synced = master.cmd(minion_id, "saltutil.sync_modules",
+                        kwarg={"saltenv": "base", "refresh": False}, timeout=60)
+    if synced:
+        master.cmd(minion_id, "saltutil.refresh_modules", timeout=60)
+    return list(synced or [])
+
+
 @task(name="prepare_vm_keys", task_run_name="prepare-vm-keys-{store.store_id}",
       retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
 def prepare_vm_keys(store: Store) -> dict[str, Any]:
@@ -211,9 +226,7 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     settings = load_settings()
     master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
-    # the project's modules on the hypervisor as the master has them now, before steps 4-6 call
-    # them (its last highstate synced them; a rerun may come after a project update)
-    master.cmd(store.hypervisor_minion_id, "saltutil.sync_modules", timeout=60)
+    sync_hypervisor_modules(master, store.hypervisor_minion_id)
     # a key is stale only when its VM is going to be created anew; an existing domain (rerun,
     # or a VM that is merely down right now) keeps the key it was accepted with
     domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
