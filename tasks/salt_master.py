@@ -16,6 +16,7 @@ from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.retry import retry_on
 from tasks.salt import HypervisorReadyWatcher, SaltTransientError, master_client
+from tasks.salt.probes import sync_extensions
 
 __all__ = ["prepare_vm_keys", "remove_vm_key", "wait_for_hypervisor"]
 
@@ -52,12 +53,7 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     settings = load_settings()
     master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
-    # the project's modules on the hypervisor as the master has them now, before steps 4-6 call
-    # them (its last highstate synced them; a rerun may come after a project update): the utils
-    # first (storevirt's __utils__), then the modules, whose refresh reloads both
-    master.cmd(store.hypervisor_minion_id, "saltutil.sync_utils", kwarg={"refresh": False},
-               timeout=60)
-    master.cmd(store.hypervisor_minion_id, "saltutil.sync_modules", timeout=60)
+    sync_extensions(master, store.hypervisor_minion_id)  # steps 4-6 call them
     # a key is stale only when its VM is going to be created anew (step_rules.vm_key_kept)
     domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
     if step_rules.vm_key_kept(domain, lambda: master.key_state(minion)):

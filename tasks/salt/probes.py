@@ -87,3 +87,19 @@ def reset_vm(master: MasterApi, hypervisor: str, vm_name: str) -> None:
     """Hard reset of a VM that stopped answering (a hung guest): stop, then start the domain."""
     master.cmd(hypervisor, "virt.stop", [vm_name])
     master.cmd(hypervisor, "virt.start", [vm_name])
+
+
+def sync_extensions(master: MasterApi, minion_id: str) -> list[str]:
+    """The project's utils and modules on a minion as the master has them now (its last
+    highstate synced them; a rerun may come after a project update): the utils first (modules
+    call them through `__utils__`), then the modules. Returns what the sync brought.
+
+    Named environment and no blanket reload: a bare `saltutil.sync_modules` renders the minion's
+    top file to find the environment and reloads every module even when nothing changed (1-2 s
+    of each rerun, issue 28); top.sls has only `base`, and the reload runs only when needed."""
+    quiet = {"saltenv": "base", "refresh": False}
+    synced = [*(master.cmd(minion_id, "saltutil.sync_utils", kwarg=quiet, timeout=60) or []),
+              *(master.cmd(minion_id, "saltutil.sync_modules", kwarg=quiet, timeout=60) or [])]
+    if synced:
+        master.cmd(minion_id, "saltutil.refresh_modules", timeout=60)
+    return synced
