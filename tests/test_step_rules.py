@@ -202,7 +202,7 @@ class FakeMaster:
             self.domain["active"] = fun == "virt.start"
         elif fun == "virt.set_autostart" and self.domain is not None:
             self.domain["autostart"] = True
-        return {"grains.get": self.ready,
+        return {"grains.get": self.ready, "saltutil.sync_utils": [], "saltutil.sync_modules": [],
                 "storevirt.ensure_base_image": {"path": base, "cached": True, "transferred": 0,
                                                 "seconds": 0, "resumed_from": None},
                 "storevirt.create_overlay": {"path": domain()["disk"]},
