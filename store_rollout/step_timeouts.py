@@ -8,32 +8,32 @@ from __future__ import annotations
 
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveFloat
 
 
 class StepTimeouts(BaseModel):
-    """Seconds per wait; each field is also a `store-rollout` flow parameter named `<field>`."""
+    """Seconds per wait; each field is also a `store-rollout` flow parameter named `<field>`,
+    and its docstring the CLI option's help."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    hypervisor_timeout: float = Field(
-        default=1800, gt=0, description="Seconds step 3 waits for the hypervisor's ready event after the "
-        "PXE install (power on, install, first highstate).")
-    hypervisor_stall_timeout: float = Field(
-        default=300, gt=0, description="Seconds a hypervisor may answer without getting ready before its "
-        "highstate is applied again.")
-    firstboot_timeout: float = Field(
-        default=1800, gt=0, description="Seconds step 6 waits for the store VM's firstboot (two reboots "
-        "and a highstate) to finish.")
-    vm_stall_timeout: float = Field(
-        default=300, gt=0, description="Seconds without a sign of life from the store VM after which it "
-        "is reset.")
-    vm_contact_timeout: float = Field(
-        default=600, gt=0, description="Seconds step 6 waits for the store VM's minion to contact the "
-        "master at all (its key or any event).")
-    owner_wait_seconds: float = Field(
-        default=10, ge=0, description="Seconds to wait while another rollout or rollback of this store "
-        "runs; then the run fails naming that run, having changed nothing.")
+    hypervisor_timeout: PositiveFloat = 1800
+    """Seconds step 3 waits for the hypervisor's ready event after the PXE install (power on,
+    install, first highstate)."""
+    hypervisor_stall_timeout: PositiveFloat = 300
+    """Seconds a hypervisor may answer without getting ready before its highstate is applied
+    again."""
+    firstboot_timeout: PositiveFloat = 1800
+    """Seconds step 6 waits for the store VM's firstboot (two reboots and a highstate) to
+    finish."""
+    vm_stall_timeout: PositiveFloat = 300
+    """Seconds without a sign of life from the store VM after which it is reset."""
+    vm_contact_timeout: PositiveFloat = 600
+    """Seconds step 6 waits for the store VM's minion to contact the master at all (its key or
+    any event)."""
+    owner_wait_seconds: NonNegativeFloat = 10
+    """Seconds to wait while another rollout or rollback of this store runs; then the run fails
+    naming that run, having changed nothing."""
 
 
 STEP_TIMEOUTS: Final = StepTimeouts()
