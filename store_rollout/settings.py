@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,7 +26,6 @@ from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
     EnvSettingsSource,
-    InitSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -180,6 +180,26 @@ class _Environ(EnvSettingsSource):
         return {k.lower(): v for k, v in self._given.items()}
 
 
+# the sources of the load_settings call running in this context (a batch loads in threads)
+_SOURCES: ContextVar[tuple[dict[str, str], Path | None]] = ContextVar("store_rollout_settings")
+
+
+class _Sourced(RolloutSettings):
+    """RolloutSettings from the current load_settings call's sources: Secret blocks (init
+    values), the given environment, then the settings file. One class for every call (building
+    a settings class per call cost 5-20 ms each, several calls per rollout)."""
+
+    @classmethod
+    def settings_customise_sources(
+            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        env, path = _SOURCES.get()
+        from_file = [DotEnvSettingsSource(settings_cls, env_file=path)] if path else []
+        return (init_settings, _Environ(settings_cls, env), *from_file)
+
+
 def _secret_from_block(block_name: str) -> str:
     from prefect.blocks.system import Secret
 
@@ -195,21 +215,9 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     if path is not None and not path.is_file():
         raise SettingsError(f"{SETTINGS_FILE_ENV}={path}: no such file (name a settings file of "
                             "STORE_ROLLOUT_* lines, or unset it)")
-    from_file = [DotEnvSettingsSource(RolloutSettings, env_file=path)] if path else []
-
-    class Sourced(RolloutSettings):
-        @classmethod
-        def settings_customise_sources(
-                cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                env_settings: PydanticBaseSettingsSource,
-                dotenv_settings: PydanticBaseSettingsSource,
-                file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (InitSettingsSource(settings_cls, init_kwargs=blocks),
-                    _Environ(settings_cls, env), *from_file)
-
+    token = _SOURCES.set((env, path))
     try:
-        return RolloutSettings.model_validate(Sourced().model_dump())  # type: ignore[call-arg]
+        return RolloutSettings.model_validate(_Sourced(**blocks).model_dump())
     except ValidationError as exc:
         problems, missing, invalid = [], [], []
         for err in exc.errors():
@@ -231,3 +239,5 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
                             ")"] if missing else []) + invalid)
         raise SettingsError(f"settings invalid: {'; '.join(problems)}; {named}",
                             tuple(missing), brief) from None
+    finally:
+        _SOURCES.reset(token)
