@@ -210,7 +210,7 @@ def _secret_from_block(block_name: str) -> str:
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     env = dict(os.environ if environ is None else environ)
     blocks: dict[str, Any] = {name: _secret_from_block(env[f"STORE_ROLLOUT_{name.upper()}_BLOCK"])
-              for name in SECRET_FIELDS if env.get(f"STORE_ROLLOUT_{name.upper()}_BLOCK")}
+                              for name in SECRET_FIELDS if env.get(f"STORE_ROLLOUT_{name.upper()}_BLOCK")}
     path = settings_file(env)
     if path is not None and not path.is_file():
         raise SettingsError(f"{SETTINGS_FILE_ENV}={path}: no such file (name a settings file of "
