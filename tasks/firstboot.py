@@ -46,7 +46,7 @@ def retire_bootstrap(master: SaltMasterClient, store: Store) -> dict[str, Any]:
     return seed
 
 
-@task(name="firstboot", task_run_name="firstboot-{store.store_id}",
+@task(name="firstboot",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
 def firstboot(store: Store, timeout: float = STEP_TIMEOUTS.firstboot_timeout,
               stall_timeout: float = STEP_TIMEOUTS.vm_stall_timeout,

@@ -21,7 +21,7 @@ from tasks.salt.probes import sync_extensions
 __all__ = ["prepare_vm_keys", "remove_vm_key", "wait_for_hypervisor"]
 
 
-@task(name="wait_for_hypervisor", task_run_name="wait-hypervisor-{store.store_id}",
+@task(name="wait_for_hypervisor",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
 def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
                         already_ready: bool = False,
@@ -44,7 +44,7 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
     return watcher.wait(already_ready)
 
 
-@task(name="prepare_vm_keys", task_run_name="prepare-vm-keys-{store.store_id}",
+@task(name="prepare_vm_keys",
       retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
 def prepare_vm_keys(store: Store) -> dict[str, Any]:
     """Step 4: delete a stale key of the VM's minion id (exact id) and issue its one-time

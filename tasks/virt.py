@@ -156,7 +156,7 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
             **delivered}
 
 
-@task(name="create_vm", task_run_name="create-vm-{store.store_id}",
+@task(name="create_vm",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
