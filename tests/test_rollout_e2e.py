@@ -22,6 +22,7 @@ from tasks.salt_master import SaltCommandFailed, SaltMasterClient
 from tests.helpers import (
     bmc_power,
     check_store,
+    cli_in_process,
     finish,
     start_rollout,
     wait_for,
@@ -98,10 +99,8 @@ def check_store_comes_back_after_a_power_cut(lab: LabInfo, lab_env: dict[str, st
     wait_for(vm_active, timeout=60, what=f"{vm} started by its host's autostart")
     wait_for(lambda: master.ping(vm, timeout=3) and master.ping(hv, timeout=3), timeout=90,
              what=f"the minions of {hv} and {vm} back after the power cut")
-    done = subprocess.run([str(VENV_BIN / "store-rollout"), "reconcile", store_id, "--inventory",
-                           str(inventory), "--json"], env=lab_env, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = cli_in_process(lab_env, "reconcile", store_id, "--inventory", str(inventory), "--json")
+    assert done.exit_code == 0, (done.exception, done.stdout[-3000:] + done.stderr[-3000:])
     assert json.loads(done.stdout)["stores"][store_id]["status"] == "ok", done.stdout
 
 
@@ -185,19 +184,18 @@ def check_staging(lab_env: dict[str, str], inventory: Path, first: dict[str, Any
         delivery = first["vm"]["image_delivery"]
         assert delivery["path"].endswith(f"/base/{first['image_key']}/image.qcow2")
 
-    def stage(*store_ids: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(VENV_BIN / "store-rollout"), "stage", *store_ids,
-                               "--inventory", str(inventory), "--json"], env=lab_env,
-                              capture_output=True, text=True, timeout=300)
+    def stage(*store_ids: str) -> Any:
+        return cli_in_process(lab_env, "stage", *store_ids, "--inventory", str(inventory),
+                              "--json")
 
     staged = stage("e2e1")
-    assert staged.returncode == 0, staged.stderr[-2000:]
+    assert staged.exit_code == 0, (staged.exception, staged.stderr[-2000:])
     result = json.loads(staged.stdout)
     assert result["image_key"] == first["image_key"]
     assert result["stores"]["e2e1"]["cached"] is True
     assert result["stores"]["e2e1"]["transferred"] == 0
     refused = stage("e2e3")  # not rolled out yet: no hypervisor to stage on
-    assert refused.returncode == 1
+    assert refused.exit_code == 1, (refused.exception, refused.stderr[-2000:])
     message = " ".join(refused.stderr.split())
     assert "hypervisor store-e2e3-hv does not answer" in message
     assert "store-rollout rollout e2e3" in message
