@@ -1,7 +1,8 @@
 """Issue 18: `plan` and `reconcile` in the lab, on the real systems, through the CLI.
 
 One test walks two stores through the cases the issue names, interleaved so the 90 s the
-zombie automation needs for the killed run are spent on the other cases:
+zombie automation needs for the killed run are spent on the other cases ((b) and (d) roll out
+side by side):
 - plan of a fresh store: all seven steps to do, and no system changes during any plan;
 - (d) the ERP notice missing (the ERP rejected it): reconcile says "resumes at step 7", and that
   rerun is
@@ -130,10 +131,14 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     assert fresh["todo"] == list(STEPS), fresh
     assert reconciled(lab_env, inv, done)[done]["status"] == "not-started"
 
-    # (b) starts first: killed once step 5 started its VM (whose minion then goes through
-    # firstboot by itself); the automation marks the run Crashed within about 90 s, while the
-    # other cases run
+    # (b) and (d) start at once (two stores at once, as a batch runs them): (b) is killed once
+    # step 5 started its VM (whose minion then goes through firstboot by itself); the
+    # automation marks the run Crashed within about 90 s, while the other cases run. (d): the
+    # ERP rejects the notice (400: not retried), so that run fails in step 7; the killed run
+    # never reaches step 7, so the one rejection is (d)'s
+    requests.post(f"{lab.erp_url}/_lab/faults", json={"status": 400, "count": 1}, timeout=5)
     proc = start_rollout(lab_env, killed, inv)
+    rejected = start_rollout(lab_env, done, inv)
     conn = libvirt.open(lab.libvirt_uri)
 
     def vm_started() -> bool:
@@ -149,11 +154,8 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     proc.wait()
     killed_at = time.monotonic()
 
-    # (d) the ERP rejects the notice (400: not retried): the run fails in step 7
-    requests.post(f"{lab.erp_url}/_lab/faults", json={"status": 400, "count": 1}, timeout=5)
-    proc = start_rollout(lab_env, done, inv)
-    proc.communicate(timeout=600)
-    assert proc.returncode == 1 and run_state(lab, f"rollout-{done}") == "Failed"
+    rejected.communicate(timeout=600)
+    assert rejected.returncode == 1 and run_state(lab, f"rollout-{done}") == "Failed"
     status = reconciled(lab_env, inv, done)[done]
     assert [m["code"] for m in status["mismatches"]] == ["run-not-completed"], status
     assert status["mismatches"][0]["what"] == "VM running, firstboot done, ERP not notified"
