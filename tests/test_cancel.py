@@ -12,14 +12,7 @@ import requests
 from lab.state import LabInfo
 from tasks.cobbler import CobblerClient
 from tasks.salt_master import SaltMasterClient
-from tests.helpers import (
-    check_store,
-    cli_in_process,
-    finish,
-    start_rollout,
-    wait_for,
-    write_inventory,
-)
+from tests.helpers import check_store, cli_in_process, finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab
 
