@@ -309,3 +309,19 @@ BASE_ENV = {"STORE_ROLLOUT_COBBLER_URL": "http://cobbler.invalid/cobbler_api",
             "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
             "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "http://erp.invalid/",
             "STORE_ROLLOUT_ERP_TOKEN": "t", "STORE_ROLLOUT_IMAGE_BASE_URL": "http://images.invalid"}
+
+
+def cli_in_process(lab_env: dict[str, str], *args: str) -> Any:
+    """`store-rollout <args>` through the CLI's own Typer app in this process (a click Result:
+    exit_code, stdout, stderr, exception), for checks of a command's answer: a `store-rollout`
+    process spends about 4 s starting Python and importing Prefect before it does anything. The
+    app's callback points Prefect at the server STORE_ROLLOUT_SETTINGS_FILE names, as for a user,
+    once PREFECT_API_URL is unset. The installed command as a process stays covered by every
+    rollout the tests start (start_rollout) and test_rollout_e2e's `status`."""
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    return CliRunner().invoke(app, list(args), env={
+        "STORE_ROLLOUT_SETTINGS_FILE": lab_env["STORE_ROLLOUT_SETTINGS_FILE"], "PREFECT_API_URL": None,
+        "PREFECT_HOME": lab_env["PREFECT_HOME"]})

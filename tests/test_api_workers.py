@@ -66,23 +66,31 @@ def test_rollout_started_through_rest_api(lab: LabInfo, tmp_path: Path) -> None:
 
 def test_two_workers_on_the_lab_postgres_server_both_take_work(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    from app.deployments import deploy_from_source, deployment
+
     env = {**lab_env, "PREFECT_WORKER_QUERY_SECONDS": "2", "STORE_ROLLOUT_HOME": str(REPO_ROOT)}
     prefect = str(VENV_BIN / "prefect")
-    # a pool of their own: the lab's worker polls prefect.yaml's pool
-    subprocess.run([prefect, "work-pool", "create", POOL, "--type", "process"],
-                   env=env, capture_output=True, timeout=60)
-    # prefect.yaml's store-rollout deployment (app/deployments.py reads it), in a pool of its own
-    deploy = subprocess.run([str(VENV_BIN / "python"), "-c", (
-        "from app.deployments import deploy_from_source, deployment\n"
-        f"deploy_from_source(deployment('store-rollout'), source={str(REPO_ROOT)!r}, "
-        f"name='store-rollout-pool', work_pool={POOL!r})")],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert deploy.returncode == 0, deploy.stderr[-2000:]
-    ids = ["w1", "w2", "w3", "w4"]
+    # set up in this process (a Python start each costs about 4 s; `prefect deploy`-style
+    # registration is test_deployments'): a pool of their own, as the lab's worker polls
+    # prefect.yaml's pool, and prefect.yaml's store-rollout deployment (app/deployments.py
+    # reads it) in it
+    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url,
+                                     PREFECT_HOME: lab_env["PREFECT_HOME"]}):
+        with get_client(sync_client=True) as client:
+            client.create_work_pool(WorkPoolCreate(name=POOL, type="process"), overwrite=True)
+        deploy_from_source(deployment("store-rollout"), source=str(REPO_ROOT),
+                           name="store-rollout-pool", work_pool=POOL)
+    # two runs, each worker able to take one at a time (--limit 1): whichever takes the first,
+    # the other must take the second, so both take work
+    ids = ["w1", "w2"]
     inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:a2:00")
     logs = [tmp_path / f"worker-{n}.log" for n in (1, 2)]
     workers = [subprocess.Popen([prefect, "worker", "start", "--pool", POOL,
-                                 "--name", f"lab-worker-{n}", "--limit", "2"],
+                                 "--name", f"lab-worker-{n}", "--limit", "1"],
                                 env=env, cwd=REPO_ROOT, stdout=open(log, "wb"),  # noqa: SIM115
                                 stderr=subprocess.STDOUT, start_new_session=True)
                for n, log in zip((1, 2), logs, strict=True)]
@@ -94,7 +102,7 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
             "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
             for sid in ids]
         states = [wait_state(api, run["id"], 900) for run in runs]
-        assert states == ["COMPLETED"] * 4
+        assert states == ["COMPLETED"] * len(ids)
     finally:
         for proc in workers:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import requests
 
-from lab.state import VENV_BIN, LabInfo
+from lab.state import LabInfo
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
-from tests.helpers import check_store, finish, start_rollout, wait_for, write_inventory
+from tests.helpers import check_store, cli_in_process, finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -90,9 +89,7 @@ def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
     result = finish(start_rollout(lab_env, store_id, inv))
     check_store(lab, store_id, result)
     # ... and rolled back on request
-    proc = subprocess.run([str(VENV_BIN / "store-rollout"), "rollback", store_id,
-                           "--inventory", str(inv)], env=lab_env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout)["vm"]["domain"] is True
+    done = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv))
+    assert done.exit_code == 0, (done.exception, done.stderr[-2000:])
+    assert json.loads(done.stdout)["vm"]["domain"] is True
     assert_rolled_back(lab, store_id)

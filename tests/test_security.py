@@ -6,9 +6,11 @@ import json
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
+from prefect.blocks.system import Secret
 
 from lab.state import VENV_BIN, LabInfo
 from tasks.cobbler import CobblerAuthError, CobblerClient
@@ -53,6 +55,15 @@ def test_key_deletion_is_exact(lab: LabInfo) -> None:
             master.delete_key(mid)
 
 
+def lab_prefect_settings(lab_env: dict[str, str]) -> Any:
+    """Prefect settings of this process pointed at the lab's server, as `lab_env` points the
+    subprocesses."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    return temporary_settings(updates={PREFECT_API_URL: lab_env["PREFECT_API_URL"],
+                                       PREFECT_HOME: lab_env["PREFECT_HOME"]})
+
+
 @pytest.mark.lab
 def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
         lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], tmp_path: Path) -> None:
@@ -60,11 +71,10 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     block = f"canary-erp-token-{uuid.uuid4().hex[:6]}"
     # the ERP token comes from a Prefect Secret block; the lab ERP accepts it
     bmc_block = f"canary-bmc-password-{uuid.uuid4().hex[:6]}"
-    for value, name in ((canary, block), (lab.power_password, bmc_block)):
-        subprocess.run([str(VENV_BIN / "python"), "-c",
-                        "import sys; from prefect.blocks.system import Secret; "
-                        "Secret(value=sys.argv[1]).save(sys.argv[2], overwrite=True)",
-                        value, name], env=lab_env, check=True, capture_output=True)
+    with lab_prefect_settings(lab_env):  # blocks are set up, not tested: no 4-s Python start
+        for value, name in ((canary, block), (lab.power_password, bmc_block)):
+            secret: Any = Secret(value=value)
+            secret.save(name, overwrite=True)
     with open(lab_dir / "erp" / "token", "a") as tokens:
         tokens.write(f"\n{canary}\n")
     inv = write_inventory(tmp_path / "inv.yaml", ["sec-canary"], "52:54:00:5e:00")
@@ -82,10 +92,9 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     assert mine and all(n["authorized"] for n in mine)  # the canary really was the credential
 
     # the store's root password, made by step 2 in its Secret block, and the hash of it
-    root_password = subprocess.run(
-        [str(VENV_BIN / "python"), "-c", "from prefect.blocks.system import Secret; "
-         "print(Secret.load('store-sec-canary-root-password').value.get_secret_value())"],
-        env=lab_env, check=True, capture_output=True, text=True).stdout.strip()
+    with lab_prefect_settings(lab_env):
+        block: Any = Secret.load("store-sec-canary-root-password")
+        root_password = block.value.get_secret_value()
     assert len(root_password) == 20, "no root password block for the store"
     secrets = [canary, lab.cobbler_password, lab.power_password, root_password]
     api = lab.prefect_api_url

@@ -39,6 +39,12 @@ RUN_STATES = ("Scheduled", "Pending", "Running", "Completed", "Failed", "Crashed
 STATE_BADGE = re.compile(rf"^({'|'.join(RUN_STATES)})$")
 
 
+# the pages docs/ui.md shows, in its numbering
+SHOTS = ["dashboard", "batch-run-form", "run-unknown-store", "store-run-form", "run-running",
+         "run-completed", "run-task-runs", "run-artifacts", "artifact", "event-feed",
+         "cancel-dialog", "run-cancelled", "rollback-run"]
+
+
 def field_label(name: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(name)}( \(Optional\))?$")
 
@@ -53,11 +59,13 @@ class Ui:
         self.taken: list[Path] = []
 
     def shot(self, name: str) -> Path:
-        """Screenshot the page (after checking it is connected to the API)."""
+        """Screenshot the page (after checking it is connected to the API), numbered as
+        docs/ui.md shows it (SHOTS), whatever order the test visits the pages in."""
         self.page.wait_for_load_state("networkidle")
         body = self.page.inner_text("body")
         error = CONNECTION_ERRORS.search(body)
-        path = self.shots / f"{len(self.taken) + 1:02d}-{name}.png"
+        number = SHOTS.index(name) + 1 if name in SHOTS else len(SHOTS) + len(self.taken) + 1
+        path = self.shots / f"{number:02d}-{name}.png"
         self.page.screenshot(path=str(path), full_page=False)
         self.taken.append(path)
         assert error is None, (f"the UI shows {error.group(0)!r} on {self.page.url} "
@@ -204,7 +212,7 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     assert "no-such-store" in message and inventory in message, message
     ui.shot("run-unknown-store")
 
-    # start a rollout from the form and follow it on its run page until it completes
+    # start a rollout from the form and follow it on its run page until it runs
     ui.open_custom_run("store-rollout")
     ui.field("store_id").fill(done_id)
     ui.field("inventory").fill(inventory)
@@ -212,6 +220,33 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     run_id = ui.submit_run({})
     assert ui.wait_for_state({"Running"}, 120) == "Running"
     ui.shot("run-running")
+    run_page = ui.page.url
+
+    # meanwhile a second store, cancelled from its run page once its VM exists: rolled back
+    # (started while the first one runs, as two people would: its steps up to the VM and the
+    # first store's rollout share the wait)
+    ui.open_custom_run("store-rollout")
+    cancel_run = ui.submit_run({"store_id": cancel_id, "inventory": inventory})
+    vm = f"store-{cancel_id}-vm"
+    ui.wait_for_state({"Running"}, 120)
+
+    def vm_started() -> bool:  # by this run (a lab may keep an old definition)
+        assert ui.run_state() == "Running", ui.shot("cancel-run-not-running")
+        return domain_running(lab, vm)
+
+    wait_for(vm_started, timeout=300, interval=1, what=f"{vm} started by the run")
+    ui.page.get_by_role("button", name="Open menu").first.click()
+    ui.page.get_by_role("menuitem", name="Cancel").click()
+    dialog = ui.page.get_by_role("dialog").or_(ui.page.get_by_role("alertdialog")).first
+    dialog.get_by_text(f"rollout-{cancel_id}").wait_for()
+    ui.shot("cancel-dialog")
+    dialog.get_by_role("button", name="Cancel Flow Run").click()
+    assert ui.wait_for_state({"Cancelled"}, 180) == "Cancelled"
+    ui.shot("run-cancelled")
+    assert api_get(lab, f"/flow_runs/{cancel_run}")["state_type"] == "CANCELLED"
+
+    # back on the first store's run page, followed until it completes
+    ui.page.goto(run_page)
     assert ui.wait_for_state({"Completed"}, 420) == "Completed"
     ui.page.get_by_role("heading", name=f"rollout-{done_id}").or_(
         ui.page.get_by_text(f"rollout-{done_id}", exact=True)).first.wait_for()
@@ -243,27 +278,6 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     ui.page.get_by_text(f"store-{done_id}-vm").first.wait_for(timeout=1000)
     ui.page.get_by_text(f"store {done_id}", exact=True).first.wait_for(timeout=1000)  # related
     ui.shot("event-feed")
-
-    # a second store, cancelled from its run page once its VM exists: rolled back
-    ui.open_custom_run("store-rollout")
-    cancel_run = ui.submit_run({"store_id": cancel_id, "inventory": inventory})
-    vm = f"store-{cancel_id}-vm"
-    ui.wait_for_state({"Running"}, 120)
-
-    def vm_started() -> bool:  # by this run (a lab may keep an old definition)
-        assert ui.run_state() == "Running", ui.shot("cancel-run-not-running")
-        return domain_running(lab, vm)
-
-    wait_for(vm_started, timeout=300, interval=1, what=f"{vm} started by the run")
-    ui.page.get_by_role("button", name="Open menu").first.click()
-    ui.page.get_by_role("menuitem", name="Cancel").click()
-    dialog = ui.page.get_by_role("dialog").or_(ui.page.get_by_role("alertdialog")).first
-    dialog.get_by_text(f"rollout-{cancel_id}").wait_for()
-    ui.shot("cancel-dialog")
-    dialog.get_by_role("button", name="Cancel Flow Run").click()
-    assert ui.wait_for_state({"Cancelled"}, 180) == "Cancelled"
-    ui.shot("run-cancelled")
-    assert api_get(lab, f"/flow_runs/{cancel_run}")["state_type"] == "CANCELLED"
 
     # the rollback run is visible in the UI and undid the store on the real systems
     ui.goto("/")
