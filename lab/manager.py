@@ -328,11 +328,13 @@ class Lab:
     def down(self, purge: bool = False) -> None:
         services = self.recorded_services()
         self._destroy_domains(services)
-        for name in reversed(SERVICE_ORDER):
+        # in tiers, each stopped side by side (one grace period per tier, not per service):
+        # the services, then the database the Prefect server used, then the network they all sat on
+        last = ("postgres", "store-network")
+        stop_many([svc.record for name, svc in services.items() if name not in last])
+        for name in last:
             if name in services:
-                stop(services.pop(name).record, grace=5.0 if name == "postgres" else 3.0)
-        for svc in services.values():
-            stop(svc.record)
+                stop(services[name].record, grace=5.0 if name == "postgres" else 3.0)
         self._stop_simulated_minions()
         self._stop_orphan_qemus()
         info = self.paths.load_info()
