@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Annotated
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -25,6 +27,18 @@ MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
 class InventoryError(ValueError):
     """The inventory or a parameter is invalid; the message names the field and the fix."""
+
+
+def _spelled(pattern: str, what: str, how: str) -> AfterValidator:
+    """A field whose value must match `pattern`; the error names it and how to write it."""
+    regex = re.compile(pattern)
+
+    def check(value: str | None) -> str | None:
+        if value is not None and not regex.fullmatch(value):
+            raise ValueError(f"invalid {what} {value!r}: {how}")
+        return value
+
+    return AfterValidator(check)
 
 
 class _Strict(BaseModel):
@@ -134,37 +148,22 @@ class HypervisorSpec(_Strict):
 
 
 class VmSpec(_Strict):
-    name: str | None = Field(None, description="libvirt domain name (default store-<id>-vm)")
+    name: Annotated[str | None, _spelled(r"[a-z0-9][a-z0-9-]{0,62}", "VM name",
+                                         "lowercase letters, digits and '-'")] = Field(
+        None, description="libvirt domain name (default store-<id>-vm)")
     vcpus: int = Field(2, ge=1, le=64, description="virtual CPUs, 1..64")
     memory_mib: int = Field(4096, ge=128, le=262144, description="memory in MiB, 128..262144")
     disk_gib: int = Field(20, ge=1, le=2048, description="disk size in GiB, 1..2048")
-    network: str = Field("br0", description="host bridge for the VM NIC, or 'none'")
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", v):
-            raise ValueError(f"invalid VM name {v!r}: lowercase letters, digits and '-'")
-        return v
-
-    @field_validator("network")
-    @classmethod
-    def _network(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", v):
-            raise ValueError(f"invalid network {v!r}: a bridge name like br0, or 'none'")
-        return v
+    network: Annotated[str, _spelled(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", "network",
+                                     "a bridge name like br0, or 'none'")] = Field(
+        "br0", description="host bridge for the VM NIC, or 'none'")
 
 
 class ErpSpec(_Strict):
-    site_code: str = Field(description="the store's site code in the ERP")
+    site_code: Annotated[str, _spelled(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", "ERP site code",
+                                       "letters, digits, '-' and '_'")] = Field(
+        description="the store's site code in the ERP")
     cost_center: str | None = None
-
-    @field_validator("site_code")
-    @classmethod
-    def _site(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", v):
-            raise ValueError(f"invalid ERP site code {v!r}: letters, digits, '-' and '_'")
-        return v
 
 
 class Store(_Strict):
