@@ -15,6 +15,13 @@ from lab.state import LAB_FILE_ROOTS, SALT_STATES_DIR, VENV_BIN
 from store_rollout.contracts import AUTOSIGN_GRAIN
 
 
+def daemon_paths(root: Path, daemon: str) -> dict[str, str]:
+    """A lab Salt daemon's files, all under its own `root` (nothing under /etc or /var)."""
+    return {"root_dir": str(root), "pki_dir": str(root / "pki"), "cachedir": str(root / "cache"),
+            "sock_dir": str(root / "sock"), "pidfile": str(root / f"salt-{daemon}.pid"),
+            "log_file": str(root / f"{daemon}.log")}
+
+
 def salt_env() -> dict[str, str]:
     return {**os.environ, "PYTHONWARNINGS": "ignore"}
 
@@ -61,12 +68,7 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
         "interface": "127.0.0.1",
         "publish_port": publish_port,
         "ret_port": ret_port,
-        "root_dir": str(root),
-        "pki_dir": str(root / "pki"),
-        "cachedir": str(root / "cache"),
-        "sock_dir": str(root / "sock"),
-        "pidfile": str(root / "salt-master.pid"),
-        "log_file": str(root / "master.log"),
+        **daemon_paths(root, "master"),
         "log_level_logfile": "info",
         # the overlay first: Salt serves the first root that has a path
         "file_roots": {"base": [str(root) for root in LAB_FILE_ROOTS]},

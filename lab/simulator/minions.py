@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 import yaml
 
 from lab.procs import ProcessRecord, spawn, stop
+from lab.salt_master import daemon_paths
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork, machine_address
 
@@ -104,12 +105,7 @@ class MinionManager:
             # what differs between a lab process and a real machine: paths, ports, virt URI
             "id": minion_id,
             "user": "root",
-            "root_dir": str(root),
-            "pki_dir": str(root / "pki"),
-            "cachedir": str(root / "cache"),
-            "sock_dir": str(root / "sock"),
-            "pidfile": str(root / "salt-minion.pid"),
-            "log_file": str(root / "minion.log"),
+            **daemon_paths(root, "minion"),
             "master_port": self.info.salt_ret_port,
             "publish_port": self.info.salt_publish_port,
             "acceptance_wait_time": 1,
