@@ -109,7 +109,12 @@ def stop_many(records: Sequence[ProcessRecord], grace: float = 3.0) -> None:
     for proc in leftovers:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(leftovers, timeout=3)
+    # not psutil.wait_procs: a killed grandchild stays a zombie until an init that may reap
+    # late (or never) does, and wait_procs counts a zombie as running (1-2 s a stop, seen here)
+    deadline = time.monotonic() + 3
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(0.02)
+        leftovers = _live_members(groups)
     for record in records:  # a leader this process spawned is our child: reap its zombie
         with contextlib.suppress(ChildProcessError):
             os.waitpid(record.pid, os.WNOHANG)

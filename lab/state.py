@@ -232,6 +232,8 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_POWER_TYPE": info.power_type, "STORE_ROLLOUT_POWER_ADDRESS": info.power_address,
         "STORE_ROLLOUT_POWER_USER": info.power_user,
         "STORE_ROLLOUT_POWER_PASSWORD": info.power_password,
+        # the simulated BMC switches a process, not a power supply: no pause needed
+        "STORE_ROLLOUT_POWER_OFF_SECONDS": "0",
         # the full lab boots a real image; the default lab's guests are simulated processes
         "STORE_ROLLOUT_IMAGE_DESCRIPTION": str(LAB_IMAGE_DESCRIPTION),
         "STORE_ROLLOUT_IMAGE_BUILDER": "kiwi" if info.full else "lab",

@@ -91,6 +91,10 @@ class RolloutSettings(BaseSettings):
     # BMC login for Cobbler's fence agent; a store's inventory entry may override both
     power_user: str = ""
     power_password: SecretStr = SecretStr("")
+    # step 2 powers a host off and on itself (Cobbler's own reboot sleeps a fixed 5 s between
+    # the two): how long a host stays off, for BMCs and power supplies that need a pause
+    power_off_seconds: float = Field(5.0, ge=0, le=120, description="seconds a host stays "
+                                     "off in step 2's power cycle")
     image_description: str = "leap-jeos"
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"

@@ -133,6 +133,7 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
                 "created" if created else "updated")
     with fleet_slot(COBBLER_SYNC_LIMIT):
         client.sync_system(system)
-    client.power(system, "reboot")
-    logger.info("store %s: %s power-cycled through Cobbler for PXE install", store.store_id, system)
+    client.power_cycle(system, off_seconds=settings.power_off_seconds)
+    logger.info("store %s: %s power-cycled through Cobbler for PXE install (off %.1fs)",
+                store.store_id, system, settings.power_off_seconds)
     return {"system": system, "created": created, "skipped": False}

@@ -49,6 +49,7 @@ class FakeCobbler:
         # pxe_just_once off makes disable_netboot do nothing; `answers` the other calls' answers
         self.pxe_just_once = True
         self.answers: dict[str, bool] = {}
+        self.power_calls: list[tuple[str, str, float]] = []
 
     def _dispatch(self, method: str, params: tuple[Any, ...]) -> Any:
         return getattr(self, f"do_{method}")(*params)
@@ -96,6 +97,7 @@ class FakeCobbler:
         return self.answers.get("sync", True)
 
     def do_power_system(self, handle: str, power: str, token: str) -> bool:
+        self.power_calls.append((handle, power, time.monotonic()))
         return self.answers.get(f"power_{power}", True)
 
     def do_remove_system(self, name: str, token: str) -> bool:
@@ -249,6 +251,24 @@ def test_false_answer_is_an_error(cobbler: tuple[FakeCobbler, CobblerClient], an
     fake.answers[answer] = False
     with pytest.raises(CobblerRejected, match=f"^Cobbler answered False to {re.escape(message)}"):
         call(client)
+
+
+def test_power_cycle_is_off_then_on_after_the_pause(
+        cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    fake, client = cobbler
+    client.power_cycle("hv-1", off_seconds=0.3)
+    (off_handle, off, off_at), (on_handle, on, on_at) = fake.power_calls
+    assert (off_handle, off, on_handle, on) == ("system::hv-1", "off", "system::hv-1", "on")
+    assert on_at - off_at >= 0.3
+
+
+def test_power_cycle_does_not_power_on_when_off_failed(
+        cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    fake, client = cobbler
+    fake.answers["power_off"] = False
+    with pytest.raises(CobblerRejected, match="power off hv-1"):
+        client.power_cycle("hv-1", off_seconds=0)
+    assert [power for _, power, _ in fake.power_calls] == ["off"]
 
 
 def test_power_status_false_means_off(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:

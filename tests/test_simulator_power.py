@@ -6,11 +6,17 @@ seconds: SIGTERM, grace, SIGKILL), so their minions came back in clumps, 15-30 s
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import threading
+import time
 from pathlib import Path
 
+import psutil
+
 from lab.procs import spawn
-from lab.simulator.minions import MinionManager
+from lab.simulator.minions import MinionManager, clear_stale_pidfiles
 from lab.state import LabInfo, LabPaths
 
 
@@ -37,3 +43,25 @@ def test_a_quick_power_off_finishes_while_a_slow_one_is_still_waiting(tmp_path: 
     finally:
         minions.stop("slow", grace=0)
         minions.stop("quick", grace=0)
+
+
+def test_a_booting_machine_drops_pidfiles_of_dead_minions_only(tmp_path: Path) -> None:
+    """A reboot kills the minion at once; its zombie may outlive the kill until init reaps it,
+    and a pidfile naming it made the next minion exit as "already running"."""
+    zombie = subprocess.Popen(["true"])  # not reaped until the end: a zombie meanwhile
+    try:
+        deadline = time.monotonic() + 5
+        while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the child did not end"
+            time.sleep(0.01)
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        (tmp_path / "salt-minion.pid").write_text(f"{zombie.pid}\n")
+        (tmp_path / "process_responsibility_salt-minion.pid").write_text(
+            json.dumps({"pid": gone.pid, "name": "salt-minion"}))
+        (tmp_path / "garbled.pid").write_text("not a pid")
+        (tmp_path / "live.pid").write_text(str(os.getpid()))  # a minion still running
+        clear_stale_pidfiles(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["live.pid"]
+    finally:
+        zombie.wait()

@@ -217,7 +217,9 @@ class Firmware:
 
     def _reboot(self, minion_id: str) -> None:
         time.sleep(1.0)  # like `shutdown -r`: the state run that asked returns first
-        self.minions.stop(minion_id, "reboot")
+        # no grace: salt-minion takes about 6 s to leave on SIGTERM, so a grace only delayed
+        # the SIGKILL it ended in anyway
+        self.minions.stop(minion_id, "reboot", grace=0.0)
         delay, fail = self.faults.take("reboot")
         time.sleep(0.5 + delay)  # powered off
         if fail:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import psutil
 import yaml
 
 from lab.procs import ProcessRecord, spawn, stop
@@ -24,6 +25,23 @@ log = logging.getLogger("lab.simulator")
 
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 SALT_LONGEST_SOCKET_NAME = "minion_event_0123456789_pull.ipc"  # salt: sha256(id)[:10]
+
+
+def clear_stale_pidfiles(root: Path) -> None:
+    """A booting machine's /run is empty: drop pidfiles whose process is gone or a zombie (a
+    killed minion's zombie that init has not reaped yet would make the next minion exit as
+    "already running"); one naming a live process stays and keeps a second minion out."""
+    for pidfile in root.glob("*.pid"):
+        try:
+            text = pidfile.read_text().strip()
+            pid = int(json.loads(text)["pid"]) if text.startswith("{") else int(text)
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                continue
+        except (OSError, ValueError, KeyError, psutil.NoSuchProcess):
+            pass
+        except psutil.Error:
+            continue
+        pidfile.unlink(missing_ok=True)
 
 
 def minion_root_dir(simulator_dir: Path, machine_index: int) -> Path:
@@ -161,6 +179,7 @@ class MinionManager:
             if current and current.alive():
                 return
             mdir = self.minion_dir(minion_id)
+            clear_stale_pidfiles(self.root_dir(minion_id))
             marker = mdir / "salt-bin"  # absent in a lab state dir from before it existed
             salt_bin = Path(marker.read_text()) if marker.exists() else VENV_BIN
             argv = [str(salt_bin / "salt-minion"), "-c", str(mdir / "etc"), "-l", "warning"]
