@@ -84,7 +84,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
                             timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)
-        clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
+        keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
         vm = clock.run(STEP_CREATE_VM, create_vm, store, image)
         booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
                            stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
@@ -94,6 +94,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
         "hypervisor_reinstalled": not install["skipped"],
         "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
+        "hypervisor_extensions_synced": keys["extensions_synced"],
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],
         "image_build_seconds": image.get("build_seconds"),
         # seconds into step 6 of each stage and minion start, and each stage's boot id

@@ -40,6 +40,13 @@ UPDATE_REPOS_META: Final = "update_repos"
 # resumes the download on that type.
 DOWNLOAD_CUT: Final = "download cut"
 
+# -- custom modules on a minion -----------------------------------------------------------------
+# the files saltutil.sync_<form> copies (salt.utils.extmods' include pattern) and the forms step 4
+# keeps current on a hypervisor (utils first: storevirt reaches them through __utils__);
+# storevirt.extension_hashes and tasks/salt/extensions.py hash the same files
+SYNCED_EXTENSION_PATTERN: Final = r"\.(pyx?|so|zip)$"
+HYPERVISOR_EXTENSION_FORMS: Final = ("utils", "modules")
+
 # -- hypervisor ready ------------------------------------------------------------------------
 # The last state of a hypervisor's highstate sets this grain and fires this event
 # (salt_states/hypervisor/ready via parameters/defaults.yaml `ready:`); step 3

@@ -16,7 +16,7 @@ from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.retry import retry_on
 from tasks.salt import HypervisorReadyWatcher, SaltTransientError, master_client
-from tasks.salt.probes import sync_extensions
+from tasks.salt.probes import domain_with_current_extensions
 
 __all__ = ["prepare_vm_keys", "remove_vm_key", "wait_for_hypervisor"]
 
@@ -53,18 +53,24 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
     settings = load_settings()
     master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
-    sync_extensions(master, store.hypervisor_minion_id)  # steps 4-6 call them
-    # a key is stale only when its VM is going to be created anew (step_rules.vm_key_kept)
-    domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
+    # the hypervisor's storevirt as the master has it (steps 4-6 call it); a key is stale only
+    # when its VM is going to be created anew (step_rules.vm_key_kept)
+    domain, synced = domain_with_current_extensions(master, store.hypervisor_minion_id,
+                                                    store.vm_name)
+    if synced:
+        logger.info("store %s: %s synced %s", store.store_id, store.hypervisor_minion_id,
+                    ", ".join(synced))
     if step_rules.vm_key_kept(domain, lambda: master.key_state(minion)):
         logger.info("store %s: VM %s exists and its key is accepted; keeping it",
                     store.store_id, minion)
-        return {"minion": minion, "deleted_stale_key": False, "token_issued": False}
+        return {"minion": minion, "deleted_stale_key": False, "token_issued": False,
+                "extensions_synced": synced}
     deleted = master.delete_key(minion)
     master.issue_token(minion)
     logger.info("store %s: VM minion %s: stale key deleted: %s; one-time token issued",
                 store.store_id, minion, deleted)
-    return {"minion": minion, "deleted_stale_key": deleted, "token_issued": True}
+    return {"minion": minion, "deleted_stale_key": deleted, "token_issued": True,
+            "extensions_synced": synced}
 
 
 @task(name="remove_vm_key", task_run_name="remove-vm-key-{store.store_id}")

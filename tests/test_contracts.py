@@ -286,6 +286,7 @@ def check_reactor(r: Report) -> None:
 def check_salt_modules(r: Report) -> None:
     for kind, module, names in (
             ("_modules", "provisioning", ("BOOTSTRAP_FILES",)),
+            ("_modules", "storevirt", ("SYNCED_EXTENSION_PATTERN",)),
             ("_utils", "store_seed_iso",
              ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS")),
             ("_engines", "store_autosign_guard",

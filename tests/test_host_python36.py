@@ -19,6 +19,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -29,10 +30,12 @@ import pytest
 
 from lab.state import REPO_ROOT, SALT_STATES_DIR
 from store_rollout.contracts import (
+    HYPERVISOR_EXTENSION_FORMS,
     LIBVIRT_CONNECTION_LOST,
     LIBVIRT_CONNECTION_RESTORED,
     LIBVIRT_EVENT_TAG_PREFIX,
 )
+from tasks.salt.extensions import served_extension_hashes
 
 HOST_PY36 = Path(os.environ.get("STORE_ROLLOUT_HOST_PY36_VENV",
                                 REPO_ROOT / ".venv-host-py36")) / "bin" / "python"
@@ -56,6 +59,7 @@ def run_on_host_python(tmp: Path, calls: list[dict[str, Any]],
         # what a sync puts in the minion's extmods/utils: storevirt's __utils__
         "utils_dirs": [str(SALT_STATES_DIR / "_utils")],
         "virt": {"connection": {"uri": URI}, "images": str(tmp / "images")},
+        "extension_modules": str(tmp / "extmods"),
         "test": False,
     }
     proc = subprocess.run([str(HOST_PY36), str(RUNNER)], input=json.dumps(
@@ -96,6 +100,24 @@ def image_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         server.server_close()
 
 
+def synced_extensions(extmods: Path) -> dict[str, str]:
+    """Lay out `extmods` as saltutil.sync_utils/sync_modules leave it from salt_states (a
+    compiled file beside them, which a sync never copies), and return what the master's file
+    server says of the same files (tasks/salt/extensions.py, this process's Salt)."""
+    import salt.config
+    import salt.fileserver
+
+    for form in HYPERVISOR_EXTENSION_FORMS:
+        shutil.copytree(SALT_STATES_DIR / f"_{form}", extmods / form,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        (extmods / form / "__pycache__").mkdir()
+        (extmods / form / "__pycache__" / "x.cpython-36.pyc").write_bytes(b"\0")
+    opts = salt.config.master_config(None)
+    opts.update({"file_roots": {"base": [str(SALT_STATES_DIR)]}, "fileserver_backend": ["roots"],
+                 "cachedir": str(extmods.parent / "master-cache")})
+    return served_extension_hashes(salt.fileserver.Fileserver(opts), "sha256")
+
+
 def domain_xml(disk: Path, seed: Path) -> str:
     # the seed CD-ROM already names its ISO: the test driver cannot update devices
     return f"""<domain type='test'><name>{VM}</name><memory>65536</memory>
@@ -132,10 +154,14 @@ def test_storevirt_runs_under_the_store_hosts_python(tmp_path: Path,
         {"fun": "storevirt.inspect", "args": [{HV: {"domains": [VM], "base_images": [key, "nokey"]}}]},
         {"fun": "storevirt.retire_seed", "args": [VM]},
         {"fun": "storevirt.remove_vm", "args": [VM]},
+        {"fun": "storevirt.extension_hashes", "args": [list(HYPERVISOR_EXTENSION_FORMS), "sha256"]},
     ]
+    served = synced_extensions(tmp_path / "extmods")
     (first, again, overlay, overlay_again, seed_at, seeded, seed_mode, summary, missing, inspected,
-     retired, removed) = run_on_host_python(
+     retired, removed, hashes) = run_on_host_python(
         tmp_path, calls, define=[domain_xml(disk, seed)])
+    # the host's view of its synced extensions is the master's (Salt 3008's file server)
+    assert ok(hashes) == served and "modules/storevirt.py" in served
     assert ok(first)["transferred"] == image.stat().st_size and not ok(first)["cached"]
     assert ok(again)["cached"] and json.loads((base.parent / "meta.json").read_text()) == {"key": key}
     assert ok(overlay) == {"path": str(disk), "created": True}

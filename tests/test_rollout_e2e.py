@@ -72,8 +72,17 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
         "flow_runs": {"name": {"any_": ["rollout-e2e2"]}}}, timeout=10).json()
     assert [r["state_type"] for r in runs] == ["COMPLETED"], runs
 
+    # the hosts' extensions are the master's after their highstates: no step 4 synced any
+    assert [r["hypervisor_extensions_synced"] for r in (first, *results)] == [[], [], []]
+    # a host whose storevirt is not the master's (a project update since its install) has it
+    # synced by the rerun's step 4, which found it out in the job it asks the domain with
+    master = SaltMasterClient(lab.salt_master_config)
+    extmods = master.cmd("store-e2e1-hv", "config.get", ["extension_modules"])
+    master.cmd("store-e2e1-hv", "file.append", [f"{extmods}/modules/storevirt.py",
+                                                "# from an older project version"])
     # a rerun of a finished store changes nothing: no second record, VM, key or ERP notice
     again = finish(start_rollout(lab_env, "e2e1", inventory))
+    assert again["hypervisor_extensions_synced"] == ["modules.storevirt"], again
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)

@@ -188,9 +188,18 @@ class FakeMaster:
     def token_for(self, minion: str) -> str | None:
         return "token" if minion in self.tokens else None
 
+    def extension_hashes(self) -> tuple[str, dict[str, str]]:
+        return "sha256", {"modules/storevirt.py": "same"}
+
+    def cmd_multi(self, minion: str, calls: list[tuple[str, list[Any]]],
+                  timeout: float = 60) -> dict[str, Any]:
+        return {fun: self.cmd(minion, fun, args) for fun, args in calls}
+
     def cmd(self, minion: str, fun: str, arg: Any = (), kwarg: Any = None,
             timeout: float = 60) -> Any:
         self.calls.append(fun)
+        if fun == "storevirt.extension_hashes":
+            return self.extension_hashes()[1]
         base = f"/srv/images/base/{KEY}/image.qcow2"
         if fun == "storevirt.domain_summary":
             return None if self.domain is None else dict(self.domain)

@@ -233,7 +233,8 @@ class CobblerClient:
         """Off, `off_seconds` off, on: Cobbler's `reboot` is the same two fence-agent calls with
         a fixed 5-s sleep between them, inside one XML-RPC call."""
         self.power(name, "off")
-        time.sleep(off_seconds)
+        with external("hardware_wait"):
+            time.sleep(off_seconds)
         self.power(name, "on")
 
     def disable_netboot(self, name: str) -> None:

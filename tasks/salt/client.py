@@ -22,6 +22,7 @@ from tasks.salt.errors import (
     SaltMinionNoResponse,
 )
 from tasks.salt.events import EventBus, SaltEvent, next_event
+from tasks.salt.extensions import served_extension_hashes
 from tasks.salt.masterlog import MasterLogTail
 from tasks.salt.minions import check_minion_id, key_state_in, summarize_failure
 from tasks.salt.runtime import SALT_LOADING, prepare_salt_runtime
@@ -47,6 +48,7 @@ class SaltMasterClient:
         self._new_wheel = wheel_client or self._salt_wheel_client
         self._wheel_client: Any = None
         self._local_client: Any = None
+        self._fileserver: Any = None
 
     @property
     def opts(self) -> dict[str, Any]:
@@ -191,6 +193,41 @@ class SaltMasterClient:
         if retcode != 0:
             raise SaltCommandFailed(minion_id, fun, retcode, summarize_failure(ret.get("ret")))
         return ret.get("ret")
+
+    def cmd_multi(self, minion_id: str, calls: list[tuple[str, list[Any]]],
+                  timeout: float = 60) -> dict[str, Any]:
+        """Several functions in one job (Salt's compound command), each with its args:
+        {fun: ret}, or {fun: SaltCommandFailed} for one that failed or is not on the minion.
+        Raises when the minion does not answer."""
+        funs = [fun for fun, _ in calls]
+        if len(set(funs)) != len(funs):
+            raise ValueError(f"cmd_multi: each function once, got {funs}")
+        what = f"{'+'.join(funs)} for {minion_id}"
+        with external(_system_of(funs[0])), self._master_call(what):
+            result = self._local().cmd(minion_id, funs, [list(args) for _, args in calls],
+                                       timeout=timeout, full_return=True)
+        if minion_id not in result:
+            self.close()
+            raise SaltMinionNoResponse(minion_id, "+".join(funs), timeout)
+        rets, retcodes = result[minion_id].get("ret"), result[minion_id].get("retcode")
+        rets = rets if isinstance(rets, dict) else {}
+        retcodes = retcodes if isinstance(retcodes, dict) else {}
+        answers: dict[str, Any] = {}
+        for fun in funs:
+            retcode = retcodes.get(fun)  # absent: the function raised (or is not there)
+            answers[fun] = rets.get(fun) if retcode == 0 else SaltCommandFailed(
+                minion_id, fun, int(retcode or 1), summarize_failure(rets.get(fun)))
+        return answers
+
+    def extension_hashes(self) -> tuple[str, dict[str, str]]:
+        """The master's hash_type and `extensions.served_extension_hashes` (its file server,
+        built once per client)."""
+        if self._fileserver is None:
+            import salt.fileserver
+
+            self._fileserver = salt.fileserver.Fileserver(self.opts)
+        hash_type = str(self.opts.get("hash_type") or "sha256")
+        return hash_type, served_extension_hashes(self._fileserver, hash_type)
 
     def cmd_many(self, minion_ids: list[str], fun: str, arg: list[Any] | tuple[Any, ...] = (),
                  kwarg: dict[str, Any] | None = None,

@@ -9,7 +9,12 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from store_rollout.contracts import FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_NEW, HYPERVISOR_READY_GRAIN
+from store_rollout.contracts import (
+    FIRSTBOOT_STAGE_GRAIN,
+    FIRSTBOOT_STAGE_NEW,
+    HYPERVISOR_EXTENSION_FORMS,
+    HYPERVISOR_READY_GRAIN,
+)
 from tasks.salt.errors import HypervisorKeyContested, SaltError
 from tasks.salt.events import EventBus
 from tasks.salt.masterlog import MasterLogTail
@@ -39,6 +44,11 @@ class MasterApi(Protocol):
     def revoke_token(self, minion_id: str) -> bool: ...
 
     def log_tail(self) -> MasterLogTail: ...
+
+    def cmd_multi(self, minion_id: str, calls: list[tuple[str, list[Any]]],
+                  timeout: float = 60) -> dict[str, Any]: ...
+
+    def extension_hashes(self) -> tuple[str, dict[str, str]]: ...
 
 
 def hypervisor_state(master: MasterApi, minion_id: str) -> str:
@@ -87,6 +97,23 @@ def reset_vm(master: MasterApi, hypervisor: str, vm_name: str) -> None:
     """Hard reset of a VM that stopped answering (a hung guest): stop, then start the domain."""
     master.cmd(hypervisor, "virt.stop", [vm_name])
     master.cmd(hypervisor, "virt.start", [vm_name])
+
+
+def domain_with_current_extensions(master: MasterApi, hypervisor: str,
+                                   vm_name: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """storevirt.domain_summary of `vm_name`, asked in one job with the hypervisor's extension
+    hashes; when those differ from the master's (a project update, a first run, a storevirt
+    without the function) the extensions are synced and the domain asked again by the new code.
+    Returns the summary and what the sync brought ([]: none was needed)."""
+    hash_type, served = master.extension_hashes()
+    answers = master.cmd_multi(hypervisor, [
+        ("storevirt.extension_hashes", [list(HYPERVISOR_EXTENSION_FORMS), hash_type]),
+        ("storevirt.domain_summary", [vm_name])])
+    hashes, summary = answers["storevirt.extension_hashes"], answers["storevirt.domain_summary"]
+    if hashes == served and not isinstance(summary, SaltError):
+        return summary, []
+    synced = sync_extensions(master, hypervisor)
+    return master.cmd(hypervisor, "storevirt.domain_summary", [vm_name]), synced
 
 
 def sync_extensions(master: MasterApi, minion_id: str) -> list[str]:
