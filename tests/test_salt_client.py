@@ -34,6 +34,7 @@ class FakeClient:
     def __init__(self, *answers: Any) -> None:
         self.answers = list(answers)
         self.calls: list[tuple[Any, ...]] = []
+        self.options: list[dict[str, Any]] = []  # cmd's keyword arguments, call by call
         self.destroyed = False
 
     def _next(self, *call: Any) -> Any:
@@ -44,6 +45,7 @@ class FakeClient:
         return answer
 
     def cmd(self, *args: Any, **kwargs: Any) -> Any:
+        self.options.append(kwargs)
         return self._next(*args)
 
     def cmd_async(self, *args: Any) -> Any:
@@ -64,6 +66,41 @@ def test_a_return() -> None:
     local = FakeClient({"hv": {"ret": True, "retcode": 0}})
     assert master_with(local).cmd("hv", "test.ping", timeout=3) is True
     assert local.calls == [("hv", "test.ping", [])]
+
+
+def test_the_masters_follow_up_to_a_silent_minion_is_shortened_only_when_asked() -> None:
+    local = FakeClient(*[{"hv": {"ret": "new", "retcode": 0}}] * 2)
+    master = master_with(local)
+    master.cmd("hv", "grains.get", ["firstboot_stage"], timeout=5, gather_job_timeout=2)
+    master.cmd("hv", "virt.init", ["vm"], timeout=180)
+    assert [o.get("gather_job_timeout") for o in local.options] == [2, None]
+    assert "gather_job_timeout" not in local.options[1]  # the master's config decides
+
+
+def test_probes_of_a_down_minion_ask_briefly() -> None:
+    from tasks.salt.probes import firstboot_stage, hypervisor_state
+
+    first, second = FakeClient({}), FakeClient({})  # neither minion answers (a client each:
+    master = master_with(first, second)             # a silent minion renews the connection)
+    assert hypervisor_state(master, "hv") == "silent"
+    assert firstboot_stage(master, "vm") is None
+    # 5 s and a 2-s follow-up each, not the master's 10 s
+    assert [(o["timeout"], o["gather_job_timeout"]) for o in first.options + second.options] \
+        == [(5, 2), (5, 2)]
+
+
+def test_a_compound_job_answers_each_function_or_its_failure() -> None:
+    local = FakeClient({"hv": {"ret": {"storevirt.domain_summary": None,
+                                       "storevirt.extension_hashes": "Traceback ... not available"},
+                               "retcode": {"storevirt.domain_summary": 0}}})
+    answers = master_with(local).cmd_multi("hv", [("storevirt.extension_hashes", [["modules"]]),
+                                                  ("storevirt.domain_summary", ["vm"])])
+    assert local.calls == [("hv", ["storevirt.extension_hashes", "storevirt.domain_summary"],
+                            [[["modules"]], ["vm"]])]
+    assert answers["storevirt.domain_summary"] is None
+    failed = answers["storevirt.extension_hashes"]
+    assert isinstance(failed, SaltCommandFailed) and failed.fun == "storevirt.extension_hashes"
+    assert "not available" in str(failed)
 
 
 def test_a_minion_that_does_not_return_is_transient_and_renews_the_connection() -> None:

@@ -16,7 +16,7 @@ class RecordingMaster:
         self.brought, self.jobs = brought, []  # type: list[tuple[str, dict[str, Any] | None]]
 
     def cmd(self, minion_id: str, fun: str, arg: Any = (), kwarg: dict[str, Any] | None = None,
-            timeout: float = 60) -> Any:
+            timeout: float = 60, gather_job_timeout: float | None = None) -> Any:
         self.jobs.append((fun, kwarg))
         return self.brought.get(fun, True)
 

@@ -104,7 +104,8 @@ class FakeMaster:
         yield self.bus
 
     def cmd(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = (),
-            kwarg: dict[str, Any] | None = None, timeout: float = 60) -> Any:
+            kwarg: dict[str, Any] | None = None, timeout: float = 60,
+            gather_job_timeout: float | None = None) -> Any:
         self.calls.append((minion_id, fun, list(arg)))
         if fun == "grains.get":
             answer = self.grain(self.clock.now)

@@ -196,7 +196,7 @@ class FakeMaster:
         return {fun: self.cmd(minion, fun, args) for fun, args in calls}
 
     def cmd(self, minion: str, fun: str, arg: Any = (), kwarg: Any = None,
-            timeout: float = 60) -> Any:
+            timeout: float = 60, gather_job_timeout: float | None = None) -> Any:
         self.calls.append(fun)
         if fun == "storevirt.extension_hashes":
             return self.extension_hashes()[1]

@@ -180,11 +180,15 @@ class SaltMasterClient:
 
     # -- remote execution --------------------------------------------------------------
     def cmd(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = (),
-            kwarg: dict[str, Any] | None = None, timeout: float = 60) -> Any:
-        """Run `fun` on one minion; returns its `ret`. Raises on no answer or retcode != 0."""
+            kwarg: dict[str, Any] | None = None, timeout: float = 60,
+            gather_job_timeout: float | None = None) -> Any:
+        """Run `fun` on one minion; returns its `ret`. Raises on no answer or retcode != 0.
+        `gather_job_timeout`: how long the master asks a silent minion whether the job still
+        runs, after `timeout` (default: its config's, 10 s)."""
+        gather = {} if gather_job_timeout is None else {"gather_job_timeout": gather_job_timeout}
         with external(_system_of(fun)), self._master_call(f"{fun} for {minion_id}"):
             result = self._local().cmd(minion_id, fun, list(arg), timeout=timeout,
-                                       kwarg=kwarg, full_return=True)
+                                       kwarg=kwarg, full_return=True, **gather)
         if minion_id not in result:
             self.close()  # a silent target may mean a stale connection (master restart): renew
             raise SaltMinionNoResponse(minion_id, fun, timeout)

@@ -19,6 +19,10 @@ from tasks.salt.errors import HypervisorKeyContested, SaltError
 from tasks.salt.events import EventBus
 from tasks.salt.masterlog import MasterLogTail
 
+# a probe asks whether a minion answers at all: after its 5 s, the master's own 10-s follow-up
+# (find_job) to a minion that is down only made every probe of a down VM cost 15 s
+PROBE_TIMEOUT, PROBE_GATHER_TIMEOUT = 5.0, 2.0
+
 
 class MasterApi(Protocol):
     """What the waits of steps 3 and 6 use of `SaltMasterClient`."""
@@ -28,7 +32,8 @@ class MasterApi(Protocol):
     def subscribe(self, prefix: str = "") -> AbstractContextManager[EventBus]: ...
 
     def cmd(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = (),
-            kwarg: dict[str, Any] | None = None, timeout: float = 60) -> Any: ...
+            kwarg: dict[str, Any] | None = None, timeout: float = 60,
+            gather_job_timeout: float | None = None) -> Any: ...
 
     def cmd_async(self, minion_id: str, fun: str,
                   arg: list[Any] | tuple[Any, ...] = ()) -> str: ...
@@ -55,7 +60,8 @@ def hypervisor_state(master: MasterApi, minion_id: str) -> str:
     """Current state, not events: 'ready' (its highstate set the ready grain), 'answering'
     (up, not ready yet) or 'silent' (not installed, booting, or its key not accepted)."""
     try:
-        ready = master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN], timeout=5)
+        ready = master.cmd(minion_id, "grains.get", [HYPERVISOR_READY_GRAIN],
+                           timeout=PROBE_TIMEOUT, gather_job_timeout=PROBE_GATHER_TIMEOUT)
     except SaltError:
         return "silent"
     return "ready" if ready else "answering"
@@ -87,7 +93,8 @@ def contested_key(master: MasterApi, store_id: str, minion: str) -> None:
 def firstboot_stage(master: MasterApi, minion: str) -> str | None:
     """The VM's firstboot_stage grain, or None when it does not answer."""
     try:
-        stage = master.cmd(minion, "grains.get", [FIRSTBOOT_STAGE_GRAIN], timeout=5)
+        stage = master.cmd(minion, "grains.get", [FIRSTBOOT_STAGE_GRAIN],
+                           timeout=PROBE_TIMEOUT, gather_job_timeout=PROBE_GATHER_TIMEOUT)
         return str(stage or FIRSTBOOT_STAGE_NEW)
     except SaltError:
         return None
