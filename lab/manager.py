@@ -239,9 +239,15 @@ class Lab:
 
         from lab.state import VENV_BIN
 
-        subprocess.run([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
-                       capture_output=True, timeout=120, check=True)
-        prefect_server.register_deployments(env, self.paths.logs / "prefect-deploy.log")
+        # side by side with the deployments (each is seconds of CLI start and Prefect import)
+        setup = subprocess.Popen([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            prefect_server.register_deployments(env, self.paths.logs / "prefect-deploy.log")
+        finally:
+            said, _ = setup.communicate(timeout=120)
+        if setup.returncode != 0:
+            raise RuntimeError(f"lab: `store-rollout prefect-setup` failed: {said[-2000:]}")
 
     def _clear_stale(self, alive: dict[str, ServiceInfo]) -> None:
         """Leftovers of a crashed lab: group members of dead leaders, stale pid/socket files."""
@@ -259,16 +265,22 @@ class Lab:
         if "simulator" not in alive:
             self._stop_simulated_minions()
 
-    def _stop_simulated_minions(self) -> None:
+    def _minion_process_files(self) -> list[Path]:
         base = self.paths.simulator / "minions"
-        pfiles = list(base.glob("*/process.json")) if base.exists() else []
+        return list(base.glob("*/process.json")) if base.exists() else []
+
+    def _simulated_minions(self) -> list[ProcessRecord]:
         records = []
-        for pfile in pfiles:
+        for pfile in self._minion_process_files():
             try:
                 records.append(ProcessRecord.from_json(json.loads(pfile.read_text())))
             except (FileNotFoundError, ValueError):
                 continue  # the simulator replaced it meanwhile
-        stop_many(records, grace=2.0)  # all minions at once: a lab may hold dozens
+        return records
+
+    def _stop_simulated_minions(self) -> None:
+        pfiles = self._minion_process_files()
+        stop_many(self._simulated_minions(), grace=2.0)  # all at once: a lab may hold dozens
         for pfile in pfiles:
             pfile.unlink(missing_ok=True)
 
@@ -330,12 +342,15 @@ class Lab:
         self._destroy_domains(services)
         # in tiers, each stopped side by side (one grace period per tier, not per service):
         # the services, then the database the Prefect server used, then the network they all sat on
+        # the simulated machines' minions go with the first tier: a salt-minion needs about 6 s
+        # to leave on SIGTERM, so their grace ends in SIGKILL in any case
         last = ("postgres", "store-network")
-        stop_many([svc.record for name, svc in services.items() if name not in last])
+        stop_many([svc.record for name, svc in services.items() if name not in last]
+                  + self._simulated_minions())
         for name in last:
             if name in services:
                 stop(services[name].record, grace=5.0 if name == "postgres" else 3.0)
-        self._stop_simulated_minions()
+        self._stop_simulated_minions()  # any the simulator started meanwhile
         self._stop_orphan_qemus()
         info = self.paths.load_info()
         if info is not None:

@@ -3,6 +3,7 @@ that runs the deployments of `prefect.yaml` (runs started from the UI or the RES
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -84,17 +85,31 @@ def client_env(port: int, prefect_home: Path, state_dir: Path) -> dict[str, str]
     return env
 
 
+def ensure_work_pool(api: str) -> None:
+    """The deployments' process work pool, as `prefect work-pool create --type process` makes
+    it (the process worker's default job template), made here: two CLI calls cost 5 s a lab."""
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+    from prefect.workers.process import ProcessWorker
+
+    with SyncPrefectClient(api) as client:
+        try:
+            client.read_work_pool(work_pool())
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):
+                client.create_work_pool(WorkPoolCreate(
+                    name=work_pool(), type="process",
+                    base_job_template=ProcessWorker.get_default_base_job_template()))
+
+
 def register_deployments(env: dict[str, str], log: Path) -> None:
     """The work pool and `prefect deploy --all` of prefect.yaml, exactly as in production."""
-    prefect = str(VENV_BIN / "prefect")
+    ensure_work_pool(env["PREFECT_API_URL"])
     with open(log, "ab") as out:
-        existing = subprocess.run([prefect, "work-pool", "inspect", work_pool()], env=env,
-                                  stdout=out, stderr=subprocess.STDOUT, timeout=60)
-        if existing.returncode != 0:
-            subprocess.run([prefect, "work-pool", "create", work_pool(), "--type", "process"],
-                           env=env, stdout=out, stderr=subprocess.STDOUT, timeout=60, check=True)
-        deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--all"], env=env,
-                                cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+        deploy = subprocess.run([str(VENV_BIN / "prefect"), "--no-prompt", "deploy", "--all"],
+                                env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                timeout=300)
     if deploy.returncode != 0:
         raise RuntimeError(f"prefect deploy --all of {PREFECT_YAML} failed; see {log}")
 
