@@ -38,6 +38,15 @@ def test_image_base_url_must_be_http() -> None:
     assert settings.image_rate_limit == 2_000_000 and settings.image_ca_bundle == ""
 
 
+def test_power_off_time_defaults_to_cobblers_and_a_bad_one_is_named() -> None:
+    base = {**BASE, "STORE_ROLLOUT_IMAGE_BASE_URL": "https://images.example/s"}
+    assert load_settings(base).power_off_seconds == 5.0  # as Cobbler's own reboot
+    assert load_settings({**base, "STORE_ROLLOUT_POWER_OFF_SECONDS": "0"}).power_off_seconds == 0
+    with pytest.raises(SettingsError, match="power_off_seconds: .*greater than or equal to 0 .*"
+                                            "set STORE_ROLLOUT_POWER_OFF_SECONDS"):
+        load_settings({**base, "STORE_ROLLOUT_POWER_OFF_SECONDS": "-1"})
+
+
 def test_cli_never_picks_a_lab_by_itself(tmp_path: Path) -> None:
     """A production worker installed from a checkout with a stale `.lab/lab.json` must not roll
     out against that lab: without STORE_ROLLOUT_SETTINGS_FILE the CLI refuses, naming what is missing."""
