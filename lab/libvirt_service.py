@@ -13,6 +13,7 @@ bind mounts or a tmpfs that exist only inside the namespace.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -120,6 +121,19 @@ def _connects(libvirt_uri: str) -> bool:
 
 def wait_ready(libvirt_dir: Path, timeout: float = 30) -> None:
     wait_until(lambda: _connects(uri(libvirt_dir)), timeout, "libvirtd", interval=0.2)
+
+
+def probe_capabilities(libvirt_uri: str) -> None:
+    """Have libvirtd probe QEMU now (its first capabilities read takes about 8 s, seen here),
+    not in the first virt.init a test or a store makes; lab up runs it while Prefect starts."""
+    import libvirt
+
+    with contextlib.suppress(libvirt.libvirtError):
+        conn = libvirt.open(libvirt_uri)
+        try:
+            conn.getCapabilities()
+        finally:
+            conn.close()
 
 
 def vm_type(libvirt_uri: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

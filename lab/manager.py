@@ -196,6 +196,9 @@ class Lab:
         lab_server("image-server", info.image_server_url, "lab.image_server", "/_lab/health",
                    "--root", str(self.paths.image_cache), "--port", str(p.image_server))
         libvirt_service.wait_ready(self.paths.libvirt)
+        probe = ThreadPoolExecutor(max_workers=1)  # beside the services still starting
+        probed = probe.submit(libvirt_service.probe_capabilities, info.libvirt_uri)
+        probe.shutdown(wait=False)
         info.vm_type = libvirt_service.vm_type(info.libvirt_uri) if full else "qemu"
         self.paths.write_info(info)
         lab_server("simulator", info.simulator_url, "lab.simulator", "/health",
@@ -212,6 +215,7 @@ class Lab:
         ensure("prefect-worker", f"work pool {prefect_server.work_pool()}",
                lambda: prefect_server.start_worker(worker_env, logs / "prefect-worker.log"),
                lambda: prefect_server.wait_worker_online(p.prefect))
+        probed.result(timeout=120)
         dead = [name for name, svc in services.items() if not svc.record.alive()]
         if dead:
             raise RuntimeError(
