@@ -17,6 +17,7 @@ from store_rollout.contracts import (
 )
 from tasks.salt.errors import HypervisorKeyContested, SaltError
 from tasks.salt.events import EventBus
+from tasks.salt.extensions import SALTENV
 from tasks.salt.masterlog import MasterLogTail
 
 # a probe asks whether a minion answers at all: after its 5 s, the master's own 10-s follow-up
@@ -131,7 +132,7 @@ def sync_extensions(master: MasterApi, minion_id: str) -> list[str]:
     Named environment and no blanket reload: a bare `saltutil.sync_modules` renders the minion's
     top file to find the environment and reloads every module even when nothing changed (1-2 s
     of each rerun, issue 28); top.sls has only `base`, and the reload runs only when needed."""
-    quiet = {"saltenv": "base", "refresh": False}
+    quiet = {"saltenv": SALTENV, "refresh": False}
     synced = [*(master.cmd(minion_id, "saltutil.sync_utils", kwarg=quiet, timeout=60) or []),
               *(master.cmd(minion_id, "saltutil.sync_modules", kwarg=quiet, timeout=60) or [])]
     if synced:
