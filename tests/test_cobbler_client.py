@@ -50,6 +50,8 @@ class FakeCobbler:
         self.pxe_just_once = True
         self.answers: dict[str, bool] = {}
         self.power_calls: list[tuple[str, str, float]] = []
+        self.sync_seconds, self.sync_done_at = 0.0, 0.0
+        self.status_reads: list[float] = []
 
     def _dispatch(self, method: str, params: tuple[Any, ...]) -> Any:
         return getattr(self, f"do_{method}")(*params)
@@ -95,6 +97,17 @@ class FakeCobbler:
 
     def do_sync(self, token: str) -> bool:
         return self.answers.get("sync", True)
+
+    def do_background_syncsystems(self, options: dict[str, Any], token: str) -> str:
+        self.check(token)
+        self.sync_done_at = time.monotonic() + self.sync_seconds
+        return "task-1"
+
+    def do_get_task_status(self, task_id: str) -> list[Any]:
+        self.status_reads.append(time.monotonic())
+        done = time.monotonic() >= self.sync_done_at
+        # Cobbler 3.3: [start time, name, state, ...]
+        return [0.0, "Syncsystems", "complete" if done else "running"]
 
     def do_power_system(self, handle: str, power: str, token: str) -> bool:
         self.power_calls.append((handle, power, time.monotonic()))
@@ -269,6 +282,17 @@ def test_power_cycle_does_not_power_on_when_off_failed(
     with pytest.raises(CobblerRejected, match="power off hv-1"):
         client.power_cycle("hv-1", off_seconds=0)
     assert [power for _, power, _ in fake.power_calls] == ["off"]
+
+
+def test_sync_system_sees_a_short_sync_end_soon(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    """A one-system sync takes tenths of a second: the wait for it ends within tens of ms of
+    its end, not after a long first back-off (that was most of step 2's own time)."""
+    fake, client = cobbler
+    fake.sync_seconds = 0.15
+    client.sync_system("hv-1")
+    ended = time.monotonic()
+    assert ended - fake.sync_done_at < 0.08
+    assert 3 <= len(fake.status_reads) <= 8  # backs off: no busy poll
 
 
 def test_power_status_false_means_off(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:

@@ -198,8 +198,10 @@ class CobblerClient:
         tok = self.token()
         task_id = self._call(f"sync {name}", lambda: self._proxy.background_syncsystems(
             {"systems": [name]}, tok), name)
+        # a one-system sync takes tenths of a second: look again soon, and back off gently so
+        # the end is seen at most about half the time waited so far after it
         for attempt in Retrying(stop=stop_after_delay(timeout),
-                                wait=wait_exponential(multiplier=0.1, max=2),
+                                wait=wait_exponential(multiplier=0.02, exp_base=1.5, max=2),
                                 retry=retry_if_exception_type(_SyncRunning), reraise=True):
             with attempt:
                 state = self._call(f"sync {name} status",
