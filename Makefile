@@ -17,13 +17,16 @@ STAMP_HOST_SALT := $(HOST_SALT_VENV)/.setup.stamp
 # code is called under it (tests/test_host_python36.py); any CPython 3.6 will do (README)
 HOST_PY36_VENV ?= $(CURDIR)/.venv-host-py36
 STAMP_HOST_PY36 := $(HOST_PY36_VENV)/.setup.stamp
+# the lab's BMC emulators (VirtualBMC for IPMI, sushy-tools for Redfish), apart from the app
+BMC_VENV ?= $(CURDIR)/.venv-bmc
+STAMP_BMC := $(BMC_VENV)/.setup.stamp
 PYTHON36 ?= $(shell for p in "$$(pyenv prefix 3.6 2>/dev/null)/bin/python3.6" python3.6; do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 6))' 2>/dev/null && command -v "$$p" && break; done)
 
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
-	xorriso libxml2-utils dnsmasq-base
+	xorriso libxml2-utils dnsmasq-base ipmitool
 
 .PHONY: setup demo test test-durations test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
 
@@ -31,7 +34,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
 SALT3006_SHA256 := ee2c38b34ea861409013c81cf0aa85297d69cf10773b73ee7a0710b5c942dcca
 
-setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(STAMP_HOST_SALT) $(STAMP_HOST_PY36) $(SALT3006_SDIST)
+setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(STAMP_HOST_SALT) $(STAMP_HOST_PY36) $(STAMP_BMC) $(SALT3006_SDIST)
 
 $(SALT3006_SDIST): $(STAMP_VENV)
 	mkdir -p $(dir $@)
@@ -73,6 +76,12 @@ $(STAMP_HOST_PY36): requirements-host-py36.lock $(STAMP_APT)
 	$(HOST_PY36_VENV)/bin/pip install -q 'pip==21.3.1'
 	$(HOST_PY36_VENV)/bin/pip install -q --no-deps -r requirements-host-py36.lock
 	$(HOST_PY36_VENV)/bin/salt-call --version
+	touch $@
+
+$(STAMP_BMC): requirements-bmc.lock $(STAMP_APT)
+	test -x $(BMC_VENV)/bin/python || python3 -m venv $(BMC_VENV)
+	$(BMC_VENV)/bin/pip install -q --no-deps -r requirements-bmc.lock
+	$(BMC_VENV)/bin/vbmc --version && $(BMC_VENV)/bin/sushy-emulator --help >/dev/null
 	touch $@
 
 demo: setup

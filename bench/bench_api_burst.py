@@ -65,7 +65,7 @@ def main() -> None:
     stores = 5 if args.quick else args.stores
     info = lab_info()
     api = info.prefect_api_url
-    inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "burst-", stores)
+    inv, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", "burst-", stores)
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
     cpu_before = snapshot(info)

@@ -43,7 +43,7 @@ def main() -> None:
         from flows.batch_rollout import batch_rollout
 
         for size in sizes:
-            inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", f"bb{size}-", size)
+            inv, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", f"bb{size}-", size)
             try:
                 cpu_before = snapshot(info)
                 started = time.perf_counter()

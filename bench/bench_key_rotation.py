@@ -47,7 +47,7 @@ def main() -> None:
         from tasks.salt import SaltMasterClient
 
         master = SaltMasterClient(info.salt_master_config)
-        inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "kr-", stores)
+        inv, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", "kr-", stores)
         try:
             rows = batch_rollout(str(inv), ids, canary=0, wave_size=stores,
                                  max_in_flight=stores, halt_failure_ratio=1.0)

@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     count = 1 if args.quick else args.stores
     info = lab_info()
-    inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "bo", count)
+    inv, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", "bo", count)
     rows = []
     try:
         with prefect_on_lab(info):

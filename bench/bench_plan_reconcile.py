@@ -67,7 +67,7 @@ def main() -> None:
         from tasks.salt import SaltMasterClient
 
         master = SaltMasterClient(info.salt_master_config)
-        inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "pr-", stores)
+        inv, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", "pr-", stores)
         try:
             started = time.monotonic()
             rows = batch_rollout(str(inv), ids, canary=0, wave_size=stores,

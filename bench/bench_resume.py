@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     reruns = 1 if args.quick else args.reruns
     info = lab_info()
-    inv, ids = fresh_inventory(Path(tempfile.mkdtemp()) / "inv.yaml", "br", 1)
+    inv, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", "br", 1)
     sid = ids[0]
     marks: dict[str, float] = {}
 

@@ -38,8 +38,10 @@ def prefect_on_lab(info: LabInfo) -> Iterator[None]:
         yield
 
 
-def fresh_inventory(path: Path, prefix: str, count: int) -> tuple[Path, list[str]]:
-    """Stores no earlier run has used (ids and MACs from the clock), so each is a full rollout."""
+def fresh_inventory(info: LabInfo, path: Path, prefix: str,
+                    count: int) -> tuple[Path, list[str]]:
+    """Stores no earlier run has used (ids and MACs from the clock), so each is a full rollout;
+    their hosts racked in the lab, every other one behind IPMI, the rest behind Redfish."""
     stamp = int(time.time() * 10) % 0xFFFF
     ids = [f"{prefix}{stamp:04x}-{i}" for i in range(count)]
     stores = [{"store_id": sid,
@@ -48,11 +50,14 @@ def fresh_inventory(path: Path, prefix: str, count: int) -> tuple[Path, list[str
                "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 2, "network": "none"},
                "erp": {"site_code": f"B-{i}"}} for i, sid in enumerate(ids)]
     path.write_text(yaml.safe_dump({"stores": stores}))
+    from lab.hardware import rack_inventory
+
+    rack_inventory(info, path)
     return path, ids
 
 
 def cleanup(info: LabInfo, store_ids: list[str]) -> None:
-    """Remove what the benchmark created: VM, keys, Cobbler record (powers the 'hardware' off);
+    """Remove what the benchmark created: VM, keys, the host and its BMC, Cobbler record;
     a few stores at a time (one store takes seconds: a Salt job, key deletions, Cobbler)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -74,9 +79,11 @@ def cleanup_store(info: LabInfo, sid: str) -> None:
     for minion in (vm, hv):
         master.delete_key(minion)
         master.revoke_token(minion)
+    from lab.hardware import unrack
+
+    unrack(info, sid)  # the host off (its minion and VM with it) and gone, with its BMC
     try:
         if cobbler.get_system(hv) is not None:
-            cobbler.power(hv, "off")
             cobbler.remove_system(hv)
     except CobblerError:
         pass

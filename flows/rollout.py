@@ -80,7 +80,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             tags(f"store-{store_id}", "store-rollout"):
         image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
-        install = clock.run(STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store)
+        install = clock.run(STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
+                            install_seconds=hypervisor_timeout)
         hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
                             timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)
@@ -93,6 +94,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
         "hypervisor_reinstalled": not install["skipped"],
+        # what step 2 had the BMC do ([] when it found the host installed, or installing)
+        "hypervisor_power_actions": install["power_actions"],
         "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
         "hypervisor_extensions_synced": keys["extensions_synced"],
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],

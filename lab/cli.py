@@ -121,7 +121,27 @@ def demo(inventory: Inventory = Path(DEFAULT_INVENTORY), state_dir: StateDir = N
             PREFECT_HOME: lab_dir / "prefect-client-home",
         }
     ):
-        _demo(inventory)
+        _demo(_racked_copy(inventory, lab_dir))
+
+
+@lab_app.command("rack")
+def rack(inventory: Inventory, state_dir: StateDir = None) -> None:
+    """Rack the inventory's store hosts in the lab (a domain and its IPMI or Redfish BMC each)
+    and write a copy of the inventory with their BMC fields into the lab's state dir."""
+    console.print(str(_racked_copy(inventory, state_dir_from_env(state_dir))))
+
+
+def _racked_copy(inventory: Path, lab_dir: Path) -> Path:
+    import shutil
+
+    from lab.hardware import rack_inventory
+
+    copy = lab_dir / f"racked-{inventory.name}"
+    shutil.copyfile(inventory, copy)
+    for host in rack_inventory(load_lab_info(lab_dir), copy):
+        console.print(f"racked {host.system}: {host.power_type} BMC {host.power_address}"
+                      + (f" port {host.power_port}" if host.power_port else ""))
+    return copy
 
 
 def _demo(inventory: Path) -> None:

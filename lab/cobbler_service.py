@@ -1,6 +1,7 @@
 """A real cobblerd 3.3.10 for the lab, fully contained in one state directory.
 
-Cobbler hard-codes its paths (/etc/cobbler, /var/lib/cobbler, /srv/tftpboot, /usr/sbin/fence_*),
+Cobbler hard-codes its paths (/etc/cobbler, /var/lib/cobbler, /srv/tftpboot, /usr/sbin/fence_*;
+the lab installs no fence agent: step 2 drives the BMCs itself, lab/bmc_service.py),
 so cobblerd runs in a private mount namespace with overlays on /etc, /var, /srv and /usr/sbin whose
 upper dirs live in the state dir: every write lands there, the host sees nothing, and the mounts
 vanish with the last process in the namespace.  See /work/shared/notes/cobbler.md.
@@ -9,7 +10,6 @@ vanish with the last process in the namespace.  See /work/shared/notes/cobbler.m
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -28,7 +28,6 @@ from lab.state import SALT_STATES_DIR
 from store_rollout.contracts import LIBVIRT_EVENTS_ENGINE
 
 LAB_DIR = Path(__file__).resolve().parent
-FENCE_AGENT_SRC = LAB_DIR / "fence_lab.py"
 SVC_HTTP_SRC = LAB_DIR / "cobbler_svc_http.py"
 
 DISTRO = "leap-15.6-x86_64"
@@ -72,7 +71,6 @@ class CobblerLabConfig:
     http_port: int
     user: str
     password: str
-    power_url: str
     server_address: str = "127.0.0.1"  # Cobbler's `server`: the address installers fetch from
 
     def upper(self, name: str) -> Path:
@@ -138,17 +136,6 @@ def _edit_settings(path: Path, values: dict[str, str]) -> None:
     path.write_text(text)
 
 
-def _install_fence_agent(cfg: CobblerLabConfig) -> None:
-    # Shebang -> the cobbler venv's python: guaranteed to exist and the agent needs only stdlib.
-    body = FENCE_AGENT_SRC.read_text().split("\n", 1)[1]
-    agent = cfg.upper("usr-sbin") / "fence_lab"
-    agent.write_text(f"#!{cfg.venv / 'bin' / 'python'}\n{body}")
-    agent.chmod(0o755)
-    # The agent reads its default target here (/etc/cobbler inside the namespace).
-    conf = cfg.upper("etc") / "cobbler" / "fence_lab.json"
-    conf.write_text(json.dumps({"power_url": cfg.power_url}) + "\n")
-
-
 def prepare_state(cfg: CobblerLabConfig) -> None:
     """Create or refresh the state dir; items already stored in the collections are kept."""
     state = cfg.state_dir.resolve()
@@ -173,7 +160,6 @@ def prepare_state(cfg: CobblerLabConfig) -> None:
     # Only the lab user: the stock cobbler/cobbler account must not work in the lab.
     digest = hashlib.sha3_512(cfg.password.encode()).hexdigest()
     (cfg.upper("etc") / "cobbler" / "users.digest").write_text(f"{cfg.user}:Cobbler:{digest}\n")
-    _install_fence_agent(cfg)
     (cfg.state_dir / "boot").mkdir(exist_ok=True)
     cfg.log_dir.mkdir(exist_ok=True)
 

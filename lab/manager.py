@@ -21,7 +21,14 @@ from typing import Any
 
 import requests
 
-from lab import cobbler_service, libvirt_service, postgres, prefect_server, salt_master
+from lab import (
+    bmc_service,
+    cobbler_service,
+    libvirt_service,
+    postgres,
+    prefect_server,
+    salt_master,
+)
 from lab.procs import ProcessRecord, spawn, stop, stop_many, tree_rss, wait_until
 from lab.state import (
     COBBLER_VENV,
@@ -37,7 +44,8 @@ from lab.store_network import GATEWAY, StoreNetwork, machine_address
 
 # start order; `down` stops in reverse (dependants first)
 SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
-                 "cobbler-http", "erp-receiver", "simulator", "prefect-worker"]
+                 "cobbler-http", "erp-receiver", "vbmcd", "redfish-bmc", "simulator",
+                 "prefect-worker"]
 
 
 @dataclass
@@ -59,8 +67,14 @@ class Lab:
             state_dir=self.paths.cobbler, venv=COBBLER_VENV,
             xmlrpc_port=self.ports.cobbler_xmlrpc, http_port=self.ports.cobbler_http,
             user=self.secrets.cobbler_user, password=self.secrets.cobbler_password,
-            power_url=f"http://127.0.0.1:{self.ports.simulator}/power",
             server_address=GATEWAY)  # what the store hosts fetch their profile from
+
+    def bmc_config(self) -> bmc_service.BmcLabConfig:
+        return bmc_service.BmcLabConfig(
+            state_dir=self.paths.bmc, logs=self.paths.logs, vbmcd_port=self.ports.vbmcd,
+            redfish_port=self.ports.redfish, user=self.secrets.bmc_user,
+            password=self.secrets.bmc_password,
+            libvirt_uri=libvirt_service.uri(self.paths.libvirt))
 
     def base_info(self, services: dict[str, ServiceInfo]) -> LabInfo:
         p = self.ports
@@ -75,8 +89,9 @@ class Lab:
             cobbler_url=f"http://127.0.0.1:{p.cobbler_xmlrpc}/",
             cobbler_http_url=f"http://127.0.0.1:{p.cobbler_http}",
             cobbler_user=self.secrets.cobbler_user, cobbler_password=self.secrets.cobbler_password,
-            power_address=f"http://127.0.0.1:{p.simulator}/power",
-            power_user=self.secrets.bmc_user, power_password=self.secrets.bmc_password,
+            bmc_user=self.secrets.bmc_user, bmc_password=self.secrets.bmc_password,
+            redfish_url=self.bmc_config().redfish_url, vbmcd_port=p.vbmcd,
+            vbmc_dir=str(self.bmc_config().vbmc_dir),
             libvirt_uri=libvirt_service.uri(self.paths.libvirt),
             erp_url=f"http://127.0.0.1:{p.erp}",
             erp_token=self.secrets.erp_token,
@@ -196,6 +211,11 @@ class Lab:
         lab_server("image-server", info.image_server_url, "lab.image_server", "/_lab/health",
                    "--root", str(self.paths.image_cache), "--port", str(p.image_server))
         libvirt_service.wait_ready(self.paths.libvirt)
+        bmc = self.bmc_config()
+        bmc_service.prepare(bmc)
+        ensure("vbmcd", f"{bmc_service.BMC_ADDRESS}:{p.vbmcd} (control)",
+               lambda: bmc_service.start_vbmcd(bmc), noop)
+        ensure("redfish-bmc", bmc.redfish_url, lambda: bmc_service.start_redfish(bmc), noop)
         probe = ThreadPoolExecutor(max_workers=1)  # beside the services still starting
         probed = probe.submit(libvirt_service.probe_capabilities, info.libvirt_uri)
         probe.shutdown(wait=False)
@@ -203,6 +223,7 @@ class Lab:
         self.paths.write_info(info)
         lab_server("simulator", info.simulator_url, "lab.simulator", "/health",
                    "--state-dir", str(self.paths.root), "--port", str(p.simulator))
+        bmc_service.wait_ready(bmc)
         cobbler_service.wait_ready(cob)
         cobbler_service.seed(cob, (IMAGE_BUILDS_DIR / "autoyast" / "store-hypervisor.xml")
                              .read_text())
@@ -248,6 +269,8 @@ class Lab:
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             prefect_server.register_deployments(env, self.paths.logs / "prefect-deploy.log")
+            prefect_server.save_bmc_block(info.prefect_api_url, info.bmc_block, info.bmc_user,
+                                          info.bmc_password)
         finally:
             said, _ = setup.communicate(timeout=120)
         if setup.returncode != 0:

@@ -103,6 +103,17 @@ def ensure_work_pool(api: str) -> None:
                     base_job_template=ProcessWorker.get_default_base_job_template()))
 
 
+def save_bmc_block(api: str, name: str, username: str, password: str) -> None:
+    """The lab BMCs' login as the flows get it: a BMC Credentials Block (never a setting)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from pydantic import SecretStr
+
+    from tasks.bmc import BmcCredentials
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        BmcCredentials(username=username, password=SecretStr(password)).save(name, overwrite=True)
+
+
 def register_deployments(env: dict[str, str], log: Path) -> None:
     """The work pool and `prefect deploy --all` of prefect.yaml, exactly as in production."""
     ensure_work_pool(env["PREFECT_API_URL"])

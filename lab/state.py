@@ -7,7 +7,7 @@ import os
 import secrets
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from lab.procs import ProcessRecord
 
@@ -65,6 +65,8 @@ class LabPorts(BaseModel):
     erp: int
     simulator: int
     image_server: int = 0  # 0: allocated on the next `lab up` (a lab state dir from before)
+    vbmcd: int = 0  # VirtualBMC's control port
+    redfish: int = 0  # the Redfish BMC emulator
 
 
 class LabSecrets(BaseModel):
@@ -75,7 +77,13 @@ class LabSecrets(BaseModel):
     cobbler_password: str = Field(default_factory=lambda: secrets.token_urlsafe(18))
     erp_token: str = Field(default_factory=lambda: secrets.token_urlsafe(24))
     bmc_user: str = "lab-bmc"
-    bmc_password: str = Field(default_factory=lambda: secrets.token_urlsafe(18))
+    # 20 characters: IPMI 2.0 takes at most 20 bytes (a lab from before had 24: made anew)
+    bmc_password: str = Field(default_factory=lambda: secrets.token_urlsafe(15))
+
+    @field_validator("bmc_password")
+    @classmethod
+    def _ipmi_sized(cls, value: str) -> str:
+        return value if len(value) <= 20 else secrets.token_urlsafe(15)
 
 
 class LabInfo(BaseModel):
@@ -96,10 +104,14 @@ class LabInfo(BaseModel):
     cobbler_user: str
     cobbler_password: str
     cobbler_profile: str = "store-hypervisor"
-    power_type: str = "lab"
-    power_address: str
-    power_user: str = ""  # the simulated BMCs' login (fence_lab sends it, the simulator checks it)
-    power_password: str = ""
+    # the store hosts' BMC emulators (lab/bmc_service.py) and their login, which the flows get
+    # from the BMC Credentials Block `bmc_block` (lab up saves it on the lab's Prefect server)
+    bmc_user: str = ""
+    bmc_password: str = ""
+    bmc_block: str = "lab-bmc"
+    redfish_url: str = ""
+    vbmcd_port: int = 0
+    vbmc_dir: str = ""
     libvirt_uri: str
     erp_url: str
     erp_token: str
@@ -139,6 +151,7 @@ class LabPaths:
         self.machine_addresses = self.simulator / "addresses.json"
         self.image_cache = root / "image-cache"
         self.store_network = root / "store-network"
+        self.bmc = root / "bmc"
 
     @property
     def master_config(self) -> Path:
@@ -183,8 +196,10 @@ class LabPaths:
 
     def load_or_create_secrets(self) -> LabSecrets:
         if self.secrets_json.exists():
-            stored = LabSecrets.model_validate_json(self.secrets_json.read_text())
-            if stored.model_fields_set == set(LabSecrets.model_fields):
+            raw = json.loads(self.secrets_json.read_text())
+            stored = LabSecrets.model_validate(raw)
+            if stored.model_fields_set == set(LabSecrets.model_fields) \
+                    and stored.model_dump() == raw:  # none made anew by a validator
                 return stored
             created = stored  # an older lab: keep its secrets, persist the new ones once
         else:
@@ -229,10 +244,8 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_HYPERVISOR_LIBVIRT_URI": info.libvirt_uri,
         "STORE_ROLLOUT_VM_TYPE": info.vm_type, "STORE_ROLLOUT_VM_IMAGES_DIR": info.vm_images_dir,
         "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN": info.erp_token,
-        "STORE_ROLLOUT_POWER_TYPE": info.power_type, "STORE_ROLLOUT_POWER_ADDRESS": info.power_address,
-        "STORE_ROLLOUT_POWER_USER": info.power_user,
-        "STORE_ROLLOUT_POWER_PASSWORD": info.power_password,
-        # the simulated BMC switches a process, not a power supply: no pause needed
+        "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": info.bmc_block,
+        # a host's domain has no power supply to drain: no pause needed
         "STORE_ROLLOUT_POWER_OFF_SECONDS": "0",
         # the full lab boots a real image; the default lab's guests are simulated processes
         "STORE_ROLLOUT_IMAGE_DESCRIPTION": str(LAB_IMAGE_DESCRIPTION),

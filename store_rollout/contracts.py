@@ -33,6 +33,9 @@ AUTOSIGN_REFUSED_TAG: Final = "store/autosign/refused"
 ROOT_PASSWORD_HASH_META: Final = "root_password_hash"
 # the update repositories, space-separated `alias=url` (settings.hypervisor_update_repos)
 UPDATE_REPOS_META: Final = "update_repos"
+# when step 2 powered the host on into its install (UTC, ISO 8601): a rerun within the install's
+# time finds it and does not power-cycle a host in the middle of its install; no template reads it
+POWER_CYCLED_META: Final = "install_power_cycled_at"
 
 # -- image delivery ----------------------------------------------------------------------------
 # storevirt.ensure_base_image's failure text when the image server's answer stopped midway; the

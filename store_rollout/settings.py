@@ -32,7 +32,10 @@ from pydantic_settings import (
 )
 
 SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
-SECRET_FIELDS = ("cobbler_password", "erp_token", "power_password")
+SECRET_FIELDS = ("cobbler_password", "erp_token")
+# settings an older release read; set now, they would be ignored (a BMC password among them)
+RETIRED = ("STORE_ROLLOUT_POWER_USER", "STORE_ROLLOUT_POWER_PASSWORD",
+           "STORE_ROLLOUT_POWER_PASSWORD_BLOCK", "STORE_ROLLOUT_POWER_ADDRESS")
 # a named credentials Block replaces these fields; without one they are required
 BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user", "cobbler_password"),
                   "erp_credentials_block": ("erp_url", "erp_token")}
@@ -86,13 +89,11 @@ class RolloutSettings(BaseSettings):
     erp_url: str = Field("", validate_default=True)
     erp_token: SecretStr = Field(SecretStr(""), validate_default=True)
     erp_timeout_seconds: float = Field(15.0, gt=0, le=300, description="ERP read timeout")
-    power_type: str = "ipmilanplus"
-    power_address: str = ""
-    # BMC login for Cobbler's fence agent; a store's inventory entry may override both
-    power_user: str = ""
-    power_password: SecretStr = SecretStr("")
-    # step 2 powers a host off and on itself (Cobbler's own reboot sleeps a fixed 5 s between
-    # the two): how long a host stays off, for BMCs and power supplies that need a pause
+    # the store hosts' BMC protocol where the inventory names none; their logins live only in
+    # BMC Credentials Blocks (bmc_credentials_block, or the store's own)
+    power_type: Literal["ipmi", "redfish"] = Field("ipmi", description="ipmi or redfish")
+    # how long a host stays off in step 2's power cycle, for BMCs and power supplies that need
+    # a pause (Cobbler's own reboot sleeps a fixed 5 s)
     power_off_seconds: float = Field(5.0, ge=0, le=120, description="seconds a host stays "
                                      "off in step 2's power cycle")
     image_description: str = "leap-jeos"
@@ -211,6 +212,18 @@ def _secret_from_block(block_name: str) -> str:
     return str(block.get())
 
 
+def _refuse_retired(env: dict[str, str], path: Path | None) -> None:
+    given = sorted(k for k in RETIRED if k in env)
+    if path is not None:
+        given += sorted(f"{k} (in {path})" for k in dotenv_values(path) if k in RETIRED)
+    if given:
+        raise SettingsError(
+            f"{', '.join(given)}: no longer read. A BMC login lives only in a BMC Credentials "
+            "Block (name it in STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK, or per store in "
+            "hypervisor.bmc_credentials_block) and a BMC's address in the inventory "
+            "(hypervisor.power_address); remove these variables")
+
+
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     env = dict(os.environ if environ is None else environ)
     blocks: dict[str, Any] = {name: _secret_from_block(env[f"STORE_ROLLOUT_{name.upper()}_BLOCK"])
@@ -219,6 +232,7 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     if path is not None and not path.is_file():
         raise SettingsError(f"{SETTINGS_FILE_ENV}={path}: no such file (name a settings file of "
                             "STORE_ROLLOUT_* lines, or unset it)")
+    _refuse_retired(env, path)
     token = _SOURCES.set((env, path))
     try:
         return RolloutSettings.model_validate(_Sourced(**blocks).model_dump())

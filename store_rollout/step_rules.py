@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeGuard, TypeVar
 
 from store_rollout.contracts import FIRSTBOOT_STAGE_DONE
@@ -32,6 +33,16 @@ def hypervisor_installed(key_state: str | None, ready: bool | Callable[[], bool]
     """Step 2 skips the PXE install (and step 3 its wait): the hypervisor's key is accepted and
     its highstate set the ready grain."""
     return key_state == KEY_ACCEPTED and bool(_now(ready))
+
+
+def install_underway(power_cycled_at: datetime | None, now: datetime, install_seconds: float,
+                     powered_on: bool | Callable[[], bool]) -> bool:
+    """Step 2 leaves the host alone (no new token, no record change, no power cycle) and step 3
+    waits for it: an earlier attempt powered it on into its install less than `install_seconds`
+    ago (step 3's timeout) and it is still on. A second power cycle would cut that install off."""
+    if power_cycled_at is None or not 0 <= (now - power_cycled_at).total_seconds() < install_seconds:
+        return False
+    return bool(_now(powered_on))
 
 
 def vm_key_kept(domain: Domain,

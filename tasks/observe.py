@@ -15,15 +15,18 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from store_rollout import step_rules
 from store_rollout.contracts import FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_NEW, HYPERVISOR_READY_GRAIN
 from store_rollout.fleet.facts import LastRun, StoreFacts
 from store_rollout.fleet.reconcile import StoreStatus
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.step_timeouts import STEP_TIMEOUTS
+from tasks.bmc import BmcError, bmc_client
 from tasks.cobbler import CobblerError, cobbler_client, system_changes
 from tasks.erp import ErpError, erp_client
 from tasks.kiwi import image_status
-from tasks.pxe_install import system_spec
+from tasks.pxe_install import power_cycled_at, system_spec
 from tasks.salt import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
 
 READ_TIMEOUT = 3  # seconds a minion gets to answer a read (a silent one is reported as such)
@@ -119,7 +122,8 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             image_cached=image["cached"], image_builder=image["builder"],
             cobbler_record=record is not None,
             cobbler_netboot=None if record is None else bool(record.get("netboot_enabled")),
-            cobbler_changes=changes,
+            cobbler_changes=changes, power_cycled_at=power_cycled_at(record),
+            host_powered_on=_host_on(store, settings, record, hv_keys[sid], ready.get(hv)),
             hypervisor_key=hv_keys[sid], hypervisor_answering=hv in ready,
             hypervisor_ready=bool(ready.get(hv)),
             highstate_changes=tested.get(hv), highstate_note=note,
@@ -130,6 +134,19 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             firstboot_stage=str(stages[vm] or FIRSTBOOT_STAGE_NEW) if vm in stages else None,
             erp_notices=notices, erp_error=erp_error, last_run=runs.get(sid))
     return facts
+
+
+def _host_on(store: Store, settings: RolloutSettings, record: dict[str, Any] | None,
+             key: str | None, ready: Any) -> bool | None:
+    """The host's power, from its BMC, asked only when it decides step 2: the host is not
+    installed and ready, and an earlier run powered it on into an install recently enough."""
+    if step_rules.hypervisor_installed(key, bool(ready)) or not step_rules.install_underway(
+            power_cycled_at(record), datetime.now(UTC), STEP_TIMEOUTS.hypervisor_timeout, True):
+        return None
+    try:
+        return bmc_client(store, settings).power_state() == "on"
+    except (BmcError, ValueError):
+        return None  # unknown: the plan says step 2 would power-cycle
 
 
 def _highstate_test(master: SaltMasterClient,

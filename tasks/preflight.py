@@ -11,7 +11,8 @@ from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings
-from tasks.cobbler import CobblerClient, CobblerError, bmc_credentials, cobbler_client
+from tasks.bmc import bmc_problems
+from tasks.cobbler import CobblerClient, CobblerError, cobbler_client
 from tasks.erp import erp_client
 from tasks.kiwi import KiwiDescriptionError, resolve_description
 from tasks.salt import master_client
@@ -114,15 +115,7 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     except KiwiDescriptionError:
         problems.append(f"image_description: no image description {settings.image_description!r}"
                         " under image_builds/ (set STORE_ROLLOUT_IMAGE_DESCRIPTION)")
-    for store in stores:
-        missing = bmc_credentials(store, settings).missing()
-        if missing:
-            problems.append(
-                f"store {store.store_id!r}: no BMC {' and '.join(missing)} for power type "
-                f"{settings.power_type!r} (Cobbler's first power cycle would fail): set "
-                "hypervisor.power_user/power_password in the inventory, or STORE_ROLLOUT_POWER_USER "
-                "and STORE_ROLLOUT_POWER_PASSWORD (or STORE_ROLLOUT_POWER_PASSWORD_BLOCK, or a BMC "
-                "Credentials Block named by STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK)")
+    problems.extend(bmc_problems(stores, settings))
     if not os.path.isfile(settings.salt_master_config):
         problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "
                         "(set STORE_ROLLOUT_SALT_MASTER_CONFIG)")

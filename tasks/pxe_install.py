@@ -1,12 +1,14 @@
-"""Step 2, PXE install of a store's hypervisor: one task over two outside systems, Cobbler
-(system record, netboot, sync, power) and the Salt master (the host's key and its one-time
-autosign token, and whether the host is already installed and ready).
+"""Step 2, PXE install of a store's hypervisor: one task over three outside systems, Cobbler
+(system record, netboot, sync), the host's BMC (network boot once, power cycle) and the Salt
+master (the host's key and its one-time autosign token, and whether the host is already
+installed and ready).
 
-The clients are tasks/cobbler/ and tasks/salt/; this module only composes them.
+The clients are tasks/cobbler/, tasks/bmc/ and tasks/salt/; this module only composes them.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from passlib.hash import sha512_crypt
@@ -14,16 +16,22 @@ from prefect import get_run_logger, task
 from pydantic import SecretStr
 
 from store_rollout import step_rules
-from store_rollout.contracts import AUTOSIGN_GRAIN, ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
+from store_rollout.contracts import (
+    AUTOSIGN_GRAIN,
+    POWER_CYCLED_META,
+    ROOT_PASSWORD_HASH_META,
+    UPDATE_REPOS_META,
+)
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.blocks import store_root_password
+from tasks.bmc import Bmc, BmcUnreachable, bmc_client, power_cycle_for_install
 from tasks.cobbler import (
     CobblerClient,
     CobblerRejected,
     CobblerUnavailable,
     SystemSpec,
-    bmc_credentials,
     cobbler_client,
 )
 from tasks.retry import retry_on
@@ -64,25 +72,34 @@ def root_password_hash(password: SecretStr, current: str = "") -> str:
     return str(sha512_crypt.using(rounds=5000).hash(secret))
 
 
-def store_root_password_hash(store: Store, client: CobblerClient) -> str:
+def store_root_password_hash(store: Store, record: dict[str, Any] | None) -> str:
     """crypt(3) of the store's root password (its Secret block, made on the first install) for
     its Cobbler record: the hash the record already holds when it is of that password."""
-    meta = (client.get_system(store.cobbler_system) or {}).get("autoinstall_meta")
+    meta = (record or {}).get("autoinstall_meta")
     current = str(meta.get(ROOT_PASSWORD_HASH_META) or "") if isinstance(meta, dict) else ""
     return root_password_hash(store_root_password(store.store_id), current)
+
+
+def power_cycled_at(record: dict[str, Any] | None) -> datetime | None:
+    """When step 2 last powered the host on into its install, as its Cobbler record says."""
+    meta = (record or {}).get("autoinstall_meta")
+    stamp = meta.get(POWER_CYCLED_META) if isinstance(meta, dict) else None
+    try:
+        return datetime.fromisoformat(str(stamp)) if stamp else None
+    except ValueError:  # edited by hand: as if absent
+        return None
 
 
 def system_spec(store: Store, settings: RolloutSettings, token: str,
                 root_hash: str = "") -> SystemSpec:
     """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
     autosign token; `root_hash`: crypt(3) of its root password, left out of the
-    record when empty, as for a plan, which never reads the password)."""
+    record when empty, as for a plan, which never reads the password). No BMC field: step 2
+    drives the BMC itself."""
     hv = store.hypervisor
-    bmc = bmc_credentials(store, settings)
-    system = store.cobbler_system
     root = {ROOT_PASSWORD_HASH_META: root_hash} if root_hash else {}
     return SystemSpec(
-        name=system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
+        name=store.cobbler_system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
         ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
         autoinstall_meta={
             "salt_master": settings.salt_master_address,
@@ -94,19 +111,21 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
             "vm_images_dir": settings.vm_images_dir,
             UPDATE_REPOS_META: update_repos_meta(settings.hypervisor_update_repos),
             **root,
-        },
-        power_type=settings.power_type, power_address=hv.power_address or settings.power_address,
-        power_user=bmc.username, power_pass=bmc.password, power_id=system)
+        })
 
 
 @task(name="pxe_install_hypervisor", retries=4, retry_delay_seconds=[2, 4, 8, 16],
-      retry_condition_fn=retry_on(CobblerUnavailable))
-def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
+      retry_condition_fn=retry_on(CobblerUnavailable, BmcUnreachable))
+def pxe_install_hypervisor(store: Store,
+                           install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout
+                           ) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
-    full sync would wipe the PXE configs of hypervisors booting right now), power cycle.
+    full sync would wipe the PXE configs of hypervisors booting right now), then through the
+    host's BMC: network boot once and a power cycle. `install_seconds`: how long an install
+    may take (step 3's timeout); within it a rerun leaves a host it powered on alone.
 
-    Returns: {"system", "created", "skipped"}; skipped when the hypervisor is already installed
-    and ready, which step 3 takes as its answer.
+    Returns: {"system", "created", "skipped", "install_underway", "power_actions"}; skipped
+    when the hypervisor is already installed and ready, which step 3 takes as its answer.
     """
     logger = get_run_logger()
     settings = load_settings()
@@ -114,17 +133,37 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
     client = cobbler_client(settings)
     minion = store.hypervisor_minion_id
     system = store.cobbler_system
+    result = {"system": system, "created": False, "skipped": False, "install_underway": False,
+              "power_actions": []}
     # resume: a hypervisor that is up and reported ready is not reinstalled
     if step_rules.hypervisor_installed(master.key_state(minion),
                                        lambda: hypervisor_ready(master, minion)):
         logger.info("store %s: hypervisor %s already installed and ready; no PXE",
                     store.store_id, minion)
-        return {"system": system, "created": False, "skipped": True}
+        return {**result, "skipped": True}
+    record = client.get_system(system)
+    bmc = bmc_client(store, settings)
+    # asked before any change: a wrong BMC login or address fails here, having changed nothing
+    powered_on = bmc.power_state() == "on"
+    cycled = power_cycled_at(record)
+    if step_rules.install_underway(cycled, datetime.now(UTC), install_seconds, powered_on):
+        logger.info("store %s: %s was powered on into its install at %s and is on: no second "
+                    "power cycle, step 3 waits for that install", store.store_id, system, cycled)
+        return {**result, "install_underway": True}
+    created, actions = reinstall(store, settings, master, client, bmc, record, logger)
+    return {**result, "created": created, "power_actions": actions}
+
+
+def reinstall(store: Store, settings: RolloutSettings, master: Any, client: CobblerClient,
+              bmc: Bmc, record: dict[str, Any] | None, logger: Any) -> tuple[bool, list[str]]:
+    """Step 2's changes, in this order: a new key and token, the Cobbler record, its sync, then
+    the BMC's network boot and power cycle. Returns (record created, power actions)."""
+    minion, system = store.hypervisor_minion_id, store.cobbler_system
     profile = store.hypervisor.cobbler_profile
     if not client.profile_exists(profile):
         raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
                               "exist; create it or fix hypervisor.cobbler_profile")
-    root_hash = store_root_password_hash(store, client)  # before any change: no Secret, no install
+    root_hash = store_root_password_hash(store, record)  # before any change: no Secret, no install
     master.delete_key(minion)  # a stale key of a previous install would be 'denied'
     token = master.issue_token(minion)
     spec = system_spec(store, settings, token, root_hash)
@@ -133,7 +172,11 @@ def pxe_install_hypervisor(store: Store) -> dict[str, Any]:
                 "created" if created else "updated")
     with fleet_slot(COBBLER_SYNC_LIMIT):
         client.sync_system(system)
-    client.power_cycle(system, off_seconds=settings.power_off_seconds)
-    logger.info("store %s: %s power-cycled through Cobbler for PXE install (off %.1fs)",
-                store.store_id, system, settings.power_off_seconds)
-    return {"system": system, "created": created, "skipped": False}
+
+    def mark_power_on() -> None:  # the evidence a rerun reads: written before the host is on
+        client.set_autoinstall_meta(system, {**spec.autoinstall_meta,
+                                             POWER_CYCLED_META: datetime.now(UTC).isoformat()})
+
+    actions = power_cycle_for_install(bmc, settings.power_off_seconds, logger.info,
+                                      before_on=mark_power_on)
+    return created, actions

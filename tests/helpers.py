@@ -113,12 +113,20 @@ def wait_state(api: str, run_id: str, timeout: float) -> str:
     return wait_for(final_state, timeout=timeout, interval=2, what=f"flow run {run_id} to end")
 
 
-def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:00") -> Path:
+def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:00", *,
+                    lab: LabInfo | None = None) -> Path:
+    """An inventory of test stores; with `lab`, each store's host racked in it (a domain and its
+    BMC): the odd ones (1st, 3rd...) behind IPMI, the even ones behind Redfish, so every test
+    with two stores or more drives both protocols."""
     stores = [{"store_id": sid,
                "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"{mac_prefix}:{n:02x}"},
                "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 2, "network": "none"},
                "erp": {"site_code": f"E2E-{sid}"}} for n, sid in enumerate(ids, start=1)]
     path.write_text(yaml.safe_dump({"stores": stores}))
+    if lab is not None:
+        from lab.hardware import rack_inventory
+
+        rack_inventory(lab, path)
     return path
 
 
@@ -154,10 +162,39 @@ def prefect_task_runs(lab: LabInfo, flow_run_name: str) -> tuple[dict[str, Any],
     return runs[0], tasks
 
 
-def bmc_power(lab: LabInfo, system: str, action: str) -> requests.Response:
-    """A store host's BMC (the simulator's), with the lab's BMC login, as Cobbler's agent."""
-    return requests.post(f"{lab.simulator_url}/power", json={"action": action, "plug": system},
-                         auth=(lab.power_user, lab.power_password), timeout=30)
+def bmc_power(lab: LabInfo, system: str, action: str) -> None:
+    """Power a racked store host `on` or `off` through its BMC emulator, over the protocol it
+    was racked with (IPMI when it has a vbmc endpoint, else Redfish), with the lab's BMC login."""
+    from pydantic import SecretStr
+
+    from lab.hardware import vbmc_port
+    from tasks.bmc import Bmc, IpmiBmc, RedfishBmc
+
+    login = (lab.bmc_user, SecretStr(lab.bmc_password))
+    port = vbmc_port(lab, system)
+    bmc: Bmc = (IpmiBmc("127.0.0.1", *login, port=port) if port is not None
+                else RedfishBmc(lab.redfish_url, *login, system_id=system))
+    {"on": bmc.power_on, "off": bmc.power_off}[action]()
+
+
+def power_actions(lab: LabInfo, system: str) -> dict[str, int]:
+    """How often a host's BMC emulator powered it on and off, from the emulator's own log (a
+    host racked behind IPMI logs in vbmcd's, by its domain's name; one behind Redfish in
+    sushy-emulator's, by its domain's UUID)."""
+    import libvirt
+
+    conn = libvirt.openReadOnly(lab.libvirt_uri)
+    try:
+        uuid = conn.lookupByName(system).UUIDString()
+    finally:
+        conn.close()
+    logs = Path(lab.state_dir) / "logs"
+    ipmi = (logs / "vbmcd-bmcs.log").read_text()
+    redfish = (logs / "redfish-bmc.log").read_text()
+    return {"on": ipmi.count(f"Power on called for domain {system}\n")
+            + redfish.count(f'System "{uuid}" power state set to "On"'),
+            "off": ipmi.count(f"Power off called for domain {system}\n")
+            + redfish.count(f'System "{uuid}" power state set to "ForceOff"')}
 
 
 def created_erp_notices(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:

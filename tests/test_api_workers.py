@@ -48,7 +48,7 @@ def workers_that_took(api: str, run_ids: list[str], timeout: float = 30) -> dict
 def test_rollout_started_through_rest_api(lab: LabInfo, tmp_path: Path) -> None:
     """Exactly what docs/api.md shows: create a run from the deployment, poll its state."""
     api = lab.prefect_api_url
-    inv = write_inventory(tmp_path / "inv.yaml", ["api1"], "52:54:00:a1:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["api1"], "52:54:00:a1:00", lab=lab)
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
     resp = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
@@ -87,7 +87,7 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
     # two runs, each worker able to take one at a time (--limit 1): whichever takes the first,
     # the other must take the second, so both take work
     ids = ["w1", "w2"]
-    inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:a2:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:a2:00", lab=lab)
     logs = [tmp_path / f"worker-{n}.log" for n in (1, 2)]
     workers = [subprocess.Popen([prefect, "worker", "start", "--pool", POOL,
                                  "--name", f"lab-worker-{n}", "--limit", "1"],

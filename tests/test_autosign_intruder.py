@@ -120,7 +120,7 @@ def test_an_intruder_with_the_profiles_token_gets_no_key_and_no_store(
     run = secrets.token_hex(2)
     store, hv, vm = f"f-intr{run}", f"store-f-intr{run}-hv", f"store-f-intr{run}-vm"
     made_up = f"intruder-{run}"
-    inv = write_inventory(tmp_path / "inv.yaml", [store], f"52:54:00:fe:{run[:2]}")
+    inv = write_inventory(tmp_path / "inv.yaml", [store], f"52:54:00:fe:{run[:2]}", lab=lab)
     master = SaltMasterClient(lab.salt_master_config)
     manager = MinionManager(LabPaths(Path(lab.state_dir)), lab)
     faults = f"{lab.simulator_url}/faults/pxe"

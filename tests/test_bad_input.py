@@ -19,7 +19,9 @@ pytestmark = pytest.mark.lab
 BASE: dict[str, Any] = {"stores": [{
     "store_id": "bi1",
     "hypervisor": {"hostname": "hv-bi1.bad.invalid", "mac": "52:54:00:b1:00:01",
-                   "ip": "192.0.2.11", "netmask": "255.255.255.0", "gateway": "192.0.2.1"},
+                   "ip": "192.0.2.11", "netmask": "255.255.255.0", "gateway": "192.0.2.1",
+                   # preflight does not call a BMC: no host needs to answer here
+                   "power_type": "ipmi", "power_address": "192.0.2.211"},
     "vm": {"vcpus": 1, "memory_mib": 256, "disk_gib": 2, "network": "none"},
     "erp": {"site_code": "BI-1"}}]}
 SECOND = {"store_id": "bi2", "hypervisor": {"hostname": "hv-bi2.bad.invalid",
@@ -128,11 +130,20 @@ CASES: list[tuple[str, str, Any, dict[str, str], str | None, str]] = [
      None, "refusing Cobbler's default credentials"),
     ("erp-timeout-bad", "bi1", None, {"STORE_ROLLOUT_ERP_TIMEOUT_SECONDS": "-1"}, None,
      "erp_timeout_seconds"),
-    ("bmc-password-missing", "bi1", None, {"STORE_ROLLOUT_POWER_PASSWORD": ""}, None,
-     "store 'bi1': no BMC password for power type 'lab'"),
-    ("bmc-login-missing", "bi1", field("hypervisor.power_user", ""),
-     {"STORE_ROLLOUT_POWER_USER": "", "STORE_ROLLOUT_POWER_PASSWORD": ""}, None,
-     "no BMC user and password"),
+    ("bmc-address-missing", "bi1", field("hypervisor.power_address", DELETE), {}, None,
+     "store 'bi1': hypervisor.power_address: no BMC address"),
+    ("bmc-block-unknown", "bi1", None, {"STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": "no-such-bmc"},
+     None, "store 'bi1': no BMC Credentials Block named 'no-such-bmc'"),
+    ("bmc-block-unnamed", "bi1", None, {"STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": ""}, None,
+     "store 'bi1': no BMC Credentials Block named: set STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK"),
+    ("bmc-password-in-inventory", "bi1", field("hypervisor.power_password", "x"), {}, None,
+     "hypervisor: power_password: BMC logins are not read from the inventory"),
+    ("bmc-password-in-settings", "bi1", None, {"STORE_ROLLOUT_POWER_PASSWORD": "x"}, None,
+     "STORE_ROLLOUT_POWER_PASSWORD: no longer read"),
+    ("power-type-unknown", "bi1", field("hypervisor.power_type", "lanplus"), {}, None,
+     "hypervisor.power_type: Input should be 'ipmi' or 'redfish'"),
+    ("power-port-bad", "bi1", field("hypervisor.power_port", 70000), {}, None,
+     "hypervisor.power_port"),
 ]
 
 

@@ -31,7 +31,7 @@ def test_batch_of_five_halts_after_threshold(lab: LabInfo, lab_dir: Path, tmp_pa
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     ids = [f"b{i}" for i in range(1, 6)]
-    inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:ba:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:ba:00", lab=lab)
     raw = yaml.safe_load(inv.read_text())
     raw["stores"][3]["hypervisor"]["cobbler_profile"] = "no-such-profile"  # b4 fails
     inv.write_text(yaml.safe_dump(raw))

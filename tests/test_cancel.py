@@ -62,7 +62,7 @@ def assert_rolled_back(lab: LabInfo, store_id: str) -> None:
 def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
     store_id = "c-cancel"
-    inv = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:cc:00")
+    inv = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:cc:00", lab=lab)
     api = lab.prefect_api_url
     def deployment_id() -> str | None:
         resp = requests.get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)

@@ -49,7 +49,7 @@ class FakeCobbler:
         # pxe_just_once off makes disable_netboot do nothing; `answers` the other calls' answers
         self.pxe_just_once = True
         self.answers: dict[str, bool] = {}
-        self.power_calls: list[tuple[str, str, float]] = []
+        self.modified: list[tuple[str, str, Any]] = []
         self.sync_seconds, self.sync_done_at = 0.0, 0.0
         self.status_reads: list[float] = []
 
@@ -82,6 +82,7 @@ class FakeCobbler:
         return True
 
     def do_modify_system(self, handle: str, key: str, value: Any, token: str) -> bool:
+        self.modified.append((handle, key, value))
         if key == "mac_address":
             raise CX(f"invalid MAC address format ({value})")
         return True
@@ -108,10 +109,6 @@ class FakeCobbler:
         done = time.monotonic() >= self.sync_done_at
         # Cobbler 3.3: [start time, name, state, ...]
         return [0.0, "Syncsystems", "complete" if done else "running"]
-
-    def do_power_system(self, handle: str, power: str, token: str) -> bool:
-        self.power_calls.append((handle, power, time.monotonic()))
-        return self.answers.get(f"power_{power}", True)
 
     def do_remove_system(self, name: str, token: str) -> bool:
         return self.answers.get("remove_system", True)
@@ -181,10 +178,36 @@ def test_calls_that_work(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
 
 def test_unknown_object_is_not_found(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
     _, client = cobbler
-    with pytest.raises(CobblerNotFound, match="^Cobbler power on hv-9: 'internal error, unknown "
-                                              "system name hv-9'$") as info:
-        client.power("hv-9", "on")
-    assert (info.value.operation, info.value.subject, info.value.status) == ("power", "hv-9", None)
+    with pytest.raises(CobblerNotFound, match="^Cobbler get_system_handle: 'internal error, "
+                                              "unknown system name hv-9'$") as info:
+        client.set_autoinstall_meta("hv-9", {})
+    assert (info.value.operation, info.value.subject, info.value.status) == (
+        "get_system_handle", "hv-9", None)
+
+
+def test_upsert_clears_the_bmc_login_an_older_record_holds(
+        cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    """Cobbler hands power_pass back to any get_system caller: the record keeps none."""
+    fake, client = cobbler
+    fake.systems["hv-2"] = {"name": "hv-2", "power_user": "admin", "power_pass": "bmc-secret",
+                            "power_address": "10.0.0.9", "power_id": ""}
+    client.upsert_system(SPEC)
+    cleared = {key: value for handle, key, value in fake.modified if key.startswith("power_")}
+    assert cleared == {"power_user": "", "power_pass": "", "power_address": ""}
+    fake.modified.clear()
+    fake.systems["hv-2"] = {"name": "hv-2", "power_pass": "", "power_user": ""}
+    client.upsert_system(SPEC)  # nothing to clear: no call for it
+    assert not [key for _, key, _ in fake.modified if key.startswith("power_")]
+
+
+def test_set_autoinstall_meta_writes_and_saves(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
+    fake, client = cobbler
+    client.set_autoinstall_meta("hv-1", {"install_power_cycled_at": "2026-11-26T15:00:00+00:00"})
+    assert fake.modified == [("system::hv-1", "autoinstall_meta",
+                              {"install_power_cycled_at": "2026-11-26T15:00:00+00:00"})]
+    fake.answers["save_system"] = False
+    with pytest.raises(CobblerRejected, match="save_system hv-1"):
+        client.set_autoinstall_meta("hv-1", {})
 
 
 def test_refused_value_is_rejected(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
@@ -251,9 +274,6 @@ def test_rollback_fails_when_cobbler_leaves_netboot_on(
     ("save_system", lambda c: c.upsert_system(SPEC),
      "save_system hv-2: system 'hv-2' was not saved"),
     ("sync", lambda c: c.sync(), "sync: the PXE configs were not written"),
-    ("power_reboot", lambda c: c.power("hv-1", "reboot"),
-     "power reboot hv-1: the fence agent did not power-reboot system 'hv-1'"),
-    ("power_on", lambda c: c.power("hv-1", "on"), "power on hv-1: the fence agent did not"),
     ("remove_system", lambda c: c.remove_system("hv-1"),
      "remove_system hv-1: system 'hv-1' was not removed"),
 ])
@@ -266,24 +286,6 @@ def test_false_answer_is_an_error(cobbler: tuple[FakeCobbler, CobblerClient], an
         call(client)
 
 
-def test_power_cycle_is_off_then_on_after_the_pause(
-        cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
-    fake, client = cobbler
-    client.power_cycle("hv-1", off_seconds=0.3)
-    (off_handle, off, off_at), (on_handle, on, on_at) = fake.power_calls
-    assert (off_handle, off, on_handle, on) == ("system::hv-1", "off", "system::hv-1", "on")
-    assert on_at - off_at >= 0.3
-
-
-def test_power_cycle_does_not_power_on_when_off_failed(
-        cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
-    fake, client = cobbler
-    fake.answers["power_off"] = False
-    with pytest.raises(CobblerRejected, match="power off hv-1"):
-        client.power_cycle("hv-1", off_seconds=0)
-    assert [power for _, power, _ in fake.power_calls] == ["off"]
-
-
 def test_sync_system_sees_a_short_sync_end_soon(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
     """A one-system sync takes tenths of a second: the wait for it ends within tens of ms of
     its end, not after a long first back-off (that was most of step 2's own time)."""
@@ -293,12 +295,6 @@ def test_sync_system_sees_a_short_sync_end_soon(cobbler: tuple[FakeCobbler, Cobb
     ended = time.monotonic()
     assert ended - fake.sync_done_at < 0.08
     assert 3 <= len(fake.status_reads) <= 8  # backs off: no busy poll
-
-
-def test_power_status_false_means_off(cobbler: tuple[FakeCobbler, CobblerClient]) -> None:
-    fake, client = cobbler
-    fake.answers["power_status"] = False
-    assert client.power("hv-1", "status") is False
 
 
 @pytest.mark.parametrize(("body", "ok"), [("True", True), ("True\n", True), ("False", False),

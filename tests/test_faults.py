@@ -24,6 +24,7 @@ from tests.helpers import (
     bmc_power,
     check_store,
     finish,
+    power_actions,
     start_rollout,
     wait_for,
     write_inventory,
@@ -98,7 +99,7 @@ def completed(state: Any) -> dict[str, Any]:
 
 def test_cobbler_down_10s_during_step2(lab: LabInfo, lab_dir: Path, inprocess: Any,
                                       background: Background, tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-cobbler"], "52:54:00:f1:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-cobbler"], "52:54:00:f1:00", lab=lab)
     pid_before = service_pid(lab_dir, "cobblerd")
 
     def cobbler_down() -> None:
@@ -120,7 +121,7 @@ def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Pat
                                                      inprocess: Any, faults: Any,
                                                      background: Background,
                                                      tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-master"], "52:54:00:f2:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-master"], "52:54:00:f2:00", lab=lab)
     faults("pxe", {"delay": 12})
     pids: list[int] = [service_pid(lab_dir, "salt-master")]
     restart: dict[str, float] = {}
@@ -152,7 +153,7 @@ def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Pat
 
 def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: Any, faults: Any,
                                                      tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-late"], "52:54:00:f3:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-late"], "52:54:00:f3:00", lab=lab)
     faults("pxe", {"delay": 20})
     result = completed(inprocess("f-late", inv, hypervisor_timeout=15))
     assert faults_taken(lab)["pxe"]["delayed"] == 1
@@ -164,7 +165,7 @@ def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: An
 
 def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inprocess: Any,
                                                             faults: Any, tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-nohs"], "52:54:00:f9:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-nohs"], "52:54:00:f9:00", lab=lab)
     faults("startup_highstate", {"fail": 1})  # the host boots but its first highstate never runs
     result = completed(inprocess("f-nohs", inv, hypervisor_stall_timeout=5, hypervisor_timeout=60))
     assert faults_taken(lab)["startup_highstate"]["failed"] == 1
@@ -177,7 +178,7 @@ def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
     """Leap 15.6's stock salt-minion (Salt 3006.0 on Python 3.6) signs in with auth protocol 2,
     which the 3008 master refuses, firing no event: step 3 fails soon after the refusal, not at
     its timeout, naming the minion, both protocol versions and the two fixes; not retried."""
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-proto2"], "52:54:00:fd:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-proto2"], "52:54:00:fd:00", lab=lab)
     faults("old_host_salt", {"fail": 1})
     started = time.monotonic()
     try:
@@ -199,7 +200,7 @@ def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
 
 def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
                                   tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-start"], "52:54:00:f4:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-start"], "52:54:00:f4:00", lab=lab)
     faults("vm_start", {"fail": 2})
     result = completed(inprocess("f-start", inv))
     assert faults_taken(lab)["vm_start"]["failed"] == 2  # both injected failures happened
@@ -208,7 +209,7 @@ def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
 
 def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inprocess: Any,
                                                           faults: Any, tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-reboot"], "52:54:00:f5:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-reboot"], "52:54:00:f5:00", lab=lab)
     faults("reboot", {"never": True})
     # a firstboot takes about 8 s here and the VM is down from its first reboot, 3 s in: 15 s
     # per attempt (the task's retry waits once more) show that the wait ends by itself
@@ -229,7 +230,7 @@ def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, in
     """A guest whose minion never contacts the master (it did not boot, or its image names a
     wrong master) fails step 6 after vm_contact_timeout, not after the whole firstboot wait,
     with what was awaited and where the guest was told to look."""
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-silent"], "52:54:00:fc:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-silent"], "52:54:00:fc:00", lab=lab)
     faults("vm_boot", {"fail": 1})  # the domain runs, its guest never starts a minion
     failed = inprocess("f-silent", inv, vm_contact_timeout=8, firstboot_timeout=300)
     assert failed.is_failed()
@@ -256,7 +257,7 @@ def test_erp_timeout_then_503_twice_then_201(lab: LabInfo, inprocess: Any, fault
     """One notice through both kinds of ERP trouble (one rollout, not two): a read timeout, then
     two 503s, each retried by the task with the same idempotency key, then created."""
     monkeypatch.setenv("STORE_ROLLOUT_ERP_TIMEOUT_SECONDS", "2")
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-erp"], "52:54:00:f6:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-erp"], "52:54:00:f6:00", lab=lab)
 
     def erp_trouble() -> None:  # the ERP's fault queue: taken in this order
         faults("erp", {"delay": 5, "count": 1})
@@ -286,7 +287,7 @@ def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[st
                                                   tmp_path: Path) -> None:
     import libvirt
 
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-kill"], "52:54:00:f8:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-kill"], "52:54:00:f8:00", lab=lab)
     proc = start_rollout(lab_env, "f-kill", inv)
     conn = libvirt.open(lab.libvirt_uri)
 
@@ -303,7 +304,46 @@ def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[st
     result = finish(start_rollout(lab_env, "f-kill", inv))
     # the rerun resumed: the installed hypervisor kept, the domain step 5 defined reused
     assert result["hypervisor_reinstalled"] is False and result["vm"]["reused"] is True, result
+    assert result["hypervisor_power_actions"] == []
+    assert power_actions(lab, "store-f-kill-hv") == {"on": 1, "off": 0}  # one in all
     check_store(lab, "f-kill", result)
+
+
+def test_step2_again_during_the_install_leaves_the_host_alone(
+        lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 2 run again while the install it started is underway (the task's retry, or a rerun
+    after its worker died) neither powers the host again nor changes its record or token; the
+    rollout then waits for that install and completes with one power-on in all."""
+    import logging
+
+    from store_rollout.inventory import load_inventory
+    from tasks import pxe_install
+    from tasks.cobbler import CobblerClient
+    from tasks.salt import SaltMasterClient
+
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-again", "f-again2"], "52:54:00:ee:00",
+                          lab=lab)
+    faults("pxe", {"delay": 8})  # each install takes a while
+    monkeypatch.setattr(pxe_install, "get_run_logger", lambda: logging.getLogger("test"))
+    cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                            password=lab.cobbler_password)
+    master = SaltMasterClient(lab.salt_master_config)
+    for store_id in ("f-again", "f-again2"):  # behind IPMI, behind Redfish
+        store = load_inventory(inv).get(store_id)
+        first = pxe_install.pxe_install_hypervisor.fn(store)
+        record = cobbler.get_system(store.cobbler_system)
+        token = master.token_for(store.hypervisor_minion_id)
+        again = pxe_install.pxe_install_hypervisor.fn(store)
+        assert first["power_actions"] == ["network boot once", "power on"], first
+        assert again == {"system": store.cobbler_system, "created": False, "skipped": False,
+                         "install_underway": True, "power_actions": []}
+        assert cobbler.get_system(store.cobbler_system) == record  # nothing changed
+        assert master.token_for(store.hypervisor_minion_id) == token
+        result = completed(inprocess(store_id, inv))
+        assert result["hypervisor_power_actions"] == []  # waited for that install
+        assert power_actions(lab, store.cobbler_system) == {"on": 1, "off": 0}
+        check_store(lab, store_id, result)
 
 
 def fresh_image(lab: LabInfo, monkeypatch: pytest.MonkeyPatch, size: str) -> None:
@@ -324,7 +364,7 @@ def image_server(lab: LabInfo, method: str, path: str, **kw: Any) -> Any:
 def test_corrupted_image_fails_step5_then_rerun_completes(
         lab: LabInfo, inprocess: Any, faults: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fresh_image(lab, monkeypatch, "67M")
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-imgbad"], "52:54:00:fa:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-imgbad"], "52:54:00:fa:00", lab=lab)
     faults("image", {"flip_byte_at": 1000})
     failed = inprocess("f-imgbad", inv)
     assert failed.is_failed()
@@ -344,7 +384,7 @@ def test_corrupted_image_fails_step5_then_rerun_completes(
 def test_image_download_cut_midway_is_resumed(
         lab: LabInfo, inprocess: Any, faults: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fresh_image(lab, monkeypatch, "69M")
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-imgcut"], "52:54:00:fb:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-imgcut"], "52:54:00:fb:00", lab=lab)
     image_server(lab, "DELETE", "/_lab/stats")
     faults("image", {"cut_after": 4096})
     result = completed(inprocess("f-imgcut", inv))
@@ -364,11 +404,12 @@ def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
     """Issue 17: of two rollouts waiting in step 3 for a slow PXE install, the one whose process
     is killed (kill -9) is marked Crashed by the heartbeat automation within the bound; the
     other, waiting longer than the automation's window, stays Running and completes; the
-    killed store's rerun resumes."""
+    killed store's rerun resumes. Issue 29: killed once step 2 powered its host on, the rerun
+    powers it no second time."""
     from tasks.run_health import HEARTBEAT_SECONDS, ZOMBIE_AFTER_SECONDS
 
     api, alive, killed = lab.prefect_api_url, "f-alive", "f-zombie"
-    inv = write_inventory(tmp_path / "inv.yaml", [alive, killed], "52:54:00:f7:00")
+    inv = write_inventory(tmp_path / "inv.yaml", [alive, killed], "52:54:00:f7:00", lab=lab)
     faults("pxe", {"delay": ZOMBIE_AFTER_SECONDS + 20})  # step 3 waits that long
     logs = {sid: tmp_path / f"{sid}.log" for sid in (alive, killed)}
     procs = {sid: subprocess.Popen(  # logs to a file: a full stderr pipe would stall the run
@@ -388,6 +429,9 @@ def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
         runs = {sid: wait_for(lambda sid=sid: running_run(sid), timeout=120, interval=1,
                               what=f"rollout-{sid} running") for sid in procs}
         alive_since = time.monotonic()
+        # killed in the middle of step 2's work: its host is on, installing
+        wait_for(lambda: power_actions(lab, f"store-{killed}-hv")["on"] == 1, timeout=120,
+                 interval=0.5, what=f"store-{killed}-hv powered on by step 2")
     finally:
         os.killpg(procs[killed].pid, signal.SIGKILL)
         procs[killed].wait()
@@ -405,6 +449,9 @@ def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
     out, _ = procs[alive].communicate(timeout=600)
     assert procs[alive].returncode == 0, logs[alive].read_text()[-3000:]
     check_store(lab, alive, json.loads(out))
-    # the rerun completes with one of everything (its hypervisor, still installing when the
-    # run crashed, is installed again)
-    check_store(lab, killed, finish(rerun))
+    # the rerun completes with one of everything: its hypervisor, still installing when the
+    # run crashed, is waited for, not powered again (one power-on in all, the BMC's log says)
+    result = finish(rerun)
+    assert result["hypervisor_power_actions"] == []
+    assert power_actions(lab, f"store-{killed}-hv") == {"on": 1, "off": 0}
+    check_store(lab, killed, result)

@@ -59,13 +59,17 @@ def full_lab() -> Iterator[LabInfo]:
         lab.down()
 
 
-def inventory(path: Path, store_ids: tuple[str, ...], first_mac: int = 1) -> Path:
+def inventory(lab: LabInfo, path: Path, store_ids: tuple[str, ...], first_mac: int = 1) -> Path:
+    """The stores, their hosts racked in the full lab (the 1st IPMI, the 2nd Redfish...)."""
+    from lab.hardware import rack_inventory
+
     stores = [{"store_id": sid,
                "hypervisor": {"hostname": f"hv-{sid}.full.invalid", "mac": f"52:54:00:fb:01:{n:02x}"},
                # the VM's NIC on the store network's bridge, as on a store host's br0
                "vm": {"vcpus": 1, "memory_mib": 512, "disk_gib": 4, "network": BRIDGE},
                "erp": {"site_code": f"FULL-{sid}"}} for n, sid in enumerate(store_ids, start=first_mac)]
     path.write_text(yaml.safe_dump({"stores": stores}))
+    rack_inventory(lab, path)
     return path
 
 
@@ -106,8 +110,8 @@ def rollouts(full_lab: LabInfo, tmp_path_factory: pytest.TempPathFactory) -> dic
     KIWI build waits for the good one's: two builds at once would share KIWI's package cache).
     The wrong VM is destroyed as soon as its rollout failed, to free the CPU for the others."""
     inv_dir = tmp_path_factory.mktemp("inventory")
-    good_inv = inventory(inv_dir / "good.yaml", GOOD)
-    wrong_inv = inventory(inv_dir / "wrong.yaml", (WRONG,), first_mac=len(GOOD) + 1)
+    good_inv = inventory(full_lab, inv_dir / "good.yaml", GOOD)
+    wrong_inv = inventory(full_lab, inv_dir / "wrong.yaml", (WRONG,), first_mac=len(GOOD) + 1)
     wrong_env = {**user_env(), "STORE_ROLLOUT_IMAGE_PARAMS": json.dumps(
         {"SALT_MASTER": WRONG_MASTER, "SALT_MASTER_PORT": str(full_lab.salt_ret_port)})}
     started = time.monotonic()

@@ -105,6 +105,23 @@ def test_spreadsheet_csv_is_read(tmp_path: Path, delimiter: str) -> None:
     assert inv.get("c2").erp.site_code == "C-2"  # no '\r' left at the end of a line
 
 
+def test_csv_carries_each_hosts_bmc(tmp_path: Path) -> None:
+    path = tmp_path / "bmc.csv"
+    path.write_text("store_id,hv_hostname,hv_mac,erp_site_code,hv_power_type,hv_power_address,"
+                    "hv_power_port,hv_redfish_system_id,hv_bmc_credentials_block\n"
+                    "b1,hv-b1.x.invalid,52:54:00:c1:00:01,B-1,ipmi,10.1.0.5,6230,,\n"
+                    "b2,hv-b2.x.invalid,52:54:00:c1:00:02,B-2,redfish,https://bmc-b2,,1,bmc-b2\n")
+    b1, b2 = (load_inventory(path).get(s).hypervisor for s in ("b1", "b2"))
+    assert (b1.power_type, b1.power_address, b1.power_port, b1.redfish_system_id) == (
+        "ipmi", "10.1.0.5", 6230, None)
+    assert (b2.power_type, b2.power_address, b2.redfish_system_id, b2.bmc_credentials_block) == (
+        "redfish", "https://bmc-b2", "1", "bmc-b2")
+    path.write_text(path.read_text().replace(",ipmi,", ",ilo,"))
+    with pytest.raises(InventoryError, match="store 'b1': hypervisor.power_type: Input should be "
+                                             "'ipmi' or 'redfish'"):
+        load_inventory(path)
+
+
 def test_spreadsheet_leftovers_are_ignored_or_named(tmp_path: Path) -> None:
     # a cleared row stays behind as a row of empty cells; a formatted empty column as ';;'
     rows = [[*CSV_ROWS[0], "", ""], ["", "", "", "", "", "", ""]]

@@ -133,31 +133,41 @@ def test_libvirt_define_start_destroy(lab: LabInfo) -> None:
         conn.close()
 
 
-def test_hypervisor_installed_through_cobbler_answers_salt_ping(lab: LabInfo) -> None:
-    """Power cycle through Cobbler -> simulated PXE install -> minion -> autosign -> ping."""
+def test_hypervisor_powered_on_by_its_bmc_installs_through_cobbler_and_answers_salt_ping(
+        lab: LabInfo) -> None:
+    """A racked host, its record in Cobbler, its BMC (IPMI) powers it on -> simulated PXE
+    install -> minion -> autosign -> ping; off again, its minion stops with it."""
+    from pydantic import SecretStr
+
+    from lab.hardware import rack, unrack
+    from tasks.bmc import IpmiBmc
+
     client = cobbler(lab)
     master = SaltMasterClient(lab.salt_master_config)
-    minion_id = "labtest-hv"
+    host = rack(lab, "labtest", "52:54:00:aa:00:02", "ipmi")
+    minion_id = host.system
     master.delete_key(minion_id)
     token = master.issue_token(minion_id)
     spec = SystemSpec(
-        name=minion_id, hostname=f"{minion_id}.lab.invalid", mac="52:54:00:aa:00:02",
+        name=minion_id, hostname=f"{minion_id}.lab.invalid", mac=host.mac,
         profile=lab.cobbler_profile,
         autoinstall_meta={"salt_master": lab.salt_master_address,
                           "salt_master_port": str(lab.salt_ret_port),
                           "salt_publish_port": str(lab.salt_publish_port),
                           "minion_id": minion_id, "store_id": "labtest",
                           "autosign_grain": "store_rollout_token", "autosign_token": token,
-                          "virt_uri": lab.libvirt_uri, "vm_images_dir": lab.vm_images_dir},
-        power_type=lab.power_type, power_address=lab.power_address, power_id=minion_id,
-        power_user=lab.power_user, power_pass=lab.power_password)  # the simulated BMC's login
+                          "virt_uri": lab.libvirt_uri, "vm_images_dir": lab.vm_images_dir})
+    assert host.power_port is not None
+    bmc = IpmiBmc(host.power_address, lab.bmc_user, SecretStr(lab.bmc_password),
+                  port=host.power_port, store_id="labtest")
     try:
         with master.subscribe("salt/minion/") as bus:
             client.upsert_system(spec)
-            client.sync()
-            client.power(minion_id, "reboot")
+            client.sync_system(minion_id)
+            bmc.power_on()
             master.wait_for_event(bus, lambda e: e.tag == f"salt/minion/{minion_id}/start",
                                   timeout=60, what=f"start of {minion_id}")
+        assert bmc.power_state() == "on"
         assert master.ping(minion_id)
         assert master.key_state(minion_id) == "accepted"
         # the AutoYaST end-of-install step reached Cobbler: netboot is off now
@@ -167,11 +177,12 @@ def test_hypervisor_installed_through_cobbler_answers_salt_ping(lab: LabInfo) ->
         # the virt settings reached the host through the profile, as on a real host
         assert master.cmd(minion_id, "config.get", ["virt:connection:uri"]) == lab.libvirt_uri
         assert master.cmd(minion_id, "config.get", ["virt:images"]) == lab.vm_images_dir
+        bmc.power_off()
+        wait_for(lambda: minion_id not in requests.get(f"{lab.simulator_url}/minions",
+                                                       timeout=5).json()["running"],
+                 timeout=10, what=f"{minion_id}'s minion to stop with its machine")
     finally:
         master.revoke_token(minion_id)
-        client.power(minion_id, "off")
+        unrack(lab, "labtest")
         client.remove_system(minion_id)
         master.delete_key(minion_id)
-    wait_for(lambda: minion_id not in requests.get(f"{lab.simulator_url}/minions",
-                                                   timeout=5).json()["running"],
-             timeout=10, what=f"{minion_id}'s minion to stop with its machine")

@@ -1,4 +1,4 @@
-"""The real cobblerd 3.3.10 of the lab: state dir, PXE output, AutoYaST rendering, power, nopxe.
+"""The real cobblerd 3.3.10 of the lab: state dir, PXE output, AutoYaST rendering, nopxe.
 
 Runs its own cobblerd in a tmp state dir (not the session lab), so it can check the process
 lifecycle too.  Needs root (mount namespace + overlayfs) and `make setup` (.venv-cobbler).
@@ -6,19 +6,15 @@ lifecycle too.  Needs root (mount namespace + overlayfs) and `make setup` (.venv
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import subprocess
-import threading
 import time
 import urllib.request
 import uuid
 import xml.etree.ElementTree as ET
 import xmlrpc.client
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,46 +62,6 @@ META = {
 
 
 @dataclass
-class PowerReceiver:
-    """Stands in for the lab's power endpoint: records every fence_lab POST."""
-
-    server: ThreadingHTTPServer
-    posts: list[dict[str, Any]] = field(default_factory=list)
-    off: set[str] = field(default_factory=set)  # plugs that report "off" on status
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}"
-
-
-def _basic_login(header: str | None) -> str:
-    return base64.b64decode((header or "").removeprefix("Basic ")).decode()
-
-
-def _power_receiver() -> PowerReceiver:
-    receiver: PowerReceiver
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server naming)
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            receiver.posts.append({**body, "path": self.path,
-                                   "login": _basic_login(self.headers.get("Authorization"))})
-            state = "off" if body.get("plug") in receiver.off else "on"
-            data = json.dumps({"status": state}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    receiver = PowerReceiver(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
-    threading.Thread(target=receiver.server.serve_forever, daemon=True).start()
-    return receiver
-
-
 def _overlay_unavailable(scratch: Path) -> str | None:
     """Why the namespace + overlay recipe cannot work here (probed inside scratch), or None."""
     if os.geteuid() != 0:
@@ -136,7 +92,6 @@ def _group_alive(record: ProcessRecord) -> list[int]:
 @dataclass
 class Lab:
     cfg: cobbler_service.CobblerLabConfig
-    receiver: PowerReceiver
     records: dict[str, ProcessRecord]
     start_seconds: float
 
@@ -151,7 +106,6 @@ def cobbler_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     reason = _overlay_unavailable(tmp_path_factory.mktemp("overlay-probe"))
     if reason:
         cannot_run(reason)
-    receiver = _power_receiver()
     cfg = cobbler_service.CobblerLabConfig(
         state_dir=tmp_path_factory.mktemp("lab") / "cobbler",
         venv=COBBLER_VENV,
@@ -159,7 +113,6 @@ def cobbler_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         http_port=procs.free_port(),
         user="lab-admin",
         password="lab-Secret-42",
-        power_url=f"{receiver.url}/power",
     )
     records: dict[str, ProcessRecord] = {}
     try:
@@ -167,15 +120,13 @@ def cobbler_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         started = time.monotonic()
         records = cobbler_service.start(cfg)
         cobbler_service.wait_ready(cfg)
-        lab = Lab(cfg, receiver, records, time.monotonic() - started)
+        lab = Lab(cfg, records, time.monotonic() - started)
         print(f"\ncobblerd + cobbler-http ready in {lab.start_seconds:.2f}s")
         cobbler_service.seed(cfg, TEMPLATE.read_text())
         cobbler_service.seed(cfg, TEMPLATE.read_text())  # idempotent: no duplicate, no fault
         yield lab
     finally:
         cobbler_service.stop(records)
-        receiver.server.shutdown()
-        receiver.server.server_close()
         for name, record in records.items():
             assert not record.alive(), f"{name} (pid {record.pid}) still running"
             assert not _group_alive(record), f"{name}: group members left: {_group_alive(record)}"
@@ -193,8 +144,6 @@ def _create_system(lab: Lab, name: str, mac: str, ip: str, **extra: Any) -> None
                               "dnsname-eth0": f"{name}.stores.example"}),
         ("gateway", "192.0.2.1"),
         *extra.items(),
-        ("power_type", "lab"),  # only valid because /usr/sbin/fence_lab exists in the namespace
-        ("power_id", name),
     ]
     for attribute, value in fields:
         assert proxy.modify_system(handle, attribute, value, token), attribute
@@ -204,8 +153,7 @@ def _create_system(lab: Lab, name: str, mac: str, ip: str, **extra: Any) -> None
 @pytest.fixture(scope="module")
 def system(cobbler_lab: Lab) -> str:
     _create_system(cobbler_lab, SYSTEM, MAC, "192.0.2.42", netboot_enabled=True,
-                   autoinstall_meta=META, power_address="bmc-store0042",
-                   power_user="bmc-admin", power_pass="bmc-secret")
+                   autoinstall_meta=META)
     proxy, token = cobbler_lab.login()
     assert proxy.sync(token)
     return SYSTEM
@@ -217,9 +165,7 @@ def _get(url: str) -> tuple[int, str]:
 
 
 def test_state_stays_in_state_dir(cobbler_lab: Lab) -> None:
-    assert not Path("/usr/sbin/fence_lab").exists()
     assert not Path("/etc/cobbler").exists()
-    assert (cobbler_lab.cfg.upper("usr-sbin") / "fence_lab").exists()
     assert (cobbler_lab.cfg.upper("var") / "lib/cobbler/collections/distros"
             / f"{cobbler_service.DISTRO}.json").exists()
 
@@ -236,14 +182,6 @@ def test_seed_is_idempotent(cobbler_lab: Lab) -> None:
     assert proxy.get_item_names("distro") == [cobbler_service.DISTRO]
     assert proxy.get_item_names("profile") == [cobbler_service.PROFILE]
     assert proxy.get_profile(cobbler_service.PROFILE)["autoinstall"] == cobbler_service.TEMPLATE
-
-
-def test_power_types_come_from_the_namespace(cobbler_lab: Lab) -> None:
-    proxy, token = cobbler_lab.login()
-    handle = proxy.new_system(token)
-    assert proxy.modify_system(handle, "power_type", "lab", token)
-    with pytest.raises(xmlrpc.client.Fault, match="power management type must be one of: lab"):
-        proxy.modify_system(handle, "power_type", "ipmilanplus", token)
 
 
 def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -> None:
@@ -300,34 +238,6 @@ def test_sync_writes_pxe_config(cobbler_lab: Lab, system: str) -> None:
            / ("01-" + MAC.replace(":", "-"))).read_text()
     assert f"kernel /images/{cobbler_service.DISTRO}/linux" in pxe
     assert f"autoyast={cobbler_lab.cfg.http_url}/cblr/svc/op/autoinstall/system/{system}" in pxe
-
-
-def test_power_reboot_runs_the_fence_agent(cobbler_lab: Lab, system: str) -> None:
-    proxy, token = cobbler_lab.login()
-    # power_system takes a handle ("system::<name>"), not a bare name
-    with pytest.raises(xmlrpc.client.Fault):
-        proxy.power_system(system, "status", token)
-    cobbler_lab.receiver.posts.clear()
-    assert proxy.power_system(f"system::{system}", "reboot", token) is True
-    # Cobbler implements reboot itself: agent "off", sleep 5 s, agent "on"
-    assert [(p["action"], p["plug"], p["address"], p["path"], p["login"])
-            for p in cobbler_lab.receiver.posts] == [
-        ("off", system, "bmc-store0042", "/power", "bmc-admin:bmc-secret"),  # the BMC login
-        ("on", system, "bmc-store0042", "/power", "bmc-admin:bmc-secret"),
-    ]
-
-
-def test_power_status_and_url_address(cobbler_lab: Lab) -> None:
-    name = "store0042-hv02"
-    _create_system(cobbler_lab, name, "52:54:00:42:00:02", "192.0.2.43",
-                   power_address=f"{cobbler_lab.receiver.url}/bmc/hv02")
-    proxy, token = cobbler_lab.login()
-    cobbler_lab.receiver.posts.clear()
-    assert proxy.power_system(f"system::{name}", "status", token) is True
-    cobbler_lab.receiver.off.add(name)
-    assert proxy.power_system(f"system::{name}", "status", token) is False
-    assert [(p["action"], p["plug"], p["path"]) for p in cobbler_lab.receiver.posts] == [
-        ("status", name, "/bmc/hv02"), ("status", name, "/bmc/hv02")]
 
 
 def test_nopxe_disables_netboot(cobbler_lab: Lab, system: str) -> None:
@@ -436,7 +346,8 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
     try:
         for store in stores:
             spec = system_spec(store, settings, f"tok-{store.store_id}",
-                               store_root_password_hash(store, client))
+                               store_root_password_hash(
+                                   store, client.get_system(store.cobbler_system)))
             assert client.upsert_system(spec) is True
             rendered = client.render_autoinstall(store.cobbler_system)
             hashed = _root_password(rendered)
@@ -451,7 +362,8 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
         first = stores[0]
         assert client.get_system(first.cobbler_system)["autoinstall_meta"][
             ROOT_PASSWORD_HASH_META] == hashes[first.store_id]
-        again = system_spec(first, settings, "tok-rerun", store_root_password_hash(first, client))
+        again = system_spec(first, settings, "tok-rerun", store_root_password_hash(
+            first, client.get_system(first.cobbler_system)))
         assert client.upsert_system(again) is False
         assert _root_password(client.render_autoinstall(first.cobbler_system)) \
             == hashes[first.store_id]

@@ -124,7 +124,7 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     stamp = int(time.time()) % 0xFFFF
     done, killed = f"pr{stamp:04x}-done", f"pr{stamp:04x}-kill"
     inv = write_inventory(tmp_path / "inv.yaml", [done, killed],
-                          f"52:54:e6:{stamp >> 8:02x}:{stamp & 0xFF:02x}")
+                          f"52:54:e6:{stamp >> 8:02x}:{stamp & 0xFF:02x}", lab=lab)
 
     # a fresh store: all seven steps to do; nothing changes
     fresh = planned(lab_env, lab, inv, done)

@@ -14,11 +14,16 @@ SURFACES = {
     "store_rollout.inventory": [
         "DEFAULT_INVENTORY", "InventoryError", "Store", "load_inventory", "parse_inventory",
     ],
+    "tasks.bmc": [
+        "Bmc", "BmcAuthFailed", "BmcCredentials", "BmcError", "BmcRejected", "BmcUnreachable",
+        "IpmiBmc", "RedfishBmc", "bmc_client", "bmc_credentials", "bmc_problems",
+        "power_cycle_for_install",
+    ],
     "tasks.cobbler": [
-        "BmcCredentials", "CobblerAuthError", "CobblerClient", "CobblerCredentials",
-        "CobblerError", "CobblerNotFound", "CobblerRejected", "CobblerUnavailable", "SystemSpec",
-        "bmc_credentials", "cobbler_client", "disable_hypervisor_netboot", "record_fields",
-        "spec_fields", "system_changes",
+        "CobblerAuthError", "CobblerClient", "CobblerCredentials", "CobblerError",
+        "CobblerNotFound", "CobblerRejected", "CobblerUnavailable", "SystemSpec",
+        "cobbler_client", "disable_hypervisor_netboot", "record_fields", "spec_fields",
+        "system_changes",
     ],
     "tasks.kiwi": [
         "BUILD_PARAMS_FILE", "BuildOutput", "BuildParamsError", "IDENTITY_SCRIPT",

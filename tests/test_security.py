@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import requests
 from prefect.blocks.system import Secret
+from pydantic import SecretStr
 
 from lab.state import VENV_BIN, LabInfo
+from tasks.bmc import BmcCredentials
 from tasks.cobbler import CobblerAuthError, CobblerClient
 from tasks.salt import SaltMasterClient
 from tests.helpers import check_store, write_inventory
@@ -70,17 +72,18 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     canary = f"CANARY-{uuid.uuid4().hex}"
     block = f"canary-erp-token-{uuid.uuid4().hex[:6]}"
     # the ERP token comes from a Prefect Secret block; the lab ERP accepts it
-    bmc_block = f"canary-bmc-password-{uuid.uuid4().hex[:6]}"
+    bmc_block = f"canary-bmc-{uuid.uuid4().hex[:6]}"
     with lab_prefect_settings(lab_env):  # blocks are set up, not tested: no 4-s Python start
-        for value, name in ((canary, block), (lab.power_password, bmc_block)):
-            secret: Any = Secret(value=value)
-            secret.save(name, overwrite=True)
+        secret: Any = Secret(value=canary)
+        secret.save(block, overwrite=True)
+        # the BMC login in a BMC Credentials Block of its own; the BMCs refuse any other
+        BmcCredentials(username=lab.bmc_user,
+                       password=SecretStr(lab.bmc_password)).save(bmc_block, overwrite=True)
     with open(lab_dir / "erp" / "token", "a") as tokens:
         tokens.write(f"\n{canary}\n")
-    inv = write_inventory(tmp_path / "inv.yaml", ["sec-canary"], "52:54:00:5e:00")
-    # the BMC password from a block too; the simulated BMC refuses a power cycle without it
+    inv = write_inventory(tmp_path / "inv.yaml", ["sec-canary"], "52:54:00:5e:00", lab=lab)
     env = {**lab_env, "STORE_ROLLOUT_ERP_TOKEN_BLOCK": block,
-           "STORE_ROLLOUT_POWER_PASSWORD_BLOCK": bmc_block, "STORE_ROLLOUT_POWER_PASSWORD": ""}
+           "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": bmc_block}
     proc = subprocess.run([str(VENV_BIN / "store-rollout"), "rollout", "sec-canary",
                            "--inventory", str(inv), "--json"], env=env, capture_output=True,
                           text=True, timeout=600)
@@ -96,7 +99,7 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
         block: Any = Secret.load("store-sec-canary-root-password")
         root_password = block.value.get_secret_value()
     assert len(root_password) == 20, "no root password block for the store"
-    secrets = [canary, lab.cobbler_password, lab.power_password, root_password]
+    secrets = [canary, lab.cobbler_password, lab.bmc_password, root_password]
     api = lab.prefect_api_url
     run = requests.post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": ["rollout-sec-canary"]}}}, timeout=10).json()[0]
@@ -113,3 +116,16 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
                             ("Prefect logs", logs), ("artifacts", artifacts), ("events", events),
                             ("flow run parameters", json.dumps(run))):
             assert secret not in text, f"a secret leaked into {where}"
+    # Cobbler holds no BMC login: not in the store's record (get_system hands power_pass to
+    # any caller), not in any log Cobbler wrote (its power manager logged the fence agent's
+    # input, password included); nor do the BMC emulators log it
+    record = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                           password=lab.cobbler_password).get_system("store-sec-canary-hv")
+    assert record is not None and lab.bmc_password not in json.dumps(record)
+    assert not record.get("power_pass") and not record.get("power_user")
+    logs_written = [path for root in (Path(lab.state_dir) / "cobbler",)
+                    for path in root.rglob("*") if path.is_file() and "log" in str(path)]
+    logs_written += list((Path(lab.state_dir) / "logs").glob("*bmc*.log"))
+    assert any("cobbler" in str(p) for p in logs_written) and len(logs_written) > 3
+    for path in logs_written:
+        assert lab.bmc_password not in path.read_text(errors="replace"), f"BMC password in {path}"

@@ -169,8 +169,8 @@ def lab_settings(state_dir: Path, **fields: object) -> Path:
             "salt_master_config": "/nonexistent/master", "salt_master_address": "10.77.0.1",
             "salt_publish_port": 1, "salt_ret_port": 2, "libvirt_uri": "qemu:///x",
             "vm_images_dir": "/x", "erp_url": "http://127.0.0.1:1", "erp_token": "t",
-            "power_type": "lab", "power_address": "http://127.0.0.1:1/power", "power_user": "u",
-            "power_password": "p", "image_cache_dir": "/x", "image_base_url": "http://10.77.0.1:3",
+            "bmc_user": "u", "bmc_password": "p", "image_cache_dir": "/x",
+            "image_base_url": "http://10.77.0.1:3",
             **fields}
     state_dir.mkdir(exist_ok=True)
     paths = LabPaths(state_dir)

@@ -105,7 +105,7 @@ def test_dead_holder_of_cobbler_sync_blocks_others_only_for_the_bound_even_acros
         holder.wait()
     killed = time.monotonic()
     # another store's rollout waits at its Cobbler sync (step 2), then completes
-    inv = write_inventory(tmp_path / "inv.yaml", ["slot-b"], "52:54:00:e5:00")
+    inv = write_inventory(tmp_path / "inv.yaml", ["slot-b"], "52:54:00:e5:00", lab=lab)
     result = finish(start_rollout(lab_env, "slot-b", inv))
     waited = time.monotonic() - killed
     assert result["state"] == "Completed"
@@ -146,7 +146,7 @@ def test_worker_run_batch_killed_holding_stores_in_flight_frees_it_within_the_bo
     SIGKILL. The worker reports it Crashed, and the next batch's store gets the slot within the
     bound, then completes."""
     api = lab.prefect_api_url
-    inv = write_inventory(tmp_path / "inv.yaml", ["slot-wa", "slot-wb"], "52:54:00:e5:10")
+    inv = write_inventory(tmp_path / "inv.yaml", ["slot-wa", "slot-wb"], "52:54:00:e5:10", lab=lab)
     deployment = requests.get(f"{api}/deployments/name/batch-rollout/batch-rollout",
                               timeout=10).json()
 
@@ -188,7 +188,7 @@ def test_missing_cobbler_sync_limit_is_an_error_before_anything_happens(
     try:
         problem = limit_problem(COBBLER_SYNC_LIMIT, 1)
         assert problem and "global-concurrency-limit create cobbler-sync --limit 1" in problem
-        inv = write_inventory(tmp_path / "inv.yaml", ["slot-missing"], "52:54:00:e5:01")
+        inv = write_inventory(tmp_path / "inv.yaml", ["slot-missing"], "52:54:00:e5:01", lab=lab)
         proc = start_rollout(lab_env, "slot-missing", inv)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 2, (out, err[-2000:])
@@ -213,7 +213,7 @@ def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, st
     the other waits `owner_wait_seconds`, sees the owner alive (its heartbeat), and fails naming
     it, having changed nothing."""
     api, sid = lab.prefect_api_url, "slot-twice"
-    inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:e5:02")
+    inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:e5:02", lab=lab)
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
     # the owner's PXE install takes half a minute: it is still running (and beating) when the

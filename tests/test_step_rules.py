@@ -14,6 +14,7 @@ import ast
 import logging
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,7 @@ from store_rollout import step_rules
 from store_rollout.contracts import (
     FIRSTBOOT_STAGE_DONE,
     FIRSTBOOT_STAGE_NEW,
+    POWER_CYCLED_META,
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
     STEP_NOTIFY_ERP,
@@ -77,6 +79,29 @@ def test_hypervisor_installed_asks_for_the_grain_only_of_an_accepted_key() -> No
     assert asked == []
     assert step_rules.hypervisor_installed("accepted", ready)
     assert asked == ["grain"]
+
+
+NOW = datetime(2026, 11, 26, 15, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("ago", "on", "underway"), [
+    (30, True, True),  # powered on into its install 30 s ago, still on
+    (30, False, False),  # went off (or never came on): power it on again
+    (1799, True, True), (1800, True, False),  # longer than an install takes: a failed one
+    (-60, True, False),  # a clock that disagrees: no promise of an install
+    (None, True, False),  # never power-cycled by step 2
+])
+def test_install_underway(ago: float | None, on: bool, underway: bool) -> None:
+    cycled = None if ago is None else NOW - timedelta(seconds=ago)
+    assert step_rules.install_underway(cycled, NOW, 1800, on) is underway
+    asked: list[str] = []
+
+    def powered_on() -> bool:
+        asked.append("bmc")
+        return on
+
+    assert step_rules.install_underway(cycled, NOW, 1800, powered_on) is underway
+    assert asked == ([] if cycled is None or not 0 <= (ago or 0) < 1800 else ["bmc"])
 
 
 @pytest.mark.parametrize(("dom", "key", "kept"), [
@@ -226,6 +251,11 @@ def run_task(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
                                image_rate_limit="")
 
     class Cobbler:
+        record: dict[str, Any] | None = None
+
+        def get_system(self, _name: str) -> dict[str, Any] | None:
+            return self.record
+
         def profile_exists(self, _profile: str) -> bool:
             raise WouldInstall
 
@@ -236,7 +266,11 @@ def run_task(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
         monkeypatch.setattr(module, "load_settings", lambda: settings)
         monkeypatch.setattr(module, "master_client", lambda _config: master)
         if module is pxe_install:
-            monkeypatch.setattr(module, "cobbler_client", lambda _settings: Cobbler())
+            cobbler = Cobbler()
+            cobbler.record = getattr(master, "cobbler_record", None)
+            monkeypatch.setattr(module, "cobbler_client", lambda _settings: cobbler)
+            monkeypatch.setattr(module, "bmc_client", lambda _store, _settings: FakeBmc(
+                getattr(master, "host_on", False)))
         return task.fn(STORE, *args)
 
     return run
@@ -254,12 +288,22 @@ IMAGE = {"key": KEY, "sha256": "0" * 64, "meta": {}}
 HV_KEYS = {STORE.hypervisor_minion_id: "accepted", VM: "accepted"}
 
 
-def pxe_outcome(run_task: Callable[..., Any]) -> str:
+class FakeBmc:
+    label = "store 0042: IPMI BMC 10.0.0.9:623"
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def power_state(self) -> str:
+        return "on" if self.on else "off"
+
+
+def pxe_outcome(run_task: Callable[..., Any], master: FakeMaster | None = None) -> str:
     try:
-        return "skipped" if run_task(pxe_install.pxe_install_hypervisor,
-                                     FakeMaster(HV_KEYS, domain()))["skipped"] else "?"
+        result = run_task(pxe_install.pxe_install_hypervisor, master or FakeMaster(HV_KEYS, domain()))
     except WouldInstall:
         return "install"
+    return "skipped" if result["skipped"] else "underway" if result["install_underway"] else "?"
 
 
 def test_swapping_hypervisor_installed_flips_step_2_in_plan_and_task(
@@ -269,6 +313,21 @@ def test_swapping_hypervisor_installed_flips_step_2_in_plan_and_task(
     negate("hypervisor_installed")
     assert step(facts(), STEP_PXE_INSTALL_HYPERVISOR).todo
     assert pxe_outcome(run_task) == "install"
+
+
+def test_swapping_install_underway_flips_step_2_in_plan_and_task(
+        run_task: Callable[..., Any], negate: Callable[[str], None]) -> None:
+    master = FakeMaster({}, None)  # the host is installing: no key accepted yet
+    master.host_on = True  # type: ignore[attr-defined]
+    master.cobbler_record = {"autoinstall_meta": {  # type: ignore[attr-defined]
+        POWER_CYCLED_META: (datetime.now(UTC) - timedelta(seconds=30)).isoformat()}}
+    underway = facts(hypervisor_key=None, hypervisor_ready=False, host_powered_on=True,
+                     power_cycled_at=datetime.now(UTC) - timedelta(seconds=30))
+    assert pxe_outcome(run_task, master) == "underway"
+    assert not step(underway, STEP_PXE_INSTALL_HYPERVISOR).todo
+    negate("install_underway")
+    assert pxe_outcome(run_task, master) == "install"
+    assert step(underway, STEP_PXE_INSTALL_HYPERVISOR).todo
 
 
 def test_swapping_vm_key_kept_flips_step_4_in_plan_and_task(
@@ -359,6 +418,8 @@ def test_swapping_the_erp_rules_flips_plan_and_the_notice(
 SITES: dict[str, list[tuple[str, str]]] = {
     "hypervisor_installed": [("tasks/pxe_install.py", "pxe_install_hypervisor"),
                              ("store_rollout/fleet/facts.py", "installed")],
+    "install_underway": [("tasks/pxe_install.py", "pxe_install_hypervisor"),
+                         ("store_rollout/fleet/facts.py", "install_underway")],
     "vm_key_kept": [("tasks/salt_master.py", "prepare_vm_keys"),
                     ("store_rollout/fleet/plan.py", "_keys")],
     "domain_reusable": [("tasks/virt.py", "create_vm"),

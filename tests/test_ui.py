@@ -184,7 +184,7 @@ def api_get(lab: LabInfo, path: str) -> Any:
 def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: Path) -> None:
     done_id, cancel_id = "ui-done", "ui-cancel"
     inventory = str(write_inventory(tmp_path / "inventory.yaml", [done_id, cancel_id],
-                                    "52:54:00:d1:00"))
+                                    "52:54:00:d1:00", lab=lab))
 
     # the UI reaches the lab's API: the dashboard lists runs, no connection notice
     ui.goto("/")

@@ -1,11 +1,10 @@
-"""What a store host's firmware and BMC do: power actions from Cobbler's fence agent, the PXE
-install from the AutoYaST profile Cobbler rendered, booting from disk, and reboots."""
+"""What a store host's firmware does when its BMC powers its domain on or off (lab/hardware.py,
+lab/bmc_service.py): the PXE install from the AutoYaST profile Cobbler rendered, booting from
+disk; and every machine's reboot."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hmac
 import logging
 import re
 import sys
@@ -39,7 +38,7 @@ _FETCH = ("import sys, urllib.request\n"
 
 
 class Firmware:
-    """The store hosts' BMCs and firmware, and every machine's reboot."""
+    """The store hosts' firmware, and every machine's reboot."""
 
     def __init__(self, paths: LabPaths, info: LabInfo, faults: FaultKnobs,
                  minions: MinionManager, vms: VmBoot) -> None:
@@ -49,29 +48,22 @@ class Firmware:
         self.minions = minions
         self.vms = vms
         self.cobbler_state = paths.cobbler
-        self.power: dict[str, str] = {}
 
-    def bmc_login_ok(self, authorization: str | None) -> bool:
-        """The simulated BMCs take the lab's BMC login only (sent by Cobbler's fence agent)."""
-        expected = f"{self.info.power_user}:{self.info.power_password}".encode()
-        given = (authorization or "").removeprefix("Basic ").encode()
-        return hmac.compare_digest(given, base64.b64encode(expected))
+    def host_powered_on(self, system_name: str) -> None:
+        """A store host's domain started (its BMC powered it on): it boots, from the network
+        while Cobbler's netboot is on for it, else from its disk."""
+        threading.Thread(target=self._boot_system, args=(system_name,), daemon=True,
+                         name=f"boot-{system_name}").start()
 
-    def power_action(self, action: str, plug: str) -> dict[str, Any]:
-        action = action.lower()
-        if action in ("status", "monitor", "list"):
-            state = "on" if self.power.get(plug) == "on" else "off"
-            return {"plug": plug, "state": state}
-        if action == "off":
-            self.power[plug] = "off"
-            self._stop_system(plug)
-            return {"plug": plug, "state": "off"}
-        if action in ("on", "reboot", "cycle"):
-            self.power[plug] = "on"
-            threading.Thread(target=self._boot_system, args=(plug,), daemon=True,
-                             name=f"boot-{plug}").start()
-            return {"plug": plug, "state": "on", "booting": True}
-        raise ValueError(f"unsupported power action {action!r}")
+    def host_powered_off(self, system_name: str) -> None:
+        """A store host's domain stopped: its OS stops at once, its store's VMs with it."""
+        self._stop_system(system_name)
+
+    def host_running(self, system_name: str) -> None:
+        """A host found on when the simulator starts: its installed OS runs on (no boot)."""
+        minion_id = self._system_minion(system_name)
+        if minion_id and self.minions.installed(minion_id):
+            self.minions.start(minion_id, f"{system_name} is on")
 
     def _cobbler(self) -> Any:
         import xmlrpc.client

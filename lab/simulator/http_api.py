@@ -1,5 +1,5 @@
-"""The simulator's HTTP API: BMC power, fault knobs, minion status and reboots, the vm_start
-hook."""
+"""The simulator's HTTP API: fault knobs, minion status and reboots, the vm_start hook (the
+store hosts' power is their BMCs', lab/bmc_service.py)."""
 
 from __future__ import annotations
 
@@ -40,13 +40,7 @@ def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             try:
                 body = self._json()
-                if self.path == "/power":
-                    if not sim.firmware.bmc_login_ok(self.headers.get("Authorization")):
-                        self._reply(401, {"error": "BMC login refused"})
-                        return
-                    self._reply(200, sim.firmware.power_action(str(body.get("action", "")),
-                                                      str(body.get("plug", ""))))
-                elif self.path == "/hooks/vm_start":
+                if self.path == "/hooks/vm_start":
                     delay, fail = sim.faults.take("vm_start")
                     time.sleep(delay)
                     self._reply(200, {"fail": fail, "domain": body.get("domain")})

@@ -30,6 +30,7 @@ class Simulator:
         self.stopping = threading.Event()
         self.vms = VmBoot(paths, info, self.faults, self.minions, self.stopping)
         self.firmware = Firmware(paths, info, self.faults, self.minions, self.vms)
+        self.vms.hosts = self.firmware
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """VM boot: a libvirt lifecycle callback starts a salt-minion for each started domain with the
-identity its seed disk gives (a domain whose disk holds a built image boots for real)."""
+identity its seed disk gives (a domain whose disk holds a built image boots for real); a store
+host's domain (lab/hardware.py) powering on or off goes to the firmware."""
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from lab.hardware import host_of
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.minions import MinionManager
 from lab.state import LAB_IMAGE_BUILDS_DIR, LabInfo, LabPaths
 from store_rollout.contracts import IDENTITY_SALT_DIR_ENV, IDENTITY_SEED_DIR_ENV, SEED_LABEL
 
 log = logging.getLogger("lab.simulator")
+
+
+class StoreHosts(Protocol):
+    """What a store host's power events set off (lab/simulator/firmware.py)."""
+
+    def host_powered_on(self, system_name: str) -> None: ...
+    def host_powered_off(self, system_name: str) -> None: ...
+    def host_running(self, system_name: str) -> None: ...
 
 
 class VmBoot:
@@ -33,6 +43,8 @@ class VmBoot:
         self.minions = minions
         self.stopping = stopping
         self.domain_minions: dict[str, str] = {}
+        self.host_names: set[str] = set()
+        self.hosts: StoreHosts | None = None  # the firmware, once it exists
 
     def domain_gone(self, minion_id: str) -> bool:
         """A VM whose domain is no longer running cannot come back from a reboot (a rollback
@@ -50,9 +62,16 @@ class VmBoot:
         finally:
             conn.close()
 
-    def _on_domain_started(self, dom: Any) -> None:
+    def _on_domain_started(self, dom: Any, booting: bool = True) -> None:
         try:
-            xml = ET.fromstring(dom.XMLDesc(0))
+            desc = dom.XMLDesc(0)
+            if host_of(desc) is not None and self.hosts is not None:
+                if booting:
+                    self.hosts.host_powered_on(dom.name())
+                else:
+                    self.hosts.host_running(dom.name())
+                return
+            xml = ET.fromstring(desc)
             delay, fail = self.faults.take("vm_boot")
             if delay:
                 time.sleep(delay)
@@ -183,11 +202,20 @@ class VmBoot:
         return meta
 
     def _on_domain_stopped(self, name: str) -> None:
+        if name in self.host_names and self.hosts is not None:
+            self.hosts.host_powered_off(name)
+            return
         minion_id = self.domain_minions.get(name)
         if minion_id:
             # a destroyed domain is a power cut: the guest gets no grace in which its minion
             # could re-authenticate after a rollback deleted its key (as CI saw once)
             self.minions.stop(minion_id, f"domain {name} stopped", grace=0.0)
+
+    def _note_host(self, dom: Any) -> None:
+        """Remember the store hosts' domains by name: a stopped domain's XML may be gone."""
+        with contextlib.suppress(Exception):
+            if host_of(dom.XMLDesc(0)) is not None:
+                self.host_names.add(dom.name())
 
     def run_libvirt_events(self) -> None:
         import libvirt
@@ -204,7 +232,9 @@ class VmBoot:
             conn.registerCloseCallback(lambda *_a, _closed=closed: _closed.set(), None)
 
             def lifecycle(_conn: Any, dom: Any, event: int, _detail: int, _opaque: Any) -> None:
-                if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
+                if event == libvirt.VIR_DOMAIN_EVENT_DEFINED:
+                    self._note_host(dom)
+                elif event == libvirt.VIR_DOMAIN_EVENT_STARTED:
                     threading.Thread(target=self._on_domain_started, args=(dom,),
                                      daemon=True).start()
                 elif event in (libvirt.VIR_DOMAIN_EVENT_STOPPED,
@@ -215,8 +245,11 @@ class VmBoot:
             conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, lifecycle, None)
             conn.setKeepAlive(5, 3)
             # domains already running when the simulator (re)starts get their minions back
+            for dom in conn.listAllDomains():
+                self._note_host(dom)
             for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
-                threading.Thread(target=self._on_domain_started, args=(dom,), daemon=True).start()
+                threading.Thread(target=self._on_domain_started, args=(dom, False),
+                                 daemon=True).start()
             while not self.stopping.is_set() and not closed.is_set():
                 time.sleep(0.5)
             with contextlib.suppress(libvirt.libvirtError):

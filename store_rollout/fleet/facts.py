@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from store_rollout import step_rules
+from store_rollout.step_timeouts import STEP_TIMEOUTS
 
 _BASE_KEY = re.compile(r"/base/(?P<key>[0-9a-f]{16,64})/image\.qcow2$")
 
@@ -40,6 +42,11 @@ class StoreFacts(BaseModel):
     cobbler_record: bool
     cobbler_netboot: bool | None = None
     cobbler_changes: list[str] = Field(default_factory=list)  # described, secrets masked
+    # when step 2 last powered the host on into its install (the record says), and whether
+    # the host's BMC reports it on (asked only while that install may be underway; None: not
+    # asked or no answer)
+    power_cycled_at: datetime | None = None
+    host_powered_on: bool | None = None
     # Salt: the hypervisor
     hypervisor_key: str | None = None  # accepted, pending, rejected, denied, None
     hypervisor_answering: bool = False
@@ -64,6 +71,13 @@ class StoreFacts(BaseModel):
     def installed(self) -> bool:
         """Step 2 would skip the PXE install."""
         return step_rules.hypervisor_installed(self.hypervisor_key, self.hypervisor_ready)
+
+    @property
+    def install_underway(self) -> bool:
+        """Step 2 would leave the host to the install an earlier run powered it on into."""
+        return step_rules.install_underway(self.power_cycled_at, datetime.now(UTC),
+                                           STEP_TIMEOUTS.hypervisor_timeout,
+                                           bool(self.host_powered_on))
 
     @property
     def running(self) -> bool:

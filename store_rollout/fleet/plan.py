@@ -56,6 +56,12 @@ def _pxe(f: StoreFacts) -> StepPlan:
             details.append("netboot is on: a power cycle would reinstall this host")
         return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
                         action="none: hypervisor installed and ready", details=details)
+    if f.install_underway:
+        return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
+                        action="none: its install is underway (no second power cycle)",
+                        details=[f"{f.cobbler_system} powered on into its install at "
+                                 f"{f.power_cycled_at:%Y-%m-%d %H:%M:%S} UTC and on now; step 3 "
+                                 "waits for that install"])
     if not f.cobbler_record:
         record = f"create Cobbler system {f.cobbler_system}"
     elif f.cobbler_changes:
@@ -64,12 +70,13 @@ def _pxe(f: StoreFacts) -> StepPlan:
         record = f"Cobbler system {f.cobbler_system} unchanged"
     details = [*f.cobbler_changes,
                f"netboot: on (now {netboot})" if f.cobbler_record else "netboot: on",
-               f"sync system {f.cobbler_system}", "power cycle through Cobbler (PXE install)"]
+               f"sync system {f.cobbler_system}",
+               "network boot and power cycle through the host's BMC (PXE install)"]
     if f.hypervisor_key:
         details.append(f"delete hypervisor key {f.hypervisor} ({f.hypervisor_key})")
     details.append(f"issue a one-time autosign token for {f.hypervisor}")
     return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=True,
-                    action=f"{record}; netboot on; sync; power cycle", details=details)
+                    action=f"{record}; netboot on; sync; BMC power cycle", details=details)
 
 
 def _highstate_details(f: StoreFacts) -> list[str]:

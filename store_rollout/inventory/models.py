@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -14,7 +14,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    SecretStr,
     field_validator,
     model_validator,
 )
@@ -52,9 +51,35 @@ class HypervisorSpec(_Strict):
     netmask: str | None = None
     gateway: str | None = None
     cobbler_profile: str = "store-hypervisor"
-    power_address: str | None = Field(None, description="BMC address (default: settings)")
-    power_user: str | None = Field(None, description="BMC login (default: settings)")
-    power_password: SecretStr | None = Field(None, description="BMC password (default: settings)")
+    power_type: Literal["ipmi", "redfish"] | None = Field(
+        None, description="the BMC's protocol, ipmi or redfish (default: settings power_type)")
+    power_address: Annotated[str | None, _spelled(
+        r"(https?://)?[A-Za-z0-9._:\[\]-]+(/[^\s]*)?", "BMC address",
+        "a host name or IP (IPMI), or https://host[:port] (Redfish)")] = Field(
+        None, description="the BMC's address: host or IP (IPMI), URL or host (Redfish)")
+    power_port: int | None = Field(None, ge=1, le=65535,
+                                   description="the BMC's port (default: IPMI 623, Redfish 443)")
+    redfish_system_id: Annotated[str | None, _spelled(
+        r"[A-Za-z0-9._-]{1,64}", "Redfish system id", "the id under /redfish/v1/Systems/")] = Field(
+        None, description="the host's Redfish system (default: the BMC's only system)")
+    bmc_credentials_block: str | None = Field(
+        None, description="BMC Credentials Block of this host (default: settings)")
+    ipmi_cipher_suite: int | None = Field(
+        None, ge=0, le=17, description="IPMI cipher suite (default: the best the BMC offers)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        # an inventory is a file copied around (ERP exports, spreadsheets): no BMC login in it
+        if isinstance(data, dict):
+            given = sorted(k for k in ("power_user", "power_password") if k in data)
+            if given:
+                raise ValueError(f"{' and '.join(given)}: BMC logins are not read from the "
+                                 "inventory; save them in a BMC Credentials Block and name it "
+                                 "in hypervisor.bmc_credentials_block (or, for every store, in "
+                                 "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK), then remove "
+                                 f"{'it' if len(given) == 1 else 'them'}")
+        return data
 
     @field_validator("hostname")
     @classmethod

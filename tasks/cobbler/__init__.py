@@ -14,15 +14,12 @@ from tasks.cobbler.errors import (
 )
 from tasks.cobbler.systems import SystemSpec, record_fields, spec_fields, system_changes
 from tasks.cobbler.task import (
-    BmcCredentials,
     CobblerCredentials,
-    bmc_credentials,
     cobbler_client,
     disable_hypervisor_netboot,
 )
 
 __all__ = [
-    "BmcCredentials",
     "CobblerAuthError",
     "CobblerClient",
     "CobblerCredentials",
@@ -31,7 +28,6 @@ __all__ = [
     "CobblerRejected",
     "CobblerUnavailable",
     "SystemSpec",
-    "bmc_credentials",
     "cobbler_client",
     "disable_hypervisor_netboot",
     "record_fields",

@@ -1,4 +1,5 @@
-"""Cobbler 3.3 over XML-RPC: hypervisor system records, netboot, sync and power.
+"""Cobbler 3.3 over XML-RPC: hypervisor system records, netboot and sync (step 2 powers a host
+through its BMC itself, tasks/bmc/).
 
 `CobblerClient` owns the protocol and maps Cobbler's failures (xmlrpc Fault, the '~' "not
 found" string, socket errors) to `CobblerError` subclasses at one boundary.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import re
-import time
 import xmlrpc.client
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,7 +26,7 @@ from tasks.cobbler.errors import (
     CobblerUnavailable,
     _SyncRunning,
 )
-from tasks.cobbler.systems import SystemSpec
+from tasks.cobbler.systems import BMC_FIELDS, SystemSpec
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CREDENTIALS = ("cobbler", "cobbler")
@@ -157,18 +157,27 @@ class CobblerClient:
         if spec.gateway:
             self._modify(spec.name, handle, "gateway", spec.gateway)
         self._modify(spec.name, handle, "autoinstall_meta", spec.autoinstall_meta)
-        for key in ("power_type", "power_address", "power_user", "power_pass", "power_id"):
-            value = getattr(spec, key)
-            if isinstance(value, SecretStr):  # unwrapped only on its way to Cobbler
-                value = value.get_secret_value()
-            if value:
-                self._modify(spec.name, handle, key, value)
+        for key in BMC_FIELDS:
+            if existing and existing.get(key):
+                self._modify(spec.name, handle, key, "")
         self._modify(spec.name, handle, "netboot_enabled", True)
         self._confirmed(f"save_system {spec.name}",
                         self._call(f"save_system {spec.name}",
                                    lambda: self._proxy.save_system(handle, tok), spec.name),
                         f"system {spec.name!r} was not saved; see Cobbler's log", spec.name)
         return existing is None
+
+    def set_autoinstall_meta(self, name: str, meta: dict[str, str]) -> None:
+        """Replace the record's autoinstall_meta (no sync needed: Cobbler renders the profile
+        when the installer fetches it)."""
+        tok = self.token()
+        handle = self._call("get_system_handle",
+                            lambda: self._proxy.get_system_handle(name, tok), name)
+        self._modify(name, handle, "autoinstall_meta", meta)
+        self._confirmed(f"save_system {name}",
+                        self._call(f"save_system {name}",
+                                   lambda: self._proxy.save_system(handle, tok), name),
+                        f"system {name!r} was not saved; see Cobbler's log", name)
 
     def _modify(self, name: str, handle: str, key: str, value: Any) -> None:
         tok = self.token()
@@ -212,32 +221,6 @@ class CobblerClient:
                 if state != "complete":
                     raise CobblerError(f"Cobbler sync of {name} ended {state!r}; see Cobbler's "
                                        f"log for task {task_id}", operation="sync", subject=name)
-
-    def power(self, name: str, action: str) -> Any:
-        """`status`: True when the host is on. Any other action: True, or CobblerRejected when
-        Cobbler answers False (its fence agent did not carry it out)."""
-        if action not in ("on", "off", "reboot", "status"):
-            raise ValueError(f"power action {action!r}: use on, off, reboot or status")
-        tok = self.token()
-
-        def call() -> Any:
-            handle = self._proxy.get_system_handle(name, tok)
-            return self._proxy.power_system(handle, action, tok)
-
-        answer = self._call(f"power {action} {name}", call, name)
-        if action != "status":  # for status, False only means the host is off
-            self._confirmed(f"power {action} {name}", answer,
-                            f"the fence agent did not power-{action} system {name!r}: check its "
-                            "power_type, power_address and BMC login, and Cobbler's log", name)
-        return answer
-
-    def power_cycle(self, name: str, off_seconds: float) -> None:
-        """Off, `off_seconds` off, on: Cobbler's `reboot` is the same two fence-agent calls with
-        a fixed 5-s sleep between them, inside one XML-RPC call."""
-        self.power(name, "off")
-        with external("hardware_wait"):
-            time.sleep(off_seconds)
-        self.power(name, "on")
 
     def disable_netboot(self, name: str) -> None:
         tok = self.token()

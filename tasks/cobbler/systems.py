@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import SecretStr
-
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META
 
 
@@ -25,11 +23,6 @@ class SystemSpec:
     interface: str = "eth0"
     # not in repr: the one-time token and the root password's hash
     autoinstall_meta: dict[str, str] = field(default_factory=dict, repr=False)
-    power_type: str = ""
-    power_address: str = ""
-    power_user: str = ""
-    power_pass: SecretStr | str = field(default="", repr=False)  # the BMC password
-    power_id: str = ""
 
     def interface_fields(self) -> dict[str, Any]:
         i = self.interface
@@ -42,9 +35,13 @@ class SystemSpec:
         return fields
 
 
-# never shown in a plan: the BMC password and the hash of root's password (at most "changes";
-# a plan's spec has no hash, it never reads the password), and the one-time token each install
-# gets anew
+# Cobbler hands power_pass back in clear to any get_system caller and its power manager logs
+# it: step 2 drives the BMC itself, and the record keeps none of its login (an older release's
+# record is cleared by the next upsert)
+BMC_FIELDS = ("power_address", "power_user", "power_pass", "power_id")
+# never shown in a plan: a BMC password an older record still holds and the hash of root's
+# password (at most "changes"; a plan's spec has no hash, it never reads the password), and the
+# one-time token each install gets anew
 SECRET_FIELDS = frozenset({"power_pass", f"autoinstall_meta.{ROOT_PASSWORD_HASH_META}"})
 ONE_TIME_FIELDS = frozenset({"autoinstall_meta.autosign_token"})
 
@@ -65,12 +62,7 @@ def spec_fields(spec: SystemSpec) -> dict[str, Any]:
     if spec.gateway:
         fields["gateway"] = spec.gateway
     fields.update({f"autoinstall_meta.{k}": str(v) for k, v in spec.autoinstall_meta.items()})
-    for key in ("power_type", "power_address", "power_user", "power_pass", "power_id"):
-        value = getattr(spec, key)
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        if value:
-            fields[key] = value
+    fields.update(dict.fromkeys(BMC_FIELDS, ""))
     fields["netboot_enabled"] = True
     return fields
 

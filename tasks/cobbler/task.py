@@ -1,6 +1,5 @@
-"""Where tasks get Cobbler: the `CobblerCredentials` and `BmcCredentials` Prefect Blocks,
-`cobbler_client()` and `bmc_credentials()` (a named Block, else the settings), and the rollback's
-netboot-off task."""
+"""Where tasks get Cobbler: the `CobblerCredentials` Prefect Block, `cobbler_client()` (a named
+Block, else the settings), and the rollback's netboot-off task."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.blocks.abstract import CredentialsBlock
-from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
 from store_rollout.inventory import Store
@@ -39,23 +37,6 @@ class CobblerCredentials(CredentialsBlock):
                              allow_default_credentials=self.allow_default_credentials)
 
 
-class BmcCredentials(Block):
-    """BMC login Cobbler's fence agent uses to power-cycle a hypervisor
-    (`STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK=<name>`). Not a CredentialsBlock: the project talks to
-    no BMC itself, Cobbler does; the password is unwrapped only by `CobblerClient.upsert_system`."""
-
-    _block_type_name = "BMC Credentials"
-
-    username: str = Field(title="Username", description="BMC login (Cobbler's power_user).")
-    password: SecretStr = Field(title="Password",
-                                description="BMC password (Cobbler's power_pass); never logged.")
-
-    def missing(self) -> list[str]:
-        """Which of user and password are empty (preflight refuses a store without both)."""
-        return [n for n, v in (("user", self.username), ("password", self.password.get_secret_value()))
-                if not v]
-
-
 def cobbler_client(settings: RolloutSettings | None = None) -> CobblerClient:
     """The Cobbler client every task uses: from the Block STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK
     names, else from the cobbler_* settings (env or lab)."""
@@ -65,16 +46,6 @@ def cobbler_client(settings: RolloutSettings | None = None) -> CobblerClient:
     return CobblerCredentials(
         url=settings.cobbler_url, username=settings.cobbler_user, password=settings.cobbler_password,
         allow_default_credentials=settings.cobbler_allow_default_credentials).get_client()
-
-
-def bmc_credentials(store: Store, settings: RolloutSettings) -> BmcCredentials:
-    """The BMC login of a store's hypervisor: its inventory entry's, else the Block
-    STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK names, else the power_user/power_password settings."""
-    hv = store.hypervisor
-    base = (load_block(BmcCredentials, settings.bmc_credentials_block) if settings.bmc_credentials_block
-            else BmcCredentials(username=settings.power_user, password=settings.power_password))
-    return BmcCredentials(username=hv.power_user or base.username,
-                          password=hv.power_password or base.password)
 
 
 @task(name="disable_hypervisor_netboot", task_run_name="disable-netboot-{store.store_id}",

@@ -1,0 +1,218 @@
+"""Racking a store host in the lab: a libvirt domain stands for the machine and a BMC emulator
+(lab/bmc_service.py) drives its power, over IPMI (an endpoint of its own in vbmcd) or Redfish
+(the emulator's system of the domain's name). What racking returns is what a technician writes
+into the inventory for that host: protocol, address, port, Redfish system id.
+
+The domain is the machine's power and boot device only: no disk, and a PXE NIC that is neither
+connected nor has a boot ROM, so its firmware finds nothing to boot and idles; the simulator follows its lifecycle events (lab/simulator/) and runs
+the installed host's minion while it is on. Each domain carries the store and MAC it stands for
+in its metadata (`HOST_NS`).
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import json
+import os
+import socket
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.bmc_service import BMC_ADDRESS
+from lab.state import LabInfo
+
+HOST_NS = "https://store-rollout.invalid/lab/store-host"
+POWER_TYPES = ("ipmi", "redfish")
+
+
+@dataclass(frozen=True)
+class RackedHost:
+    store_id: str
+    system: str  # the domain's name: the host's Cobbler system and hypervisor minion id
+    mac: str
+    power_type: str
+    power_address: str
+    power_port: int | None = None
+    redfish_system_id: str | None = None
+
+    def inventory_fields(self) -> dict[str, Any]:
+        """The host's BMC fields of an inventory entry (`hypervisor.*`)."""
+        fields = {"power_type": self.power_type, "power_address": self.power_address,
+                  "power_port": self.power_port, "redfish_system_id": self.redfish_system_id}
+        return {k: v for k, v in fields.items() if v is not None}
+
+
+def host_name(store_id: str) -> str:
+    return f"store-{store_id}-hv"
+
+
+def host_xml(name: str, store_id: str, mac: str) -> str:
+    return f"""<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>32</memory>
+  <vcpu>1</vcpu>
+  <metadata>
+    <host:host xmlns:host='{HOST_NS}' store_id='{store_id}' mac='{mac}'/>
+  </metadata>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <!-- the PXE NIC with the store's MAC (a Redfish boot override needs a device to boot
+         from); not connected and without a boot ROM: the PXE boot itself is simulated -->
+    <interface type='ethernet'>
+      <mac address='{mac}'/>
+      <model type='e1000'/>
+      <link state='down'/>
+      <rom enabled='no'/>
+    </interface>
+    <memballoon model='none'/>
+  </devices>
+</domain>"""
+
+
+def host_of(dom_xml: str) -> dict[str, str] | None:
+    """The store and MAC a lab store host's domain stands for; None for any other domain."""
+    found = ET.fromstring(dom_xml).find(f"./metadata/{{{HOST_NS}}}host")
+    return dict(found.attrib) if found is not None else None
+
+
+def rack(info: LabInfo, store_id: str, mac: str, power_type: str) -> RackedHost:
+    """The store's host, defined (off) with its BMC; racking it again changes nothing."""
+    import libvirt
+
+    if power_type not in POWER_TYPES:
+        raise ValueError(f"power_type {power_type!r}: use one of {', '.join(POWER_TYPES)}")
+    name = host_name(store_id)
+    conn = libvirt.open(info.libvirt_uri)
+    try:
+        try:
+            conn.lookupByName(name)
+        except libvirt.libvirtError:
+            conn.defineXML(host_xml(name, store_id, mac.lower()))
+    finally:
+        conn.close()
+    if power_type == "redfish":
+        return RackedHost(store_id, name, mac, power_type, info.redfish_url,
+                          redfish_system_id=name)
+    port = vbmc_port(info, name)
+    if port is None:
+        port = _free_udp_port()
+        _write_vbmc_config(info, name, port)
+        _vbmcd(info, {"command": "start", "domain_names": [name]})
+    return RackedHost(store_id, name, mac, power_type, BMC_ADDRESS, power_port=port)
+
+
+def unrack(info: LabInfo, store_id: str) -> None:
+    """The host off and gone, with its IPMI endpoint (a cleanup; nothing left is an error)."""
+    import libvirt
+
+    name = host_name(store_id)
+    if vbmc_port(info, name) is not None:
+        _vbmcd(info, {"command": "delete", "domain_names": [name]})
+    conn = libvirt.open(info.libvirt_uri)
+    try:
+        dom = conn.lookupByName(name)
+        with contextlib.suppress(libvirt.libvirtError):
+            dom.destroy()
+        dom.undefine()
+    except libvirt.libvirtError:
+        pass
+    finally:
+        conn.close()
+
+
+def rack_inventory(info: LabInfo, path: Path) -> list[RackedHost]:
+    """Rack every store of a YAML inventory and write each host's BMC fields into its entry, as
+    a technician records them. A host's protocol: its entry's `power_type`, else by its place
+    in the file: the 1st, 3rd... behind IPMI, the 2nd, 4th... behind Redfish (so any inventory
+    of two stores or more drives both)."""
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())
+    racked = []
+    for n, entry in enumerate(raw["stores"]):
+        hv = entry["hypervisor"]
+        host = rack(info, str(entry["store_id"]), hv["mac"],
+                    hv.get("power_type") or POWER_TYPES[n % 2])
+        hv.update(host.inventory_fields())
+        racked.append(host)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return racked
+
+
+def _write_vbmc_config(info: LabInfo, name: str, port: int) -> None:
+    """The BMC's record as `vbmc add` stores it (virtualbmc's manager), written here: vbmcd
+    logs each control request with its arguments at debug level, a login included; `start`
+    then carries only the domain's name."""
+    config = configparser.ConfigParser()
+    config["VirtualBMC"] = {"domain_name": name, "username": info.bmc_user,
+                            "password": info.bmc_password, "port": str(port),
+                            "address": BMC_ADDRESS, "libvirt_uri": info.libvirt_uri,
+                            "active": "False"}
+    path = Path(info.vbmc_dir) / name / "config"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        config.write(out)
+
+
+def vbmc_port(info: LabInfo, name: str) -> int | None:
+    """The IPMI port of a host racked behind IPMI, else None."""
+    config = Path(info.vbmc_dir) / name / "config"
+    if not config.exists():
+        return None
+    parser = configparser.ConfigParser()
+    parser.read(config)
+    return parser.getint("VirtualBMC", "port")
+
+
+def _vbmcd(info: LabInfo, request: dict[str, Any]) -> None:
+    answer = vbmcd_request(info.vbmcd_port, request)
+    if answer.get("rc") != 0:
+        raise RuntimeError(f"vbmcd {request['command']}: {answer.get('msg')}")
+
+
+def vbmcd_request(port: int, request: dict[str, Any], timeout_ms: int = 15000) -> dict[str, Any]:
+    """One request to vbmcd's control socket (what `vbmc add|start|delete|list` send)."""
+    import zmq
+
+    context = zmq.Context()
+    sock = context.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(f"tcp://127.0.0.1:{port}")
+        sock.send(json.dumps(request).encode())
+        if not sock.poll(timeout_ms):
+            raise TimeoutError(f"vbmcd on port {port} did not answer {request['command']}")
+        answer: dict[str, Any] = json.loads(sock.recv())
+        return answer
+    finally:
+        sock.close()
+        context.term()
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((BMC_ADDRESS, 0))
+        return int(sock.getsockname()[1])
+
+
+def racked_hosts(info: LabInfo) -> list[dict[str, Any]]:
+    """Every racked host with its power state (`lab status`)."""
+    import libvirt
+
+    conn = libvirt.openReadOnly(info.libvirt_uri)
+    try:
+        hosts = []
+        for dom in conn.listAllDomains():
+            host = host_of(dom.XMLDesc(0))
+            if host is not None:
+                port = vbmc_port(info, dom.name())
+                hosts.append({**host, "system": dom.name(), "on": bool(dom.isActive()),
+                              "ipmi_port": port})
+        return hosts
+    finally:
+        conn.close()
+

@@ -1,0 +1,31 @@
+"""Store hosts' BMCs: the protocol every step uses (`client`), IPMI (`ipmi`, pyghmi) and Redfish
+(`redfish`, sushy), their errors, and the Block the login lives in (`blocks`). Import from
+`tasks.bmc`."""
+
+from __future__ import annotations
+
+from tasks.bmc.blocks import (
+    BmcCredentials,
+    bmc_client,
+    bmc_credentials,
+    bmc_problems,
+)
+from tasks.bmc.client import Bmc, power_cycle_for_install
+from tasks.bmc.errors import BmcAuthFailed, BmcError, BmcRejected, BmcUnreachable
+from tasks.bmc.ipmi import IpmiBmc
+from tasks.bmc.redfish import RedfishBmc
+
+__all__ = [
+    "Bmc",
+    "BmcAuthFailed",
+    "BmcCredentials",
+    "BmcError",
+    "BmcRejected",
+    "BmcUnreachable",
+    "IpmiBmc",
+    "RedfishBmc",
+    "bmc_client",
+    "bmc_credentials",
+    "bmc_problems",
+    "power_cycle_for_install",
+]
