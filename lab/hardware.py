@@ -4,9 +4,9 @@
 into the inventory for that host: protocol, address, port, Redfish system id.
 
 The domain is the machine's power and boot device only: no disk, and a PXE NIC that is neither
-connected nor has a boot ROM, so its firmware finds nothing to boot and idles; the simulator follows its lifecycle events (lab/simulator/) and runs
-the installed host's minion while it is on. Each domain carries the store and MAC it stands for
-in its metadata (`HOST_NS`).
+connected nor has a boot ROM, so its firmware finds nothing to boot and idles; the simulator
+follows its lifecycle events (lab/simulator/) and runs the installed host's minion while it is
+on. Each domain carries the store and MAC it stands for in its metadata (`HOST_NS`).
 """
 
 from __future__ import annotations
