@@ -109,3 +109,75 @@ def test_a_bmc_that_does_not_answer_fails_within_its_timeout_naming_it(make: Any
     assert bmc.label.startswith("store 0042: ")
     assert err.value.operation == "power status" and err.value.subject == bmc.label
     assert "s3cret" not in str(err.value) + repr(bmc)
+
+
+FAKE_IPMITOOL = """#!/bin/sh
+printf '%s\\n' "$@" > "$(dirname "$0")/argv"
+printf '%s' "$IPMI_PASSWORD" > "$(dirname "$0")/password"
+cat "$(dirname "$0")/stdout"
+cat "$(dirname "$0")/stderr" >&2
+exit "$(cat "$(dirname "$0")/rc")"
+"""
+
+
+@pytest.fixture
+def ipmitool(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A stand-in ipmitool that answers what the test writes and records how it was called."""
+    from tasks.bmc import ipmi
+
+    tool = tmp_path / "ipmitool"
+    tool.write_text(FAKE_IPMITOOL)
+    tool.chmod(0o755)
+    monkeypatch.setattr(ipmi, "IPMITOOL", str(tool))
+
+    def answer(stdout: str = "", stderr: str = "", rc: int = 0) -> None:
+        for name, text in (("stdout", stdout), ("stderr", stderr), ("rc", str(rc))):
+            (tmp_path / name).write_text(text)
+
+    answer.dir = tmp_path  # type: ignore[attr-defined]
+    return answer
+
+
+def test_ipmitool_gets_the_password_in_its_environment_only(ipmitool: Any) -> None:
+    ipmitool(stdout="Loading IANA PEN Registry...\nChassis Power is on\n")
+    bmc = IpmiBmc("10.0.0.9", "admin", SecretStr("s3cret"), port=6230, store_id="0042",
+                  cipher_suite=3)
+    assert bmc.power_state() == "on"
+    argv = (ipmitool.dir / "argv").read_text().split()
+    assert "s3cret" not in argv and (ipmitool.dir / "password").read_text() == "s3cret"
+    assert argv[argv.index("-E") - 2:argv.index("-E")] == ["-U", "admin"]
+    assert argv[argv.index("-C"):argv.index("-C") + 2] == ["-C", "3"]
+    assert argv[-3:] == ["chassis", "power", "status"] and "-R" in argv  # one try
+    ipmitool(stdout="Chassis Power is off\n")
+    assert bmc.power_state() == "off"
+
+
+@pytest.mark.parametrize(("stderr", "error", "said"), [
+    ("> RAKP 2 HMAC is invalid\nError: Unable to establish IPMI v2 / RMCP+ session\n",
+     "BmcAuthFailed", "refused the login of user 'admin' (RAKP 2 HMAC is invalid; Error: "
+                      "Unable to establish IPMI v2 / RMCP+ session; *****): fix the BMC "
+                      "Credentials Block of this store"),
+    ("Get Auth Capabilities error\nError: Unable to establish IPMI v2 / RMCP+ session\n",
+     "BmcUnreachable", "did not answer power on: Get Auth Capabilities error; Error: Unable to "
+                       "establish IPMI v2 / RMCP+ session; *****"),
+    ("Set Chassis Power Control to On failed: Invalid command\n", "BmcRejected",
+     "refused power on: Set Chassis Power Control to On failed: Invalid command; *****"),
+])
+def test_ipmitool_failures_are_told_apart_naming_the_bmc(ipmitool: Any, stderr: str,
+                                                         error: str, said: str) -> None:
+    ipmitool(stderr=stderr + "s3cret\n", rc=1)  # a tool that echoed the password: masked
+    bmc = IpmiBmc("10.0.0.9", "admin", SecretStr("s3cret"), store_id="0042")
+    with pytest.raises(Exception) as err:
+        bmc.power_on()
+    assert type(err.value).__name__ == error
+    assert str(err.value) == "store 0042: IPMI BMC 10.0.0.9:623 " + said
+    assert "s3cret" not in str(err.value)
+
+
+def test_an_ipmi_password_longer_than_ipmi_takes_is_refused_before_any_call(
+        ipmitool: Any) -> None:
+    bmc = IpmiBmc("10.0.0.9", "admin", SecretStr("x" * 21), store_id="0042")
+    with pytest.raises(Exception, match="longer than IPMI 2.0's 20 bytes") as err:
+        bmc.power_state()
+    assert type(err.value).__name__ == "BmcAuthFailed"
+    assert not (ipmitool.dir / "argv").exists()

@@ -1,4 +1,4 @@
-"""Store hosts' BMCs: the protocol every step uses (`client`), IPMI (`ipmi`, pyghmi) and Redfish
+"""Store hosts' BMCs: the protocol every step uses (`client`), IPMI (`ipmi`, ipmitool) and Redfish
 (`redfish`, sushy), their errors, and the Block the login lives in (`blocks`). Import from
 `tasks.bmc`."""
 

@@ -1,6 +1,6 @@
 """A store host's BMC as step 2 uses it: read the power state, boot from the network once,
 power off and on. Two implementations speak the BMC's own protocol: `IpmiBmc` (IPMI 2.0
-lanplus, pyghmi) and `RedfishBmc` (Redfish, sushy); `power_cycle_for_install` is the one
+lanplus, ipmitool) and `RedfishBmc` (Redfish, sushy); `power_cycle_for_install` is the one
 sequence step 2 runs over either."""
 
 from __future__ import annotations
