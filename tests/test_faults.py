@@ -309,6 +309,36 @@ def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[st
     check_store(lab, "f-kill", result)
 
 
+def test_a_wrong_bmc_password_fails_step2_before_anything_changes(
+        lab: LabInfo, inprocess: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 2 asks the BMC for the host's power before it changes anything: a wrong login fails
+    it at once (not retried: a BMC locks the account), naming the BMC and the store, with no
+    Cobbler record, no autosign token and the host still off."""
+    from pydantic import SecretStr
+
+    from tasks.bmc import BmcCredentials
+    from tasks.cobbler import CobblerClient
+    from tasks.salt import SaltMasterClient
+
+    inv = write_inventory(tmp_path / "inv.yaml", ["f-bmcpw"], "52:54:00:ef:00", lab=lab)
+    BmcCredentials(username=lab.bmc_user,
+                   password=SecretStr(lab.bmc_password[::-1])).save("f-bmcpw-wrong", overwrite=True)
+    monkeypatch.setenv("STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK", "f-bmcpw-wrong")
+    failed = inprocess("f-bmcpw", inv)
+    assert failed.is_failed()
+    message = str(failed.message) + repr(failed)
+    assert "store f-bmcpw: IPMI BMC 127.0.0.1:" in message, message
+    assert "refused the login of user" in message and "fix the BMC Credentials Block" in message
+    assert lab.bmc_password[::-1] not in message
+    step = finished_task_run(lab, "pxe_install_hypervisor-f-bmcpw")
+    assert step["run_count"] == 1, step  # no retry of a refused login
+    cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                            password=lab.cobbler_password)
+    assert cobbler.get_system("store-f-bmcpw-hv") is None
+    assert SaltMasterClient(lab.salt_master_config).token_for("store-f-bmcpw-hv") is None
+    assert power_actions(lab, "store-f-bmcpw-hv") == {"on": 0, "off": 0}
+
+
 def test_step2_again_during_the_install_leaves_the_host_alone(
         lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
