@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from lab.manager import Lab
-from lab.state import LabPaths, load_lab_info, running_labs, state_dir_from_env
+from lab.state import LabInfo, LabPaths, load_lab_info, running_labs, state_dir_from_env
 from lab.store_network import BRIDGE
 from store_rollout.inventory import DEFAULT_INVENTORY
 from store_rollout.settings import SETTINGS_FILE_ENV
@@ -75,8 +75,11 @@ def lab_status(state_dir: StateDir = None, as_json: Annotated[bool, typer.Option
     rows = lab.status()
     minions = lab.minion_rows()
     total = sum(r["rss_bytes"] for r in rows)
+    info = lab.paths.load_info()
+    hosts = _racked(info) if rows and all(r["alive"] for r in rows) else []
     if as_json:
-        print(json.dumps({"services": rows, "minions": minions, "total_rss_bytes": total}, indent=2))
+        print(json.dumps({"services": rows, "minions": minions, "hosts": hosts,
+                          "total_rss_bytes": total}, indent=2))
         return
     table = Table(title=f"lab at {lab.paths.root}")
     for col in ("service", "address", "pid", "state", "rss"):
@@ -91,7 +94,15 @@ def lab_status(state_dir: StateDir = None, as_json: Annotated[bool, typer.Option
         )
     table.add_row("total (services)", "", "", "", _mib(total))
     Console().print(table)
-    info = lab.paths.load_info()
+    if hosts:
+        racked = Table(title="racked store hosts (libvirt domains behind their BMCs)")
+        for col in ("host", "store", "MAC", "BMC", "power"):
+            racked.add_column(col)
+        for h in hosts:
+            bmc = (f"IPMI 127.0.0.1:{h['ipmi_port']}" if h["ipmi_port"] else
+                   f"Redfish {info.redfish_url if info else ''} system {h['system']}")
+            racked.add_row(h["system"], h["store_id"], h["mac"], bmc, "on" if h["on"] else "off")
+        Console().print(racked)
     if info is not None:
         Console().print(f"Prefect UI: {info.prefect_ui_url}")
     if rows and not all(r["alive"] for r in rows):
@@ -129,6 +140,12 @@ def rack(inventory: Inventory, state_dir: StateDir = None) -> None:
     """Rack the inventory's store hosts in the lab (a domain and its IPMI or Redfish BMC each)
     and write a copy of the inventory with their BMC fields into the lab's state dir."""
     console.print(str(_racked_copy(inventory, state_dir_from_env(state_dir))))
+
+
+def _racked(info: LabInfo | None) -> list[dict[str, Any]]:
+    from lab.hardware import racked_hosts
+
+    return racked_hosts(info) if info is not None else []
 
 
 def _racked_copy(inventory: Path, lab_dir: Path) -> Path:

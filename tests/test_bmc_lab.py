@@ -3,6 +3,7 @@ lanplus, sushy-tools over Redfish, both driving a store host's libvirt domain.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,3 +77,22 @@ def test_a_wrong_bmc_password_fails_naming_the_bmc_and_the_store(lab: LabInfo,
     assert "fix the BMC Credentials Block" in message
     assert wrong not in message and lab.bmc_password not in message
     assert not domain_active(lab, host.system)  # nothing changed
+
+
+def test_lab_status_lists_the_racked_host_with_its_bmc_and_power(
+        lab: LabInfo, lab_dir: Path, host: RackedHost) -> None:
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    def listed() -> dict[str, object]:
+        result = CliRunner().invoke(app, ["lab", "status", "--state-dir", str(lab_dir), "--json"])
+        assert result.exit_code == 0, result.output
+        hosts = json.loads(result.output)["hosts"]
+        return next(h for h in hosts if h["system"] == host.system)
+
+    row = listed()
+    assert (row["store_id"], row["mac"], row["on"]) == (host.store_id, host.mac, False)
+    assert row["ipmi_port"] == host.power_port  # None for a host behind Redfish
+    client(lab, host, lab.bmc_password).power_on()
+    wait_for(lambda: listed()["on"], timeout=20, what=f"{host.system} listed on")

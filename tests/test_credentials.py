@@ -141,7 +141,11 @@ def test_named_blocks_win_over_the_settings(prefect_harness: None) -> None:
     assert f"no BMC Credentials Block named 'no-such-{suffix}'" in problems[0]
     assert problems[1] == (f"store '0042': the BMC Credentials Block 'empty-{suffix}' has no "
                            "user and password: set it in the Prefect UI")
-    assert bmc_problems([store(power_address="10.0.0.1")], settings) == []
+    # SECRET is longer than the 20 bytes IPMI 2.0 takes: fine for Redfish, refused for IPMI
+    assert bmc_problems([store(power_address="10.0.0.1", power_type="redfish")], settings) == []
+    assert bmc_problems([store(power_address="10.0.0.1")], settings) == [
+        f"store '0042': the BMC Credentials Block 'bmc-{suffix}' holds a password longer than "
+        "IPMI 2.0's 20 bytes: this host's BMC (IPMI) cannot take it"]
 
 
 def test_a_missing_block_is_named(prefect_harness: None) -> None:

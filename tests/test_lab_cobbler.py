@@ -61,7 +61,6 @@ META = {
 }
 
 
-@dataclass
 def _overlay_unavailable(scratch: Path) -> str | None:
     """Why the namespace + overlay recipe cannot work here (probed inside scratch), or None."""
     if os.geteuid() != 0:
@@ -331,9 +330,7 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
     from tasks.blocks import store_root_password
     from tasks.pxe_install import store_root_password_hash, system_spec
 
-    settings = load_settings({**BASE_ENV, "STORE_ROLLOUT_POWER_TYPE": "lab",
-                              "STORE_ROLLOUT_POWER_USER": "bmc-admin",
-                              "STORE_ROLLOUT_POWER_PASSWORD": "bmc-secret"})
+    settings = load_settings(BASE_ENV)
     client = _client(cobbler_lab)
     run = uuid.uuid4().hex[:6]
     stores = parse_inventory({"stores": [{
