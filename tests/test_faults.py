@@ -340,11 +340,12 @@ def test_a_wrong_bmc_password_fails_step2_before_anything_changes(
 
 
 def test_step2_again_during_the_install_leaves_the_host_alone(
-        lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path,
+        lab: LabInfo, lab_env: dict[str, str], inprocess: Any, faults: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 2 run again while the install it started is underway (the task's retry, or a rerun
     after its worker died) neither powers the host again nor changes its record or token; the
-    rollout then waits for that install and completes with one power-on in all."""
+    rollout then waits for that install and completes with one power-on in all. One host behind
+    IPMI, one behind Redfish, side by side."""
     import logging
 
     from store_rollout.inventory import load_inventory
@@ -352,14 +353,14 @@ def test_step2_again_during_the_install_leaves_the_host_alone(
     from tasks.cobbler import CobblerClient
     from tasks.salt import SaltMasterClient
 
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-again", "f-again2"], "52:54:00:ee:00",
-                          lab=lab)
-    faults("pxe", {"delay": 8})  # each install takes a while
+    ids = ["f-again", "f-again2"]
+    inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:ee:00", lab=lab)
+    faults("pxe", {"delay": 6})  # each install takes a while
     monkeypatch.setattr(pxe_install, "get_run_logger", lambda: logging.getLogger("test"))
     cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
                             password=lab.cobbler_password)
     master = SaltMasterClient(lab.salt_master_config)
-    for store_id in ("f-again", "f-again2"):  # behind IPMI, behind Redfish
+    for store_id in ids:
         store = load_inventory(inv).get(store_id)
         first = pxe_install.pxe_install_hypervisor.fn(store)
         record = cobbler.get_system(store.cobbler_system)
@@ -370,9 +371,11 @@ def test_step2_again_during_the_install_leaves_the_host_alone(
                          "install_underway": True, "power_actions": []}
         assert cobbler.get_system(store.cobbler_system) == record  # nothing changed
         assert master.token_for(store.hypervisor_minion_id) == token
-        result = completed(inprocess(store_id, inv))
+    other = start_rollout(lab_env, ids[1], inv)
+    results = {ids[0]: completed(inprocess(ids[0], inv)), ids[1]: finish(other)}
+    for store_id, result in results.items():
         assert result["hypervisor_power_actions"] == []  # waited for that install
-        assert power_actions(lab, store.cobbler_system) == {"on": 1, "off": 0}
+        assert power_actions(lab, f"store-{store_id}-hv") == {"on": 1, "off": 0}
         check_store(lab, store_id, result)
 
 
