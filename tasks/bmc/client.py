@@ -9,9 +9,22 @@ import time
 from collections.abc import Callable
 from typing import Literal, Protocol
 
+from pydantic import SecretStr
+
 from store_rollout.instrument import external
 
 PowerState = Literal["on", "off"]
+
+
+class BmcLogin:
+    """What a client of either protocol holds: the login, the deadline of each call, and the
+    store it powers (for messages)."""
+
+    def __init__(self, username: str, password: SecretStr, timeout: float, store_id: str) -> None:
+        self.username = username
+        self._password = password
+        self.timeout = timeout
+        self.store_id = store_id
 
 
 class Bmc(Protocol):

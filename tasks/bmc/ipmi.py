@@ -17,7 +17,7 @@ import subprocess
 from pydantic import SecretStr
 
 from store_rollout.instrument import external
-from tasks.bmc.client import PowerState
+from tasks.bmc.client import BmcLogin, PowerState
 from tasks.bmc.errors import BmcAuthFailed, BmcError, BmcRejected, BmcUnreachable
 
 IPMI_PORT = 623
@@ -33,17 +33,12 @@ _NO_ANSWER = ("get auth capabilities error", "no response", "connection refused"
               "unable to get channel cipher suites")
 
 
-class IpmiBmc:
+class IpmiBmc(BmcLogin):
     def __init__(self, address: str, username: str, password: SecretStr, *,
                  port: int = IPMI_PORT, timeout: float = 20.0, store_id: str = "",
                  cipher_suite: int | None = None) -> None:
-        self.address = address
-        self.port = port
-        self.username = username
-        self._password = password
-        self.timeout = timeout
-        self.store_id = store_id
-        self.cipher_suite = cipher_suite
+        super().__init__(username, password, timeout, store_id)
+        self.address, self.port, self.cipher_suite = address, port, cipher_suite
 
     @property
     def label(self) -> str:

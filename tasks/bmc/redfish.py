@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pydantic import SecretStr
 
 from store_rollout.instrument import external
-from tasks.bmc.client import PowerState
+from tasks.bmc.client import BmcLogin, PowerState
 from tasks.bmc.errors import BmcAuthFailed, BmcError, BmcRejected, BmcUnreachable
 
 T = TypeVar("T")
@@ -19,17 +19,12 @@ T = TypeVar("T")
 SERVER_SIDE_RETRIES = 1
 
 
-class RedfishBmc:
+class RedfishBmc(BmcLogin):
     def __init__(self, url: str, username: str, password: SecretStr, *,
                  system_id: str | None = None, timeout: float = 20.0, verify: bool | str = True,
                  store_id: str = "") -> None:
-        self.url = url.rstrip("/")
-        self.username = username
-        self._password = password
-        self.system_id = system_id
-        self.timeout = timeout
-        self.verify = verify
-        self.store_id = store_id
+        super().__init__(username, password, timeout, store_id)
+        self.url, self.system_id, self.verify = url.rstrip("/"), system_id, verify
         self._system: Any = None
 
     @property
