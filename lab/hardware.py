@@ -102,6 +102,7 @@ def rack(info: LabInfo, store_id: str, mac: str, power_type: str) -> RackedHost:
         port = _free_udp_port()
         _write_vbmc_config(info, name, port)
         _vbmcd(info, {"command": "start", "domain_names": [name]})
+        _wait_answering(info, store_id, port)
     return RackedHost(store_id, name, mac, power_type, BMC_ADDRESS, power_port=port)
 
 
@@ -141,6 +142,26 @@ def rack_inventory(info: LabInfo, path: Path) -> list[RackedHost]:
         racked.append(host)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return racked
+
+
+def _wait_answering(info: LabInfo, store_id: str, port: int) -> None:
+    """Racked means reachable: vbmcd answers `start` before the BMC's own process listens."""
+    from pydantic import SecretStr
+
+    from lab.procs import wait_until
+    from tasks.bmc import BmcUnreachable, IpmiBmc
+
+    bmc = IpmiBmc(BMC_ADDRESS, info.bmc_user, SecretStr(info.bmc_password), port=port,
+                  timeout=2, store_id=store_id)
+
+    def answers() -> bool:
+        try:
+            bmc.power_state()
+            return True
+        except BmcUnreachable:
+            return False
+
+    wait_until(answers, 30, f"the IPMI BMC of store {store_id} on port {port}", interval=0.2)
 
 
 def _write_vbmc_config(info: LabInfo, name: str, port: int) -> None:
