@@ -136,7 +136,9 @@ def demo(inventory: Inventory = Path(DEFAULT_INVENTORY), state_dir: StateDir = N
 
 
 @lab_app.command("rack")
-def rack(inventory: Inventory, state_dir: StateDir = None) -> None:
+def rack(inventory: Annotated[Path, typer.Argument(help="inventory file (YAML)", exists=True,
+                                                    dir_okay=False)],
+         state_dir: StateDir = None) -> None:
     """Rack the inventory's store hosts in the lab (a domain and its IPMI or Redfish BMC each)
     and write a copy of the inventory with their BMC fields into the lab's state dir."""
     console.print(str(_racked_copy(inventory, state_dir_from_env(state_dir))))

@@ -88,9 +88,8 @@ def rack(info: LabInfo, store_id: str, mac: str, power_type: str) -> RackedHost:
     name = host_name(store_id)
     conn = libvirt.open(info.libvirt_uri)
     try:
-        try:
-            conn.lookupByName(name)
-        except libvirt.libvirtError:
+        # asked by listing: a failed lookup has libvirt print an error on stderr
+        if name not in {dom.name() for dom in conn.listAllDomains()}:
             conn.defineXML(host_xml(name, store_id, mac.lower()))
     finally:
         conn.close()
@@ -115,12 +114,12 @@ def unrack(info: LabInfo, store_id: str) -> None:
         _vbmcd(info, {"command": "delete", "domain_names": [name]})
     conn = libvirt.open(info.libvirt_uri)
     try:
-        dom = conn.lookupByName(name)
-        with contextlib.suppress(libvirt.libvirtError):
-            dom.destroy()
-        dom.undefine()
-    except libvirt.libvirtError:
-        pass
+        for dom in conn.listAllDomains():
+            if dom.name() == name:
+                if dom.isActive():
+                    with contextlib.suppress(libvirt.libvirtError):  # went off meanwhile
+                        dom.destroy()
+                dom.undefine()
     finally:
         conn.close()
 
