@@ -23,7 +23,7 @@ from tasks.bmc.errors import BmcAuthFailed, BmcError, BmcRejected, BmcUnreachabl
 IPMI_PORT = 623
 # IPMI 2.0 keys a session with the password in a 20-byte field (RAKP): a longer one cannot log in
 IPMI_PASSWORD_MAX_BYTES = 20
-IPMITOOL = os.environ.get("STORE_ROLLOUT_IPMITOOL", "ipmitool")
+IPMITOOL = "ipmitool"  # Debian's, on PATH
 # ipmitool -v's words for a login the BMC refused (RAKP 2's HMAC: a wrong password; RAKP 2/4
 # status codes: an unknown user or a role it may not take)
 _AUTH_REFUSED = ("rakp 2 hmac is invalid", "unauthorized name", "invalid role",
