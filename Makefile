@@ -20,13 +20,21 @@ STAMP_HOST_PY36 := $(HOST_PY36_VENV)/.setup.stamp
 # the lab's BMC emulators (VirtualBMC for IPMI, sushy-tools for Redfish), apart from the app
 BMC_VENV ?= $(CURDIR)/.venv-bmc
 STAMP_BMC := $(BMC_VENV)/.setup.stamp
+# what a store host's network boot loads in the lab (lab/netboot.py): Debian's kernel and the
+# busybox of its installer, PXELINUX; taken out of their .debs, never installed on this machine
+NETBOOT_DIR ?= $(CURDIR)/.cache/netboot
+STAMP_NETBOOT := $(NETBOOT_DIR)/.setup.stamp
+NETBOOT_FILES := ./boot/vmlinuz-* ./lib/modules/*/kernel/drivers/virtio/* \
+	./lib/modules/*/kernel/drivers/net/virtio_net.ko ./lib/modules/*/kernel/drivers/net/net_failover.ko \
+	./lib/modules/*/kernel/net/core/failover.ko ./lib/modules/*/kernel/drivers/block/virtio_blk.ko \
+	./bin/busybox ./usr/lib/PXELINUX/pxelinux.0 ./usr/lib/syslinux/modules/bios/ldlinux.c32
 PYTHON36 ?= $(shell for p in "$$(pyenv prefix 3.6 2>/dev/null)/bin/python3.6" python3.6; do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 6))' 2>/dev/null && command -v "$$p" && break; done)
 
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
-	xorriso libxml2-utils dnsmasq-base ipmitool
+	xorriso libxml2-utils dnsmasq-base ipmitool curl
 
 .PHONY: setup demo test test-durations test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
 
@@ -34,7 +42,20 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
 SALT3006_SHA256 := ee2c38b34ea861409013c81cf0aa85297d69cf10773b73ee7a0710b5c942dcca
 
-setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(STAMP_HOST_SALT) $(STAMP_HOST_PY36) $(STAMP_BMC) $(SALT3006_SDIST)
+setup: $(STAMP_APT) $(STAMP_VENV) $(STAMP_COBBLER) $(STAMP_HOST_SALT) $(STAMP_HOST_PY36) $(STAMP_BMC) $(STAMP_NETBOOT) $(SALT3006_SDIST)
+
+# the kernel package linux-image-amd64 points at today (security updates replace it)
+$(STAMP_NETBOOT): $(STAMP_APT)
+	rm -rf $(NETBOOT_DIR) && mkdir -p $(NETBOOT_DIR)/debs $(NETBOOT_DIR)/root
+	cd $(NETBOOT_DIR)/debs && apt-get download -q \
+	  $$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $$2; exit}') \
+	  busybox-static pxelinux syslinux-common
+	for deb in $(NETBOOT_DIR)/debs/*.deb; do \
+	  dpkg-deb --fsys-tarfile "$$deb" | tar -x -C $(NETBOOT_DIR)/root --wildcards $(NETBOOT_FILES) 2>/dev/null; \
+	done; rm -rf $(NETBOOT_DIR)/debs
+	ls $(NETBOOT_DIR)/root/boot/vmlinuz-* $(NETBOOT_DIR)/root/bin/busybox \
+	  $(NETBOOT_DIR)/root/usr/lib/PXELINUX/pxelinux.0 $(NETBOOT_DIR)/root/usr/lib/syslinux/modules/bios/ldlinux.c32
+	touch $@
 
 $(SALT3006_SDIST): $(STAMP_VENV)
 	mkdir -p $(dir $@)

@@ -42,10 +42,13 @@ ENGINE_SOURCE = SALT_STATES_DIR / "_engines" / ENGINE_SNIPPET
 # state-dir name -> host path it overlays
 OVERLAYS = {"etc": "/etc", "var": "/var", "srv": "/srv", "usr-sbin": "/usr/sbin"}
 
-# Off: the lab owns no DHCP/DNS/TFTP/rsync daemon; on: pxe_just_once makes nopxe flip netboot.
+# DHCP (v4) through the dnsmasq module: the store network's DHCP and TFTP server reads what
+# Cobbler writes (lab/cobbler_dhcp.py), which reloads it with a trigger instead of restarting a
+# service of this machine; no DNS, rsync or in.tftpd daemon; pxe_just_once makes nopxe flip
+# netboot.
 SETTINGS = {
-    "manage_dhcp": "false",
-    "manage_dhcp_v4": "false",
+    "manage_dhcp": "true",
+    "manage_dhcp_v4": "true",
     "manage_dhcp_v6": "false",
     "manage_dns": "false",
     "manage_tftpd": "false",
@@ -262,15 +265,11 @@ def _upsert(
     proxy.save_item(what, handle, token)
 
 
-def seed(cfg: CobblerLabConfig, autoinstall_template_text: str) -> None:
-    """Distro, autoinstall template (and its engine snippet) and profile for store hypervisors
-    (idempotent)."""
-    boot = cfg.state_dir / "boot" / DISTRO
-    boot.mkdir(parents=True, exist_ok=True)
-    kernel, initrd = boot / "linux", boot / "initrd"
-    for dummy in (kernel, initrd):
-        if not dummy.exists():  # cobbler only checks that the files exist; sync copies them
-            dummy.write_bytes(b"\0" * 1024)
+def seed(cfg: CobblerLabConfig, autoinstall_template_text: str, kernel: Path,
+         initrd: Path) -> None:
+    """Distro (the lab's installer: lab/netboot.py), autoinstall template (and its engine
+    snippet) and profile for store hypervisors (idempotent), then a full sync: the TFTP tree
+    and the DHCP configuration the store network's dnsmasq starts from."""
     proxy, token = login(cfg)
     _upsert(proxy, token, "distro", DISTRO, [
         ("arch", "x86_64"),
@@ -282,4 +281,7 @@ def seed(cfg: CobblerLabConfig, autoinstall_template_text: str) -> None:
     proxy.write_autoinstall_template(TEMPLATE, autoinstall_template_text, token)
     # as an operator installs it in production: the engine module itself is the snippet
     proxy.write_autoinstall_snippet(ENGINE_SNIPPET, ENGINE_SOURCE.read_text(), token)
-    _upsert(proxy, token, "profile", PROFILE, [("distro", DISTRO), ("autoinstall", TEMPLATE)])
+    # the installer's messages on the host's serial console (the full lab keeps it in a file)
+    _upsert(proxy, token, "profile", PROFILE, [("distro", DISTRO), ("autoinstall", TEMPLATE),
+                                               ("kernel_options", "console=ttyS0")])
+    proxy.sync(token)

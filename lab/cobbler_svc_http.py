@@ -17,7 +17,7 @@ import sys
 import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
-from wsgiref.simple_server import WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import yaml
 
@@ -67,10 +67,20 @@ class ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class LoggingHandler(WSGIRequestHandler):
+    """Apache's combined log's last field too: who fetched (an installer's wget, a script's
+    curl, the simulator's Python)."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        agent = self.headers.get("User-Agent", "-")
+        self.log_message('"%s" %s %s "%s"', self.requestline, str(code), str(size), agent)
+
+
 def main() -> None:
     sys.path.insert(0, SVC_DIR)
     port = int(sys.argv[1])
-    with make_server("127.0.0.1", port, app, server_class=ThreadingWSGIServer) as server:
+    with make_server("127.0.0.1", port, app, server_class=ThreadingWSGIServer,
+                     handler_class=LoggingHandler) as server:
         server.serve_forever()
 
 

@@ -3,10 +3,13 @@
 (the emulator's system of the domain's name). What racking returns is what a technician writes
 into the inventory for that host: protocol, address, port, Redfish system id.
 
-The domain is the machine's power and boot device only: no disk, and a PXE NIC that is neither
-connected nor has a boot ROM, so its firmware finds nothing to boot and idles; the simulator
-follows its lifecycle events (lab/simulator/) and runs the installed host's minion while it is
-on. Each domain carries the store and MAC it stands for in its metadata (`HOST_NS`).
+In the default lab the domain is the machine's power and boot device only: no disk, and a PXE
+NIC that is neither connected nor has a boot ROM, so its firmware finds nothing to boot and
+idles; the simulator follows its lifecycle events (lab/simulator/) and plays the PXE install.
+In the full lab the machine boots for real (lab/netboot.py): a NIC with QEMU's iPXE ROM on the
+store network's bridge boots first, then a small disk the installer writes, and the serial
+console goes to a file beside it. Either way the simulator runs the installed host's minion
+while it is on. Each domain carries the store and MAC it stands for in its metadata (`HOST_NS`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import configparser
 import contextlib
 import json
 import os
+import shutil
 import socket
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -22,9 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from lab.bmc_service import BMC_ADDRESS
+from lab.netboot import HostFiles, host_files
 from lab.state import LabInfo
+from lab.store_network import BRIDGE
 
 HOST_NS = "https://store-rollout.invalid/lab/store-host"
+QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 POWER_TYPES = ("ipmi", "redfish")
 
 
@@ -73,6 +80,46 @@ def host_xml(name: str, store_id: str, mac: str) -> str:
 </domain>"""
 
 
+def netbooting_host_xml(name: str, store_id: str, mac: str, files: HostFiles,
+                        domain_type: str) -> str:
+    """The full lab's machine: network first (PXELINUX hands back to the BIOS when Cobbler's
+    netboot is off), then its disk. A BMC's boot override rewrites the <os> boot order to the
+    network alone, for good (libvirt has no "once"), and libvirt makes QEMU's boot order
+    strict; a server's firmware goes on to its other boot devices when the network boot hands
+    back, so QEMU's boot order is made non-strict (`-boot strict=off`, given after libvirt's)."""
+    return f"""<domain type='{domain_type}' xmlns:qemu='{QEMU_NS}'>
+  <name>{name}</name>
+  <memory unit='MiB'>256</memory>
+  <vcpu>1</vcpu>
+  <metadata>
+    <host:host xmlns:host='{HOST_NS}' store_id='{store_id}' mac='{mac}'/>
+  </metadata>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='network'/><boot dev='hd'/></os>
+  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='{files.disk}'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <interface type='bridge'>
+      <mac address='{mac}'/>
+      <source bridge='{BRIDGE}'/>
+      <model type='virtio'/>
+    </interface>
+    <serial type='file'>
+      <source path='{files.console}' append='on'/>
+      <target port='0'/>
+    </serial>
+    <memballoon model='none'/>
+  </devices>
+  <qemu:commandline>
+    <qemu:arg value='-boot'/>
+    <qemu:arg value='strict=off'/>
+  </qemu:commandline>
+</domain>"""
+
+
 def host_of(dom_xml: str) -> dict[str, str] | None:
     """The store and MAC a lab store host's domain stands for; None for any other domain."""
     found = ET.fromstring(dom_xml).find(f"./metadata/{{{HOST_NS}}}host")
@@ -90,7 +137,13 @@ def rack(info: LabInfo, store_id: str, mac: str, power_type: str) -> RackedHost:
     try:
         # asked by listing: a failed lookup has libvirt print an error on stderr
         if name not in {dom.name() for dom in conn.listAllDomains()}:
-            conn.defineXML(host_xml(name, store_id, mac.lower()))
+            if info.full:
+                files = host_files(info, name)
+                files.create()
+                conn.defineXML(netbooting_host_xml(name, store_id, mac.lower(), files,
+                                                   info.vm_type))
+            else:
+                conn.defineXML(host_xml(name, store_id, mac.lower()))
     finally:
         conn.close()
     if power_type == "redfish":
@@ -122,6 +175,7 @@ def unrack(info: LabInfo, store_id: str) -> None:
                 dom.undefine()
     finally:
         conn.close()
+    shutil.rmtree(host_files(info, name).disk.parent, ignore_errors=True)
 
 
 def rack_inventory(info: LabInfo, path: Path) -> list[RackedHost]:

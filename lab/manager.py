@@ -23,8 +23,10 @@ import requests
 
 from lab import (
     bmc_service,
+    cobbler_dhcp,
     cobbler_service,
     libvirt_service,
+    netboot,
     postgres,
     prefect_server,
     salt_master,
@@ -44,7 +46,7 @@ from lab.store_network import GATEWAY, StoreNetwork, machine_address
 
 # start order; `down` stops in reverse (dependants first)
 SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
-                 "cobbler-http", "erp-receiver", "vbmcd", "redfish-bmc", "simulator",
+                 "cobbler-http", "cobbler-dnsmasq", "erp-receiver", "vbmcd", "redfish-bmc", "simulator",
                  "prefect-worker"]
 
 
@@ -122,7 +124,7 @@ class Lab:
         if "store-network" not in services:
             # the machines' links died with the old gateway: the simulator restarts them, and
             # libvirtd (whose VMs' taps were there) starts on the new network
-            for name in ("simulator", "libvirtd"):
+            for name in ("simulator", "libvirtd", "cobbler-dnsmasq"):
                 if name in services:
                     stop(services.pop(name).record)
         self._clear_stale(services)
@@ -163,6 +165,8 @@ class Lab:
         libvirt_service.prepare(self.paths.libvirt, store_network.url(p.simulator))
         cob = self.cobbler_config()
         cobbler_service.prepare_state(cob)
+        cobbler_dhcp.prepare(cob)
+        installer_initrd = netboot.build_initramfs(cob.state_dir / "boot")
         self.paths.erp.mkdir(exist_ok=True)
         token_file = self.paths.erp / "token"
         token_file.write_text(self.secrets.erp_token)
@@ -182,7 +186,8 @@ class Lab:
                               "--log", info.erp_log, "--token-file", str(token_file)],
                              logs / "erp-receiver.log", cwd=_repo_root()), noop)
         if "cobblerd" not in services or "cobbler-http" not in services:
-            for name in ("cobbler-http", "cobblerd"):
+            # dnsmasq lives in cobblerd's mount namespace: it goes with it
+            for name in ("cobbler-dnsmasq", "cobbler-http", "cobblerd"):
                 if name in services:
                     stop(services.pop(name).record)
             progress("starting cobblerd")
@@ -226,7 +231,11 @@ class Lab:
         bmc_service.wait_ready(bmc)
         cobbler_service.wait_ready(cob)
         cobbler_service.seed(cob, (IMAGE_BUILDS_DIR / "autoyast" / "store-hypervisor.xml")
-                             .read_text())
+                             .read_text(), netboot.kernel().vmlinuz, installer_initrd)
+        ensure("cobbler-dnsmasq", f"{GATEWAY} (DHCP, TFTP)",
+               lambda: cobbler_dhcp.start(cob, services["cobblerd"].record, store_network,
+                                          logs / "cobbler-dnsmasq.log"),
+               lambda: cobbler_dhcp.wait_ready(cob, services["cobbler-dnsmasq"].record))
         wait_until(lambda: _http_ok(f"{info.erp_url}/_lab/health"), 20, "ERP receiver")
         salt_master.wait_ready(self.paths.master_config)
         prefect_server.wait_ready(p.prefect)

@@ -7,9 +7,9 @@ any outside network, and the host's own interfaces are never touched. Each simul
 gets a network namespace of its own, joined to the bridge by a veth pair, with an address the
 lab assigns (`lab/host_namespace.py` sets that up before the machine's minion starts).
 libvirtd runs on this network too (lab/libvirt_service.py), so a VM's NIC on `BRIDGE` is on
-the store network as a store VM's NIC on `br0` is on the store's LAN; such a guest gets its
-address by DHCP from the dnsmasq the gateway runs on the bridge (`DHCP_FIRST`..`DHCP_LAST`,
-no router or DNS offered).
+the store network as a store VM's NIC on `br0` is on the store's LAN; such a guest, and a
+store host's PXE ROM and installer, get an address by DHCP from the dnsmasq Cobbler manages
+on the bridge (lab/cobbler_dhcp.py: `DHCP_FIRST`..`DHCP_LAST`, no router or DNS offered).
 
 The lab's services (Salt master, Cobbler's HTTP side, the image server, the hardware
 simulator) listen on the orchestrator's loopback. The gateway process forwards their ports
@@ -31,7 +31,6 @@ import hashlib
 import ipaddress
 import json
 import os
-import signal
 import socket
 import subprocess
 from collections.abc import Awaitable, Callable
@@ -48,7 +47,6 @@ FIRST_MACHINE = int(ipaddress.IPv4Address("10.77.1.1"))
 DHCP_FIRST = "10.77.128.1"
 DHCP_LAST = "10.77.255.254"
 CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
 
 
 def machine_address(index: int) -> str:
@@ -125,13 +123,6 @@ def _libc_call(name: str, *args: int) -> None:
         raise OSError(errno, f"{name}: {os.strerror(errno)}")
 
 
-def _die_with_parent() -> None:
-    """In a child, before exec: SIGTERM once the gateway exits, however it exits. A gateway
-    stopped by PID alone (started in a process group not its own, as by a bench) would
-    otherwise leave its dnsmasq running, holding its parent's output pipes open."""
-    _libc_call("prctl", PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(256 * 1024):
@@ -176,17 +167,6 @@ async def _forward(listeners: list[socket.socket], host_namespace: int) -> None:
     await asyncio.Event().wait()  # until SIGTERM
 
 
-def dhcp_server_command(leases: Path) -> list[str]:
-    """dnsmasq as the store network's DHCP server only: on the bridge, no DNS (port 0), no
-    router or DNS server offered (nothing to route to), leases in the lab's state dir."""
-    return ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--port=0",
-            f"--interface={BRIDGE}", "--bind-interfaces", "--pid-file",
-            f"--dhcp-range={DHCP_FIRST},{DHCP_LAST},{NETWORK.netmask},1h",
-            "--dhcp-authoritative", "--dhcp-option=3", "--dhcp-option=6",
-            f"--dhcp-leasefile={leases}", "--user=root", "--group=root", "--log-dhcp",
-            "--log-facility=-"]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--state-file", type=Path, required=True)
@@ -202,9 +182,6 @@ def main() -> None:
                     ["ip", "addr", "add", f"{GATEWAY}/{NETWORK.prefixlen}", "dev", BRIDGE],
                     ["ip", "link", "set", BRIDGE, "up"]):
         subprocess.run(command, check=True)
-    # a child of the gateway: in its namespace and process group, and ends with it
-    subprocess.Popen(dhcp_server_command(args.state_file.parent / "dhcp.leases"),
-                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
     listeners = []
     for port in args.forward:
         listener = socket.socket()

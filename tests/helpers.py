@@ -197,6 +197,18 @@ def power_actions(lab: LabInfo, system: str) -> dict[str, int]:
             + redfish.count(f'System "{uuid}" power state set to "ForceOff"')}
 
 
+def tftp_sent(lab: LabInfo, file: str) -> list[str]:
+    """The addresses the store network's TFTP server (Cobbler's dnsmasq) sent `file` to (a
+    path under the TFTP root), from its own log."""
+    log = Path(lab.services["cobbler-dnsmasq"].log).read_text()
+    return re.findall(rf"dnsmasq-tftp\[\d+\]: sent /srv/tftpboot/{re.escape(file)} to (\S+)", log)
+
+
+def pxe_config_name(mac: str) -> str:
+    """PXELINUX's per-MAC configuration file, as Cobbler names it."""
+    return "pxelinux.cfg/01-" + mac.lower().replace(":", "-")
+
+
 def created_erp_notices(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
     """The notices the lab's ERP created (201) for a store, from its own request log."""
     notices = [json.loads(line) for line in Path(lab.erp_log).read_text().splitlines()]

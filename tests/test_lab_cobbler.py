@@ -7,6 +7,7 @@ lifecycle too.  Needs root (mount namespace + overlayfs) and `make setup` (.venv
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 import urllib.request
@@ -23,9 +24,10 @@ import pytest
 import yaml
 from passlib.hash import sha512_crypt
 
-from lab import cobbler_service, procs
+from lab import cobbler_dhcp, cobbler_service, netboot, procs
 from lab.autoyast import parse_autoyast
 from lab.procs import ProcessRecord
+from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import parse_inventory
 from store_rollout.settings import LEAP_UPDATE_REPOS, load_settings
@@ -116,13 +118,16 @@ def cobbler_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     records: dict[str, ProcessRecord] = {}
     try:
         cobbler_service.prepare_state(cfg)
+        cobbler_dhcp.prepare(cfg)
         started = time.monotonic()
         records = cobbler_service.start(cfg)
         cobbler_service.wait_ready(cfg)
         lab = Lab(cfg, records, time.monotonic() - started)
         print(f"\ncobblerd + cobbler-http ready in {lab.start_seconds:.2f}s")
-        cobbler_service.seed(cfg, TEMPLATE.read_text())
-        cobbler_service.seed(cfg, TEMPLATE.read_text())  # idempotent: no duplicate, no fault
+        installer = (netboot.kernel().vmlinuz, netboot.build_initramfs(cfg.state_dir / "boot"))
+        cobbler_service.seed(cfg, TEMPLATE.read_text(), *installer)
+        # idempotent: no duplicate, no fault
+        cobbler_service.seed(cfg, TEMPLATE.read_text(), *installer)
         yield lab
     finally:
         cobbler_service.stop(records)
@@ -235,8 +240,27 @@ def test_profile_render_has_no_nopxe_call(cobbler_lab: Lab) -> None:
 def test_sync_writes_pxe_config(cobbler_lab: Lab, system: str) -> None:
     pxe = (cobbler_lab.cfg.upper("srv") / "tftpboot" / "pxelinux.cfg"
            / ("01-" + MAC.replace(":", "-"))).read_text()
-    assert f"kernel /images/{cobbler_service.DISTRO}/linux" in pxe
+    # the lab's installer: Debian's kernel and the initrd lab/netboot.py builds
+    kernel = netboot.kernel().vmlinuz.name
+    assert f"kernel /images/{cobbler_service.DISTRO}/{kernel}" in pxe
+    assert re.search(rf"initrd=/images/{cobbler_service.DISTRO}/installer-\w+\.cpio\.gz ", pxe)
+    assert " console=ttyS0" in pxe
+    tftp_root = cobbler_lab.cfg.upper("srv") / "tftpboot"
+    for loader in ("pxelinux.0", "ldlinux.c32"):  # the BIOS loaders, copied by the sync
+        assert (tftp_root / loader).read_bytes()[:4], loader
     assert f"autoyast={cobbler_lab.cfg.http_url}/cblr/svc/op/autoinstall/system/{system}" in pxe
+
+
+def test_sync_writes_the_dhcp_configuration(cobbler_lab: Lab, system: str) -> None:
+    """Cobbler's dnsmasq module writes the store network's DHCP server configuration from the
+    lab's template (bridge and range filled in), each system's MAC in it and in /etc/ethers."""
+    conf = (cobbler_lab.cfg.upper("etc") / "dnsmasq.conf").read_text()
+    assert f"interface={BRIDGE}\n" in conf and "@" not in conf
+    assert f"dhcp-range={DHCP_FIRST},{DHCP_LAST},255.255.0.0,1h\n" in conf
+    assert "enable-tftp\ntftp-root=/srv/tftpboot\n" in conf
+    assert f"dhcp-host=net:x86_64,{MAC},{system}.stores.example,192.0.2.42\n" in conf
+    ethers = (cobbler_lab.cfg.upper("etc") / "ethers").read_text()
+    assert f"{MAC.upper()}\t192.0.2.42\n" in ethers
 
 
 def test_nopxe_disables_netboot(cobbler_lab: Lab, system: str) -> None:

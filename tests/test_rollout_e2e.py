@@ -15,7 +15,7 @@ import pytest
 import requests
 import yaml
 
-from lab.state import VENV_BIN, LabInfo
+from lab.state import VENV_BIN, LabInfo, LabPaths
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltCommandFailed, SaltMasterClient
@@ -25,7 +25,9 @@ from tests.helpers import (
     cli_in_process,
     finish,
     power_actions,
+    pxe_config_name,
     start_rollout,
+    tftp_sent,
     wait_for,
     write_inventory,
 )
@@ -83,6 +85,14 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert [s["hypervisor"]["power_type"] for s in raw[:3]] == ["ipmi", "redfish", "ipmi"]
     for sid in ("e2e2", "e2e3"):  # e2e1 is powered off and on again by its power cut
         assert power_actions(lab, f"store-{sid}-hv") == {"on": 1, "off": 0}
+    # each host's firmware took Cobbler's per-MAC PXELINUX configuration over TFTP from the
+    # store network (the default lab's firmware asks at the gateway), and Cobbler wrote each
+    # MAC into the DHCP server's configuration
+    dnsmasq_conf = (LabPaths(Path(lab.state_dir)).cobbler / "etc" / "u" / "dnsmasq.conf").read_text()
+    for entry in raw[:3]:
+        mac = entry["hypervisor"]["mac"]
+        assert GATEWAY in tftp_sent(lab, pxe_config_name(mac)), mac
+        assert f"dhcp-host=net:x86_64,{mac}," in dnsmasq_conf
     # a host whose storevirt is not the master's (a project update since its install) has it
     # synced by the rerun's step 4, which found it out in the job it asks the domain with
     master = SaltMasterClient(lab.salt_master_config)

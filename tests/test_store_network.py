@@ -146,9 +146,10 @@ def test_a_gateway_that_is_gone_is_named(tmp_path: Path) -> None:
         stale.open_namespace()
 
 
-def test_the_dhcp_server_ends_with_its_gateway_however_it_ends(tmp_path: Path) -> None:
-    """A gateway killed by PID alone (a bench's, in the caller's process group) takes its
-    dnsmasq along: before, the orphan kept the caller's output pipes open and it hung."""
+def test_a_gateway_killed_by_pid_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A gateway killed by PID alone (a bench's, in the caller's process group) runs no child
+    (the store network's DHCP server is Cobbler's dnsmasq, a lab service of its own), so
+    nothing is left holding the caller's output pipes."""
     state = tmp_path / "store-network.json"
     gateway = subprocess.Popen([sys.executable, "-m", "lab.store_network", "--state-file",
                                 str(state)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
@@ -156,14 +157,10 @@ def test_the_dhcp_server_ends_with_its_gateway_however_it_ends(tmp_path: Path) -
     try:
         wait_for(state.exists, timeout=20, what="the store network's state file")
         children = Path(f"/proc/{gateway.pid}/task/{gateway.pid}/children").read_text().split()
-        dnsmasq = [int(c) for c in children
-                   if Path(f"/proc/{c}/comm").read_text().strip() == "dnsmasq"]
-        assert len(dnsmasq) == 1, children
+        assert children == []
     finally:
         gateway.kill()
         gateway.wait(10)
-    wait_for(lambda: not Path(f"/proc/{dnsmasq[0]}").exists(), timeout=10,
-             what=f"dnsmasq {dnsmasq[0]} to end with its gateway")
     assert gateway.stdout is not None
     gateway.stdout.read()  # EOF: no process is left holding the pipe
 

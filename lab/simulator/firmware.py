@@ -1,6 +1,13 @@
 """What a store host's firmware does when its BMC powers its domain on or off (lab/hardware.py,
-lab/bmc_service.py): the PXE install from the AutoYaST profile Cobbler rendered, booting from
-disk; and every machine's reboot."""
+lab/bmc_service.py), and every machine's reboot.
+
+Full lab: the domain boots for real (lab/netboot.py: iPXE, DHCP and TFTP from Cobbler's dnsmasq,
+PXELINUX, the lab's installer); the firmware here only watches the host's serial console, and
+once the host boots from its disk it runs the installed host from the files on that disk.
+Default lab: the domain cannot boot, and the firmware here plays the PXE boot: it fetches the
+per-MAC PXELINUX configuration over TFTP from the store network; if that says install, it
+fetches the AutoYaST profile from Cobbler over HTTP, lays down the files it writes and calls
+Cobbler's nopxe, as the installer does; if it says localboot, it boots the installed host."""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from lab.autoyast import parse_autoyast
+from lab.netboot import DISK_BOOT_MARKER, INSTALL_ID_FILE, host_files, read_install
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.minions import MinionManager
 from lab.state import HOST_PY36_SALT_BIN, HOST_SALT_BIN, LabInfo, LabPaths
@@ -30,6 +38,10 @@ log = logging.getLogger("lab.simulator")
 # a Leap host's salt-minion extension modules (its extension_modules default)
 HOST_EXTMODS = "/var/cache/salt/minion/extmods/"
 
+
+# curl's exit status for a file the TFTP server does not have
+CURL_TFTP_NOT_FOUND = 68
+CONSOLE_POLL_SECONDS = 0.25
 
 # what the installer's curl does; run on the store network (StoreNetwork.run)
 _FETCH = ("import sys, urllib.request\n"
@@ -47,12 +59,12 @@ class Firmware:
         self.faults = faults
         self.minions = minions
         self.vms = vms
-        self.cobbler_state = paths.cobbler
 
     def host_powered_on(self, system_name: str) -> None:
         """A store host's domain started (its BMC powered it on): it boots, from the network
         while Cobbler's netboot is on for it, else from its disk."""
-        threading.Thread(target=self._boot_system, args=(system_name,), daemon=True,
+        boot = self._watch_console if self.info.full else self._boot_system
+        threading.Thread(target=boot, args=(system_name,), daemon=True,
                          name=f"boot-{system_name}").start()
 
     def host_powered_off(self, system_name: str) -> None:
@@ -113,9 +125,73 @@ class Firmware:
                     log.info("%s boots: autostart domain %s started", system_name, dom.name())
 
     def _pxe_config(self, mac: str) -> str | None:
+        """PXELINUX's per-MAC configuration, over TFTP from the store network's server (the
+        DHCP answer's next-server: the gateway), as PXELINUX asks for it; None if there is
+        none."""
+        network = self.minions.network()
         name = "01-" + mac.lower().replace(":", "-")
-        path = self.cobbler_state / "srv" / "u" / "tftpboot" / "pxelinux.cfg" / name
-        return path.read_text() if path.exists() else None
+        proc = network.run(["curl", "-sS", "--max-time", "10",
+                            f"tftp://{network.gateway}/pxelinux.cfg/{name}"],
+                           capture_output=True, text=True, timeout=30)
+        if proc.returncode == CURL_TFTP_NOT_FOUND:
+            return None
+        if proc.returncode != 0:
+            raise RuntimeError(f"firmware: TFTP pxelinux.cfg/{name} from {network.gateway} "
+                               f"failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    # -- the full lab: a real network boot -------------------------------------------------
+    def _watch_console(self, system_name: str) -> None:
+        """Follow the host's serial console from power on: the installer's messages go to the
+        simulator's log; the boot sector's line means the host booted from its disk."""
+        try:
+            self._stop_system(system_name)  # a power cycle kills the running OS
+            console = host_files(self.info, system_name).console
+            offset = console.stat().st_size if console.exists() else 0
+            pending = ""
+            while self._host_on(system_name):
+                with console.open("rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+                offset += len(chunk)
+                pending += chunk.decode(errors="replace")
+                *lines, pending = pending.split("\n")
+                for line in lines:
+                    if "store-installer:" in line:
+                        log.info("%s console: %s", system_name, line.strip())
+                    if DISK_BOOT_MARKER in line:
+                        self._boot_from_disk(system_name)
+                        return
+                time.sleep(CONSOLE_POLL_SECONDS)
+        except Exception:
+            log.exception("boot of %s failed", system_name)
+
+    def _host_on(self, system_name: str) -> bool:
+        import libvirt
+
+        conn = libvirt.openReadOnly(self.info.libvirt_uri)
+        try:
+            return any(dom.name() == system_name and dom.isActive()
+                       for dom in conn.listAllDomains())
+        finally:
+            conn.close()
+
+    def _boot_from_disk(self, system_name: str) -> None:
+        """The installed host runs: from the files the installer wrote to the disk, applied
+        once per install (a reboot of the same install keeps the minion's keys)."""
+        files = read_install(host_files(self.info, system_name).disk)
+        if files is None:
+            log.warning("%s booted from a disk without an install", system_name)
+            return
+        install_id = files.get(INSTALL_ID_FILE, "").strip()
+        record = self.paths.simulator / "systems" / f"{system_name}.install"
+        if not record.exists() or record.read_text() != install_id:
+            self._lay_down(system_name, {f"/{path}": text for path, text in files.items()})
+            record.write_text(install_id)
+        minion_id = self._system_minion(system_name)
+        if minion_id:
+            self.minions.start(minion_id, f"{system_name} boots from disk")
+            self._autostart_domains(system_name)
 
     def _boot_system(self, system_name: str) -> None:
         try:
@@ -148,12 +224,22 @@ class Firmware:
             log.warning("fault knob: install of %s fails", system_name)
             return
         rendered = parse_autoyast(self._fetch(autoyast_url))
-        minion_id = rendered.files.get("/etc/salt/minion_id", "").strip() or system_name
-        minion_d = {Path(p).name: text for p, text in rendered.files.items()
+        minion_id = self._lay_down(system_name, rendered.files)
+        # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
+        # the one Cobbler rendered (the profile's http_server carries the port)
+        if rendered.nopxe_url:
+            self._nopxe(rendered.nopxe_url)
+        self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
+
+    def _lay_down(self, system_name: str, files: dict[str, str]) -> str:
+        """The installed host's minion from the files its install wrote (absolute path ->
+        text); returns its id."""
+        minion_id = files.get("/etc/salt/minion_id", "").strip() or system_name
+        minion_d = {Path(p).name: text for p, text in files.items()
                     if p.startswith("/etc/salt/minion.d/")}
         # the minion's extension modules the profile writes (the libvirt events engine), where
         # the host's Salt looks for them: the lab minion's root_dir stands for "/"
-        extmods = {p: text for p, text in rendered.files.items()
+        extmods = {p: text for p, text in files.items()
                    if p.startswith(HOST_EXTMODS) and not p.endswith("/")}
         (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
         (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
@@ -175,11 +261,7 @@ class Firmware:
             salt_bin = HOST_PY36_SALT_BIN
         self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True,
                              disk_files=extmods)
-        # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
-        # the one Cobbler rendered (the profile's http_server carries the port)
-        if rendered.nopxe_url:
-            self._nopxe(rendered.nopxe_url)
-        self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
+        return minion_id
 
     def _nopxe(self, url: str) -> None:
         """Cobbler's nopxe answers 200 with "True" or "False" (pxe_just_once off, no such
