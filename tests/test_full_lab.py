@@ -27,10 +27,12 @@ import pytest
 import yaml
 
 from lab.manager import Lab
+from lab.netboot import DISK_BOOT_MARKER, INSTALLER_DONE_MARKER, host_files
 from lab.state import REPO_ROOT, LabInfo, LabPaths
 from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST, GATEWAY
+from store_rollout.contracts import STEP_WAIT_FOR_HYPERVISOR
 from tasks.salt import SaltMasterClient
-from tests.helpers import check_store, start_rollout
+from tests.helpers import check_store, pxe_config_name, start_rollout
 
 pytestmark = [pytest.mark.full_lab, pytest.mark.timeout(1800)]
 
@@ -204,6 +206,45 @@ def test_two_stores_boot_the_real_image(full_lab: LabInfo, rollouts: dict[str, O
         for sid, r in results.items()}
     (FULL_LAB_DIR / "phase-times.json").write_text(json.dumps(PHASES, indent=2))
     print("full lab phase times:", json.dumps(PHASES, indent=2))
+
+
+def test_store_hosts_boot_from_the_network(full_lab: LabInfo,
+                                           rollouts: dict[str, Outcome]) -> None:
+    """Issue 29: each store host boots for real. Its PXE ROM gets an address and PXELINUX by
+    DHCP and TFTP from Cobbler's dnsmasq, PXELINUX its per-MAC configuration and the
+    installer's kernel and initrd; the installer fetches the profile from Cobbler over HTTP and
+    calls nopxe; at the next boot PXELINUX hands back to the BIOS, which boots the disk."""
+    dnsmasq = Path(full_lab.services["cobbler-dnsmasq"].log).read_text()
+    cobbler_http = (LabPaths(FULL_LAB_DIR).cobbler / "logs" / "cobbler-http.log").read_text()
+    for n, sid in enumerate((*GOOD, WRONG), start=1):
+        mac, system = f"52:54:00:fb:01:{n:02x}", f"store-{sid}-hv"
+        leases = set(re.findall(rf"DHCPACK\(storebr0\) (\S+) {mac}", dnsmasq))
+        assert len(leases) == 1, (sid, leases)
+        address = leases.pop()
+        sent = tftp_sent_files(dnsmasq, address)
+        config = pxe_config_name(mac)
+        # the installing boot and the boot from disk both ask for the per-MAC configuration
+        assert sent.count(config) == 2, (sid, sent)
+        assert sent.count("pxelinux.0") == 2 and "ldlinux.c32" in sent, (sid, sent)
+        assert any(re.fullmatch(r"images/[^/]+/vmlinuz-\S+", f) for f in sent), (sid, sent)
+        assert any(re.fullmatch(r"images/[^/]+/installer-\w+\.cpio\.gz", f) for f in sent), sent
+        # the installer's own HTTP client (busybox wget) fetched the profile and called nopxe
+        for op in ("autoinstall", "nopxe"):
+            assert re.search(rf'"GET /cblr/svc/op/{op}/system/{system} HTTP/1.1" 200 \d+ "Wget"',
+                             cobbler_http), (sid, op)
+        console = host_files(full_lab, system).console.read_text(errors="replace")
+        assert console.index(INSTALLER_DONE_MARKER) < console.rindex(DISK_BOOT_MARKER), sid
+        assert f"store-installer: eth0 has {address} from {GATEWAY}" in console, sid
+    # step 3's wait: the host's network boot and install, then its first highstate
+    PHASES["host_wait_seconds"] = {
+        sid: rollouts[sid][1]["step_seconds"].get(STEP_WAIT_FOR_HYPERVISOR) for sid in GOOD}
+    (FULL_LAB_DIR / "phase-times.json").write_text(json.dumps(PHASES, indent=2))
+    print("step 3 with the network boot:", PHASES["host_wait_seconds"])
+
+
+def tftp_sent_files(dnsmasq_log: str, address: str) -> list[str]:
+    return re.findall(rf"dnsmasq-tftp\[\d+\]: sent /srv/tftpboot/(\S+) to {re.escape(address)}\n",
+                      dnsmasq_log)
 
 
 def test_wrong_master_in_the_image_fails_step6_naming_the_vm_minion(

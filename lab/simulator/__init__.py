@@ -1,10 +1,13 @@
 """Store hardware simulator: the only simulated part of the lab.
 
-- PXE + install: Cobbler's `lab` fence agent POSTs power actions here. On power on/reboot the
-  "machine" does what its firmware would: read the PXE config Cobbler synced for its MAC; if it
-  points at an AutoYaST profile, fetch it from Cobbler, lay down the files it writes, start the
-  hypervisor's salt-minion from them and call Cobbler's end-of-install (nopxe) URL; if it says
-  localboot, boot the installed system.
+- Store hosts: each is a libvirt domain behind a real BMC emulator (lab/hardware.py); the
+  simulator follows its lifecycle. Default lab: on power on the "machine" does what its
+  firmware and installer would: take the PXE config for its MAC over TFTP; if it points at an
+  AutoYaST profile, fetch it from Cobbler, lay down the files it writes, start the hypervisor's
+  salt-minion from them and call Cobbler's end-of-install (nopxe) URL; if it says localboot,
+  boot the installed system. Full lab: the domain boots for real (lab/netboot.py) and the
+  simulator starts the installed host once the serial console shows it booted from its disk,
+  from the files the installer wrote there.
 - VM boot: a libvirt lifecycle callback (not polling) starts a salt-minion for each started
   domain, with the minion.d files of the image the domain's disk is backed by. A domain
   whose disk holds a built image (the full lab) is left alone: QEMU boots it for real. The identity
@@ -19,6 +22,7 @@
   also get a mount namespace without the lab's state (lab/host_namespace.py).
 - Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`): delay, fail
   the next N times, never; `GET /faults/taken` counts the delays and failures they caused.
+  `pxe` acts in the default lab only: the full lab's install is the real installer's.
 
 Modules: faults (the knobs), minions (salt-minion processes per machine), firmware (BMC
 power, PXE install, reboots), vm_boot (libvirt lifecycle events), http_api (the handler),
