@@ -8,26 +8,23 @@ from __future__ import annotations
 
 import json
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from app.offline import INVENTORY, Inventory, vm_xml, windows
 from app.runner import (
     COMMAND_GROUP,
     command_prefect_settings,
     console,
     finished,
     recent_runs,
-    refuse,
     run_batch,
     run_stores,
     validate_rollback,
     validate_stores,
 )
 from app.views import print_batch, print_plan, print_reconcile, print_runs, print_staged
-from store_rollout.inventory import DEFAULT_INVENTORY
-from store_rollout.settings import SettingsError
 from store_rollout.step_timeouts import STEP_TIMEOUTS, StepTimeouts
 
 app = typer.Typer(
@@ -45,8 +42,9 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
     ctx.with_resource(command_prefect_settings())
 
 
-Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
-INVENTORY = Path(DEFAULT_INVENTORY)
+# commands that only read the inventory (and settings) and print
+app.command("vm-xml")(vm_xml)
+app.command("windows")(windows)
 
 
 def timeout_option(name: str) -> Any:
@@ -226,37 +224,6 @@ def stage(
         print(json.dumps(result, indent=2, default=str))
         return
     print_staged(result, console)
-
-
-@app.command("vm-xml")
-def vm_xml(
-    store_id: str,
-    inventory: Inventory = INVENTORY,
-    hypervisor: Annotated[str, typer.Option(
-        "--hypervisor", help="hypervisor type: xen (production) or kvm")] = "xen",
-    images_dir: Annotated[str | None, typer.Option(
-        "--images-dir", help="the hypervisor's VM images dir (default: the vm_images_dir setting)")
-    ] = None,
-) -> None:
-    """Print the domain XML step 5 would define for a store (virt.init's own generator)."""
-    from store_rollout.inventory import InventoryError, load_inventory
-    from store_rollout.settings import RolloutSettings, load_settings
-    from tasks.virt import DEVICE_MODELS, domain_xml
-
-    if hypervisor not in DEVICE_MODELS:
-        refuse(f"--hypervisor {hypervisor!r}: choose one of {', '.join(sorted(DEVICE_MODELS))}")
-    try:
-        store = load_inventory(inventory).select([store_id])[0]
-    except InventoryError as exc:
-        refuse(str(exc))
-    if images_dir is None:
-        try:
-            images_dir = load_settings().vm_images_dir
-        except SettingsError:
-            images_dir = str(RolloutSettings.model_fields["vm_images_dir"].default)
-            console.print(f"note: settings not loadable here; images dir {images_dir} (pass "
-                          "--images-dir to choose)")
-    print(domain_xml(store, hypervisor, images_dir))
 
 
 @app.command("serve")

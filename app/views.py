@@ -34,12 +34,21 @@ def print_plan(result: dict[str, Any]) -> None:
         table = Table(title=f"store {sid}: " + (f"{len(todo)} steps to do, from "
                                                 f"{store['resumes_at']}" if todo else
                                                 "nothing to do"), show_lines=True)
+        table.caption = "maintenance window: " + window_line(store.get("next_window"))
         for col in ("step", "to do", "action", "details"):
             table.add_column(col)
         for step in store["steps"]:
             table.add_row(step["step"], "[yellow]yes[/]" if step["todo"] else "no",
                           step["action"], "\n".join(step["details"]))
         out.print(table)
+
+
+def window_line(window: dict[str, Any] | None) -> str:
+    if window is None:
+        return "any time (no calendar in the inventory)"
+    if "none" in window:
+        return str(window["none"])
+    return ("open now: " if window["open_now"] else "next: ") + str(window["text"])
 
 
 def print_reconcile(result: dict[str, Any]) -> None:

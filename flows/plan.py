@@ -5,6 +5,7 @@ Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow
@@ -14,6 +15,7 @@ from prefect.runtime import flow_run
 from store_rollout.fleet.plan import first_todo, plan_store
 from store_rollout.fleet.render import plan_markdown
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.inventory.calendar_spec import next_window_of
 from tasks.observe import observe_stores
 
 ARTIFACT_KEY = "store-plan"
@@ -43,7 +45,10 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
     plans = {sid: plan_store(f) for sid, f in facts.items()}
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
                              description=f"rollout plan of {len(plans)} store(s)")
+    now = datetime.now(UTC)
+    calendars = {store.store_id: store.calendar for store in stores}
     return {sid: {"todo": [p.step for p in plan if p.todo],
                   "resumes_at": (first_todo(plan) or (None, None))[1],
+                  "next_window": next_window_of(calendars[sid], now),
                   "steps": [p.model_dump() for p in plan]}
             for sid, plan in plans.items()}

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from lab.manager import Lab
 from lab.state import LabInfo
@@ -125,10 +126,16 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     done, killed = f"pr{stamp:04x}-done", f"pr{stamp:04x}-kill"
     inv = write_inventory(tmp_path / "inv.yaml", [done, killed],
                           f"52:54:e6:{stamp >> 8:02x}:{stamp & 0xFF:02x}", lab=lab)
+    raw = yaml.safe_load(inv.read_text())  # the done store's calendar: Tokyo, daily at 03:00
+    raw["stores"][0]["calendar"] = {"time_zone": "Asia/Tokyo", "windows": ["daily 03:00-04:30"]}
+    inv.write_text(yaml.safe_dump(raw))
 
-    # a fresh store: all seven steps to do; nothing changes
+    # a fresh store: all seven steps to do; nothing changes; its next maintenance window shown
     fresh = planned(lab_env, lab, inv, done)
     assert fresh["todo"] == list(STEPS), fresh
+    window = fresh["next_window"]
+    assert window["time_zone"] == "Asia/Tokyo" and window["hours"] == 1.5, window
+    assert window["start_local"][11:] == "03:00:00+09:00" and window["start_utc"][11:16] == "18:00"
     assert reconciled(lab_env, inv, done)[done]["status"] == "not-started"
 
     # (b) and (d) start at once (two stores at once, as a batch runs them): (b) is killed once

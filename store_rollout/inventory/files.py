@@ -65,7 +65,12 @@ CSV_COLUMNS = {
     "vm_name": ("vm", "name"), "vm_vcpus": ("vm", "vcpus"), "vm_memory_mib": ("vm", "memory_mib"),
     "vm_disk_gib": ("vm", "disk_gib"), "vm_network": ("vm", "network"),
     "erp_site_code": ("erp", "site_code"), "erp_cost_center": ("erp", "cost_center"),
+    "time_zone": ("calendar", "time_zone"), "maintenance_windows": ("calendar", "windows"),
+    "blackout_dates": ("calendar", "blackout"),
 }
+# columns that hold a list: its entries separated by ";" in the cell (a spreadsheet quotes a
+# cell that holds its delimiter)
+CSV_LIST_COLUMNS = {"maintenance_windows", "blackout_dates"}
 
 
 # a spreadsheet saves ',' or, where ',' is the decimal separator (Excel in much of Europe), ';';
@@ -118,7 +123,8 @@ def _csv_to_raw(text: str, source: str) -> dict[str, Any]:
             target = store
             for part in path[:-1]:
                 target = target.setdefault(part, {})
-            target[path[-1]] = value.strip()
+            target[path[-1]] = ([entry.strip() for entry in value.split(";") if entry.strip()]
+                                if column in CSV_LIST_COLUMNS else value.strip())
         stores.append(store)
     return {"stores": stores}
 

@@ -18,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from store_rollout.inventory.calendar_spec import CalendarSpec, with_default_calendar
+
 STORE_ID_RE = r"^[a-z0-9][a-z0-9-]{0,23}$"
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 HOSTNAME_RE = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
@@ -196,6 +198,17 @@ class Store(_Strict):
     hypervisor: HypervisorSpec
     vm: VmSpec = Field(default_factory=lambda: VmSpec.model_validate({}))
     erp: ErpSpec
+    calendar: CalendarSpec | None = Field(
+        None, description="time zone, maintenance windows, blackout dates (default: "
+                          "defaults.calendar; none: any time)")
+
+    @field_validator("calendar")
+    @classmethod
+    def _complete_calendar(cls, value: CalendarSpec | None) -> CalendarSpec | None:
+        if value is not None and value.missing():
+            names = " and ".join(f"calendar.{name}" for name in value.missing())
+            raise ValueError(f"{names} missing: set it for the store or in defaults.calendar")
+        return value
 
     @property
     def hypervisor_minion_id(self) -> str:
@@ -214,10 +227,20 @@ class Store(_Strict):
         return self.hypervisor_minion_id
 
 
+class InventoryDefaults(_Strict):
+    calendar: CalendarSpec | None = None
+
+
 class Inventory(_Strict):
     stores: list[Store]
+    defaults: InventoryDefaults | None = None
     # where it was read from, for messages (a run started in the UI shows only its message)
     _source: str = PrivateAttr(default="inventory")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        return with_default_calendar(data)
 
     @model_validator(mode="after")
     def _unique(self) -> Inventory:
