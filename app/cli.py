@@ -67,6 +67,9 @@ def rollout(
         STEP_TIMEOUTS.hypervisor_stall_timeout),
     vm_contact_timeout: Annotated[float, timeout_option("vm_contact_timeout")] = (
         STEP_TIMEOUTS.vm_contact_timeout),
+    now: Annotated[bool, typer.Option(
+        "--now", help="emergency: start disruptive steps outside the store's maintenance "
+                      "windows (the run says so)")] = False,
 ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
     validate_stores([store_id], inventory)
@@ -74,6 +77,7 @@ def rollout(
         [store_id], inventory, live=not as_json, hypervisor_timeout=hypervisor_timeout,
         firstboot_timeout=firstboot_timeout, vm_stall_timeout=vm_stall_timeout,
         hypervisor_stall_timeout=hypervisor_stall_timeout, vm_contact_timeout=vm_contact_timeout,
+        ignore_windows=now,
     )[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
@@ -99,6 +103,8 @@ def batch(
         "only put the image on the batch's hypervisors (ahead of the rollout window; "
         "`stage-images` is the deployment)"))] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    now: Annotated[bool, typer.Option("--now", help=(
+        "emergency: disruptive steps start outside the stores' maintenance windows"))] = False,
 ) -> None:
     """Roll out a batch in waves (canary first) with a progress bar per store."""
     if stage_only:
@@ -107,7 +113,7 @@ def batch(
     validate_stores(list(store or []), inventory)
     state = run_batch(inventory, list(store or []), show_progress=not as_json, canary=canary,
                       wave_size=wave_size, max_in_flight=max_in_flight,
-                      halt_failure_ratio=halt_threshold)
+                      halt_failure_ratio=halt_threshold, ignore_windows=now)
     rows = state.result() if state.is_completed() else []
     if as_json:
         print(json.dumps(rows, indent=2, default=str))

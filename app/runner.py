@@ -104,7 +104,8 @@ def finished(state: Any, what: str, code: int = 1) -> Any:
     return state.result()
 
 
-def run_stores(store_ids: list[str], inventory: Path, live: bool, **params: float) -> list[dict[str, object]]:
+def run_stores(store_ids: list[str], inventory: Path, live: bool,
+               **params: float | bool) -> list[dict[str, object]]:
     """Run one flow per store, concurrently, in this process; returns one summary each."""
     import contextlib
     import contextvars

@@ -27,7 +27,7 @@ STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
 
 
 @task(name="rollout_store", task_run_name="store-{store_id}")
-def rollout_store(store_id: str, inventory: str, params: dict[str, float]) -> dict[str, Any]:
+def rollout_store(store_id: str, inventory: str, params: dict[str, float | bool]) -> dict[str, Any]:
     """One store as a subflow run, holding a fleet-wide in-flight slot; never raises."""
     reached: dict[str, str] = {}
 
@@ -63,7 +63,8 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                   canary: int = 1, wave_size: int = 5, max_in_flight: int = 3,
                   halt_failure_ratio: float = 0.2,
                   # never mutated; a dict default (not None) is a plain JSON field in the UI form
-                  store_params: dict[str, float] = {}) -> list[dict[str, Any]]:  # noqa: B006
+                  store_params: dict[str, float] = {},  # noqa: B006
+                  ignore_windows: bool = False) -> list[dict[str, Any]]:
     """Canary wave, then waves of `wave_size`; at most `max_in_flight` stores at once
     (fleet-wide); the remaining waves are skipped once failed/finished > halt_failure_ratio.
 
@@ -78,6 +79,8 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
             ratio (0.2: more than one store in five failed).
         store_params: Step timeouts passed to every store's rollout, e.g.
             {"hypervisor_timeout": 3600}.
+        ignore_windows: Emergency: every store's disruptive steps start outside its
+            maintenance windows (each run says so).
     """
     logger = get_run_logger()
     selected = [s.store_id for s in load_inventory(inventory).select(list(store_ids))]
@@ -94,7 +97,8 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                              "seconds": 0, "queued_seconds": 0, "began": None, "ended": None,
                              "error": f"batch halted after wave {halted_after}"}
             continue
-        futures = [rollout_store.submit(sid, inventory, store_params) for sid in wave]
+        params = {**store_params, "ignore_windows": ignore_windows}
+        futures = [rollout_store.submit(sid, inventory, params) for sid in wave]
         for future in futures:
             row = future.result()
             rows[row["store_id"]] = row

@@ -32,6 +32,7 @@ from tasks.pxe_install import pxe_install_hypervisor
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.slots import store_owner, this_flow_run
 from tasks.virt import create_vm
+from tasks.windows import run_in_window
 
 
 def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
@@ -49,7 +50,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   vm_stall_timeout: float = STEP_TIMEOUTS.vm_stall_timeout,
                   hypervisor_stall_timeout: float = STEP_TIMEOUTS.hypervisor_stall_timeout,
                   vm_contact_timeout: float = STEP_TIMEOUTS.vm_contact_timeout,
-                  owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds) -> dict[str, Any]:
+                  owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
+                  ignore_windows: bool = False) -> dict[str, Any]:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -70,6 +72,10 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         owner_wait_seconds: Seconds to wait while another rollout or rollback of this store
             runs (UI, API, batch or CLI); then this run fails naming that run, having changed
             nothing.
+        ignore_windows: Start the disruptive steps even outside the store's maintenance
+            windows (an emergency); the run logs it and its result says so. Without it, a
+            disruptive step that cannot finish before the window closes waits for the next
+            window (the run's state AwaitingWindow says until when), then goes on.
     """
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
@@ -80,8 +86,9 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             tags(f"store-{store_id}", "store-rollout"):
         image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
-        install = clock.run(STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
-                            install_seconds=hypervisor_timeout)
+        install = run_in_window(store_id, lambda: clock.run(
+            STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
+            install_seconds=hypervisor_timeout, ignore_windows=ignore_windows))
         hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
                             timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)
@@ -97,6 +104,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         # what step 2 had the BMC do ([] when it found the host installed, or installing)
         "hypervisor_power_actions": install["power_actions"],
         "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
+        # step 2's window check: overridden (ignore_windows) outside a window
+        "window_overridden": bool((install.get("window") or {}).get("overridden")),
         "hypervisor_extensions_synced": keys["extensions_synced"],
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],
         "image_build_seconds": image.get("build_seconds"),

@@ -31,6 +31,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
+
 SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
 SECRET_FIELDS = ("cobbler_password", "erp_token")
 # settings an older release read; set now, they would be ignored (a BMC password among them)
@@ -47,6 +49,17 @@ LEAP_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/15.6/oss/",
                      "https://download.opensuse.org/update/leap/15.6/sle/",
                      "https://download.opensuse.org/update/leap/15.6/backports/")
 _REPO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>&\"']+")
+
+
+def _known_disruptions(value: dict[str, float]) -> dict[str, float]:
+    unknown = sorted(set(value) - set(DEFAULT_DISRUPTION_SECONDS))
+    if unknown:
+        raise ValueError(f"disruption_seconds: unknown step(s) {unknown}; the disruptive steps "
+                         f"are {sorted(DEFAULT_DISRUPTION_SECONDS)}")
+    bad = sorted(k for k, v in value.items() if not 0 < v <= 7 * 24 * 3600)
+    if bad:
+        raise ValueError(f"disruption_seconds: {bad} must be seconds above 0 and at most a week")
+    return {**DEFAULT_DISRUPTION_SECONDS, **value}
 
 
 class SettingsError(ValueError):
@@ -96,6 +109,11 @@ class RolloutSettings(BaseSettings):
     # a pause (Cobbler's own reboot sleeps a fixed 5 s)
     power_off_seconds: float = Field(5.0, ge=0, le=120, description="seconds a host stays "
                                      "off in step 2's power cycle")
+    # how long each disruptive step disrupts the store (store_rollout/disruption.py): it starts
+    # only in a maintenance window with that much time left
+    disruption_seconds: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_DISRUPTION_SECONDS),
+        description="seconds each disruptive step needs in a maintenance window")
     image_description: str = "leap-jeos"
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"
@@ -106,6 +124,11 @@ class RolloutSettings(BaseSettings):
     image_ca_bundle: str = Field("", description="PEM file of the CA that signed the image "
                                  "server's certificate (default: the hypervisor's trust store)")
     image_rate_limit: int = Field(0, ge=0, description="bytes/s per store download, 0: none")
+
+    @field_validator("disruption_seconds")
+    @classmethod
+    def _disruptions(cls, value: dict[str, float]) -> dict[str, float]:
+        return _known_disruptions(value)
 
     @field_validator(*_REPLACED_BY, mode="after")
     @classmethod

@@ -8,18 +8,20 @@ The clients are tasks/cobbler/, tasks/bmc/ and tasks/salt/; this module only com
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from passlib.hash import sha512_crypt
 from prefect import get_run_logger, task
 from pydantic import SecretStr
 
-from store_rollout import step_rules
+from store_rollout import disruption, step_rules
 from store_rollout.contracts import (
     AUTOSIGN_GRAIN,
     POWER_CYCLED_META,
     ROOT_PASSWORD_HASH_META,
+    STEP_PXE_INSTALL_HYPERVISOR,
     UPDATE_REPOS_META,
 )
 from store_rollout.inventory import Store
@@ -117,15 +119,20 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
 @task(name="pxe_install_hypervisor", retries=4, retry_delay_seconds=[2, 4, 8, 16],
       retry_condition_fn=retry_on(CobblerUnavailable, BmcUnreachable))
 def pxe_install_hypervisor(store: Store,
-                           install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout
-                           ) -> dict[str, Any]:
+                           install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
+                           ignore_windows: bool = False) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), then through the
     host's BMC: network boot once and a power cycle. `install_seconds`: how long an install
     may take (step 3's timeout); within it a rerun leaves a host it powered on alone.
 
-    Returns: {"system", "created", "skipped", "install_underway", "power_actions"}; skipped
-    when the hypervisor is already installed and ready, which step 3 takes as its answer.
+    The reinstall disrupts the store: it starts only in a maintenance window with
+    `disruption_seconds` left (store_rollout/disruption.py), unless `ignore_windows`; outside
+    one the step changes nothing and returns `window` (go false, until when to wait).
+
+    Returns: {"system", "created", "skipped", "install_underway", "power_actions", "window"};
+    skipped when the hypervisor is already installed and ready, which step 3 takes as its
+    answer.
     """
     logger = get_run_logger()
     settings = load_settings()
@@ -150,8 +157,15 @@ def pxe_install_hypervisor(store: Store,
         logger.info("store %s: %s was powered on into its install at %s and is on: no second "
                     "power cycle, step 3 waits for that install", store.store_id, system, cycled)
         return {**result, "install_underway": True}
+    window = disruption.decide(STEP_PXE_INSTALL_HYPERVISOR, store.calendar, datetime.now(UTC),
+                               timedelta(seconds=settings.disruption_seconds[
+                                   STEP_PXE_INSTALL_HYPERVISOR]), ignore_windows)
+    (logger.info if window.go and not window.overridden else logger.warning)(
+        "store %s: %s", store.store_id, window.reason)
+    if not window.go:
+        return {**result, "window": asdict(window)}
     created, actions = reinstall(store, settings, master, client, bmc, record, logger)
-    return {**result, "created": created, "power_actions": actions}
+    return {**result, "created": created, "power_actions": actions, "window": asdict(window)}
 
 
 def reinstall(store: Store, settings: RolloutSettings, master: Any, client: CobblerClient,

@@ -395,6 +395,7 @@ def check_python(r: Report) -> None:
             first = node.args[0]
             steps.append((node.lineno, getattr(c, first.id, first.id) if isinstance(first, ast.Name)
                           else ast.unparse(first)))
+    steps.sort()  # in source order (ast.walk reaches a call inside a lambda later)
     r.expect(flow, steps[0][0] if steps else None, "steps the flow runs",
              tuple(step for _, step in steps), c.STEPS, "STEPS")
 

@@ -1,0 +1,70 @@
+"""Steps that disrupt a store, and when they may start: inside one of the store's maintenance
+windows, with time left in it for the disruption to end (store_rollout/calendar.py). Other
+steps (image staging, key preparation, waits, the ERP notice) run at any time.
+
+The expected length of each disruption is a setting (`disruption_seconds`, from the benchmarks
+and production experience); an override (`--now`, the run parameter `ignore_windows`) lets an
+emergency go ahead, and the run says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
+from store_rollout.inventory.calendar_spec import CalendarSpec
+
+# what each disruptive step does to a running store (what a window check says)
+DISRUPTIVE_STEPS: Final = {
+    STEP_PXE_INSTALL_HYPERVISOR: "power-cycles the store host and reinstalls it (the store "
+                                 "server stops until step 6 is done)",
+    STEP_CREATE_VM: "creates or resets the store server VM (it stops until firstboot is done)",
+}
+# how long each disruption lasts, seconds: step 2 until the host is up again (PXE install, its
+# reboot into Xen, the first highstate), step 5 until firstboot's second reboot is done
+DEFAULT_DISRUPTION_SECONDS: Final = {STEP_PXE_INSTALL_HYPERVISOR: 2700.0, STEP_CREATE_VM: 1200.0}
+
+
+@dataclass(frozen=True)
+class WindowDecision:
+    """Whether a disruptive step may start now; if not, until when it waits (None: no window
+    of the length it needs within the calendar's horizon)."""
+
+    go: bool
+    reason: str
+    wait_until: datetime | None = None
+    overridden: bool = False
+
+
+def decide(step: str, calendar: CalendarSpec | None, now: datetime, expected: timedelta,
+           ignore_windows: bool = False) -> WindowDecision:
+    what = DISRUPTIVE_STEPS[step]
+    if calendar is None:
+        return WindowDecision(True, f"{step} {what}: the store has no calendar, any time goes")
+    found = calendar.next_windows(now, 50)
+    current = next((w for w in found if w.contains(now)), None)
+    if current is not None and current.end - now >= expected:
+        return WindowDecision(True, f"{step} starts in the maintenance window "
+                                    f"{current.describe()}")
+    if current is not None:
+        why = (f"the maintenance window {current.describe()} closes in "
+               f"{_span(current.end - now)}, and {step} ({what}) takes up to {_span(expected)}")
+    else:
+        why = f"the store is outside its maintenance windows and {step} {what}"
+    if ignore_windows:
+        return WindowDecision(True, f"window check overridden (ignore_windows): {why}",
+                              overridden=True)
+    later = next((w for w in found if w.start > now and w.end - w.start >= expected), None)
+    if later is None:
+        return WindowDecision(False, f"{why}; no window of {_span(expected)} or more within "
+                                     f"{len(found)} windows ahead: lengthen a window, shorten "
+                                     "the blackout dates or override (--now)")
+    return WindowDecision(False, f"{why}; waiting for the next window: {later.describe()}",
+                          wait_until=later.start)
+
+
+def _span(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
