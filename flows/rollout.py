@@ -93,7 +93,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                             timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)
         keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
-        vm = clock.run(STEP_CREATE_VM, create_vm, store, image)
+        vm = run_in_window(store_id, lambda: clock.run(
+            STEP_CREATE_VM, create_vm, store, image, ignore_windows=ignore_windows))
         booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
                            stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
         erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
@@ -104,8 +105,9 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         # what step 2 had the BMC do ([] when it found the host installed, or installing)
         "hypervisor_power_actions": install["power_actions"],
         "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
-        # step 2's window check: overridden (ignore_windows) outside a window
-        "window_overridden": bool((install.get("window") or {}).get("overridden")),
+        # a disruptive step (2 or 5) started outside a window by ignore_windows
+        "window_overridden": bool((install.get("window") or {}).get("overridden")
+                                  or vm["window_overridden"]),
         "hypervisor_extensions_synced": keys["extensions_synced"],
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],
         "image_build_seconds": image.get("build_seconds"),

@@ -10,11 +10,14 @@ emergency go ahead, and the run says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Final
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
 
 from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.inventory.calendar_spec import CalendarSpec
+
+if TYPE_CHECKING:
+    from store_rollout.inventory.models import Store
 
 # what each disruptive step does to a running store (what a window check says)
 DISRUPTIVE_STEPS: Final = {
@@ -63,6 +66,17 @@ def decide(step: str, calendar: CalendarSpec | None, now: datetime, expected: ti
                                      "the blackout dates or override (--now)")
     return WindowDecision(False, f"{why}; waiting for the next window: {later.describe()}",
                           wait_until=later.start)
+
+
+def check_window(step: str, store: Store, disruption_seconds: dict[str, float],
+                 ignore_windows: bool, log: Any) -> WindowDecision:
+    """`decide` for a store now, with the `disruption_seconds` setting; the reason logged (a
+    warning when the step waits or is overridden)."""
+    decision = decide(step, store.calendar, datetime.now(UTC),
+                      timedelta(seconds=disruption_seconds[step]), ignore_windows)
+    (log.info if decision.go and not decision.overridden else log.warning)(
+        "store %s: %s", store.store_id, decision.reason)
+    return decision
 
 
 def _span(delta: timedelta) -> str:

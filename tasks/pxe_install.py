@@ -9,7 +9,7 @@ The clients are tasks/cobbler/, tasks/bmc/ and tasks/salt/; this module only com
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from passlib.hash import sha512_crypt
@@ -157,11 +157,8 @@ def pxe_install_hypervisor(store: Store,
         logger.info("store %s: %s was powered on into its install at %s and is on: no second "
                     "power cycle, step 3 waits for that install", store.store_id, system, cycled)
         return {**result, "install_underway": True}
-    window = disruption.decide(STEP_PXE_INSTALL_HYPERVISOR, store.calendar, datetime.now(UTC),
-                               timedelta(seconds=settings.disruption_seconds[
-                                   STEP_PXE_INSTALL_HYPERVISOR]), ignore_windows)
-    (logger.info if window.go and not window.overridden else logger.warning)(
-        "store %s: %s", store.store_id, window.reason)
+    window = disruption.check_window(STEP_PXE_INSTALL_HYPERVISOR, store,
+                                     settings.disruption_seconds, ignore_windows, logger)
     if not window.go:
         return {**result, "window": asdict(window)}
     created, actions = reinstall(store, settings, master, client, bmc, record, logger)

@@ -11,7 +11,7 @@ import copy
 import logging
 import posixpath
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -23,7 +23,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from store_rollout import step_rules
+from store_rollout import disruption, step_rules
+from store_rollout.contracts import STEP_CREATE_VM
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.image_delivery import deliver_image
@@ -158,10 +159,14 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
 
 @task(name="create_vm",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
-def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -> dict[str, Any]:
+def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
+              ignore_windows: bool = False) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
     identity seed CD-ROM, write the seed, then virt.start with backoff until the domain runs
     (`start_domain`). An existing domain is reused, not recreated (step_rules.domain_reusable).
+    Defining one disrupts the store: only in a maintenance window with `disruption_seconds`
+    left (store_rollout/disruption.py), unless `ignore_windows`; outside one the step changes
+    nothing and returns only `window` (go false, until when to wait).
 
     Prefect retries (3 attempts) only on SaltTransientError: a minion that did not answer."""
     logger = get_run_logger()
@@ -170,26 +175,41 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120) -
     vm = StoreVm(master, store)
     summary = vm.summary()
     delivered: dict[str, Any] | None = None
+    overridden = False
     if step_rules.domain_reusable(summary):
         logger.info("store %s: domain %s exists; reusing it", store.store_id, vm.name)
     else:
-        delivered = deliver_image(master, store, settings, image)
-        logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"],
-                    vm.hypervisor, delivery_note(delivered))
-        disk, seed = vm.create_disks(delivered["path"])
-        summary = vm.define(init_kwargs(store, settings.vm_type, disk, seed))
-        logger.info("store %s: domain %s defined on overlay %s", store.store_id, vm.name, disk)
+        window = disruption.check_window(STEP_CREATE_VM, store, settings.disruption_seconds,
+                                         ignore_windows, logger)
+        if not window.go:
+            return {"window": asdict(window)}
+        summary, delivered = define_domain(vm, store, image, logger)
+        overridden = window.overridden
     summary, settled = vm.settle(summary)
     if settled:
         logger.info("store %s: domain %s: %s", store.store_id, vm.name, "; ".join(settled))
     if not step_rules.start_needed(summary):  # a rerun: already running, nothing to start
         logger.info("store %s: domain %s already running", store.store_id, vm.name)
-        return vm_result(summary, vm.hypervisor, delivered)
+        return vm_result(summary, vm.hypervisor, delivered, overridden)
     started = time.monotonic()
     start_domain(master, store, start_timeout, logger=logger)
     logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, vm.name,
                 time.monotonic() - started)
-    return vm_result(summary, vm.hypervisor, delivered)
+    return vm_result(summary, vm.hypervisor, delivered, overridden)
+
+
+def define_domain(vm: StoreVm, store: Store, image: dict[str, Any],
+                  logger: logging.Logger | LoggingAdapter) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The base image on the hypervisor, the VM's disks and its domain defined (not started);
+    returns the domain's summary and how the image came."""
+    settings = load_settings()
+    delivered = deliver_image(vm.master, store, settings, image)
+    logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"],
+                vm.hypervisor, delivery_note(delivered))
+    disk, seed = vm.create_disks(delivered["path"])
+    summary = vm.define(init_kwargs(store, settings.vm_type, disk, seed))
+    logger.info("store %s: domain %s defined on overlay %s", store.store_id, vm.name, disk)
+    return summary, delivered
 
 
 def delivery_note(delivered: dict[str, Any]) -> str:
@@ -237,9 +257,10 @@ def start_domain(master: SaltMasterClient, store: Store, timeout: float,
                                        "running after virt.start")
 
 
-def vm_result(summary: dict[str, Any], hypervisor: str,
-              delivered: dict[str, Any] | None) -> dict[str, Any]:
+def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any] | None,
+              window_overridden: bool = False) -> dict[str, Any]:
     return {"domain": summary["name"], "hypervisor": hypervisor, "reused": delivered is None,
+            "window_overridden": window_overridden,
             # None for a reused domain; transferred 0 when the base was there (staged)
             "image_delivery": delivered,
             "uuid": summary["uuid"], "disk": summary["disk"], "backing": summary["backing"],
