@@ -79,7 +79,8 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         info = lab.up()
         pids = {name: svc.pid for name, svc in info.services.items()}
         assert set(pids) == {"store-network", "postgres", "prefect-server", "salt-master",
-                             "libvirtd", "cobblerd", "cobbler-http", "erp-receiver",
+                             "libvirtd", "cobblerd", "cobbler-http", "cobbler-dnsmasq",
+                             "erp-receiver",
                              "image-server", "vbmcd", "redfish-bmc", "simulator",
                              "prefect-worker"}
         rows = lab.status()
@@ -93,8 +94,8 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         assert {n: s.pid for n, s in again.services.items()} == pids
 
         # crash: kill three daemons hard; `up` restarts exactly those, and with the store
-        # network the simulator (its machines' links died with the old gateway) and libvirtd
-        # (which runs on that network)
+        # network the simulator (its machines' links died with the old gateway), libvirtd and
+        # Cobbler's dnsmasq (which run on that network; dnsmasq in cobblerd's namespace too)
         for name in ("salt-master", "cobblerd", "store-network"):
             os.killpg(pids[name], signal.SIGKILL)
         wait_for(lambda: all(gone(pids[name]) for name in ("salt-master", "cobblerd", "store-network")),
@@ -103,7 +104,12 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         new_pids = {n: s.pid for n, s in repaired.services.items()}
         restarted = {name for name in pids if new_pids[name] != pids[name]}
         assert restarted == {"salt-master", "cobblerd", "cobbler-http", "store-network",
-                             "simulator", "libvirtd"}
+                             "simulator", "libvirtd", "cobbler-dnsmasq"}
+        dnsmasq = Path(f"/proc/{new_pids['cobbler-dnsmasq']}")
+        assert os.stat(dnsmasq / "ns" / "mnt").st_ino == \
+            os.stat(f"/proc/{new_pids['cobblerd']}/ns/mnt").st_ino
+        assert os.stat(dnsmasq / "ns" / "net").st_ino == \
+            StoreNetwork.load(Path(repaired.store_network_state)).netns_inode
         network = StoreNetwork.load(Path(repaired.store_network_state))
         assert network.pid == new_pids["store-network"]
         assert os.stat(f"/proc/{new_pids['libvirtd']}/ns/net").st_ino == network.netns_inode

@@ -44,8 +44,8 @@ def test_a_rollout_waits_for_its_window_and_an_override_does_not(
                                 f"52:54:e7:{stamp >> 8:02x}:{stamp & 0xFF:02x}", lab=lab)
     # Tokyo time: `waits`' only window opens at the next full minute; `urgent`'s is 12 h away
     now = datetime.now(TOKYO)
-    # 20 to 80 s ahead: time for the run to reach step 2 first
-    opens = (now + timedelta(seconds=80)).replace(second=0, microsecond=0)
+    # 15 to 75 s ahead: time for the run to reach step 2 first
+    opens = (now + timedelta(seconds=75)).replace(second=0, microsecond=0)
     far = now + timedelta(hours=12)
     def hour_from(start: datetime) -> dict[str, Any]:
         end = start + timedelta(hours=1)
