@@ -84,7 +84,10 @@ def lab(lab_dir: Path, request: pytest.FixtureRequest,
         yield info
     finally:
         logs = Path(instance.paths.logs)
-        if request.session.testsfailed and logs.is_dir():
+        # kept after a failure, or on request (STORE_ROLLOUT_KEEP_LAB_LOGS=1: to count what a
+        # run did, e.g. docs/performance.md's host installs)
+        if (request.session.testsfailed or os.environ.get("STORE_ROLLOUT_KEEP_LAB_LOGS")) \
+                and logs.is_dir():
             kept = tmp_path_factory.getbasetemp() / f"lab-logs{'-' + _WORKER if _WORKER else ''}"
             shutil.copytree(logs, kept, dirs_exist_ok=True)
             print(f"\nlab logs of this session kept in {kept}")
