@@ -56,17 +56,28 @@ def host_name(store_id: str) -> str:
     return f"store-{store_id}-hv"
 
 
-def host_xml(name: str, store_id: str, mac: str) -> str:
-    return f"""<domain type='qemu'>
+def _host_domain(name: str, store_id: str, mac: str, *, memory_mib: int, boot: str,
+                 devices: str, domain_type: str = "qemu", qemu_args: tuple[str, ...] = ()) -> str:
+    """A store host's domain: its store and MAC in the metadata, the devices given."""
+    args = "".join(f"\n    <qemu:arg value='{arg}'/>" for arg in qemu_args)
+    commandline = f"\n  <qemu:commandline>{args}\n  </qemu:commandline>" if args else ""
+    return f"""<domain type='{domain_type}' xmlns:qemu='{QEMU_NS}'>
   <name>{name}</name>
-  <memory unit='MiB'>32</memory>
+  <memory unit='MiB'>{memory_mib}</memory>
   <vcpu>1</vcpu>
   <metadata>
     <host:host xmlns:host='{HOST_NS}' store_id='{store_id}' mac='{mac}'/>
   </metadata>
-  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <os><type arch='x86_64' machine='pc'>hvm</type>{boot}</os>
   <on_poweroff>destroy</on_poweroff>
-  <devices>
+  <devices>{devices}
+    <memballoon model='none'/>
+  </devices>{commandline}
+</domain>"""
+
+
+def host_xml(name: str, store_id: str, mac: str) -> str:
+    return _host_domain(name, store_id, mac, memory_mib=32, boot="<boot dev='hd'/>", devices=f"""
     <!-- the PXE NIC with the store's MAC (a Redfish boot override needs a device to boot
          from); not connected and without a boot ROM: the PXE boot itself is simulated -->
     <interface type='ethernet'>
@@ -74,10 +85,7 @@ def host_xml(name: str, store_id: str, mac: str) -> str:
       <model type='e1000'/>
       <link state='down'/>
       <rom enabled='no'/>
-    </interface>
-    <memballoon model='none'/>
-  </devices>
-</domain>"""
+    </interface>""")
 
 
 def netbooting_host_xml(name: str, store_id: str, mac: str, files: HostFiles,
@@ -87,16 +95,9 @@ def netbooting_host_xml(name: str, store_id: str, mac: str, files: HostFiles,
     network alone, for good (libvirt has no "once"), and libvirt makes QEMU's boot order
     strict; a server's firmware goes on to its other boot devices when the network boot hands
     back, so QEMU's boot order is made non-strict (`-boot strict=off`, given after libvirt's)."""
-    return f"""<domain type='{domain_type}' xmlns:qemu='{QEMU_NS}'>
-  <name>{name}</name>
-  <memory unit='MiB'>256</memory>
-  <vcpu>1</vcpu>
-  <metadata>
-    <host:host xmlns:host='{HOST_NS}' store_id='{store_id}' mac='{mac}'/>
-  </metadata>
-  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='network'/><boot dev='hd'/></os>
-  <on_poweroff>destroy</on_poweroff>
-  <devices>
+    return _host_domain(name, store_id, mac, memory_mib=256, domain_type=domain_type,
+                        boot="<boot dev='network'/><boot dev='hd'/>",
+                        qemu_args=("-boot", "strict=off"), devices=f"""
     <disk type='file' device='disk'>
       <driver name='qemu' type='raw'/>
       <source file='{files.disk}'/>
@@ -110,14 +111,7 @@ def netbooting_host_xml(name: str, store_id: str, mac: str, files: HostFiles,
     <serial type='file'>
       <source path='{files.console}' append='on'/>
       <target port='0'/>
-    </serial>
-    <memballoon model='none'/>
-  </devices>
-  <qemu:commandline>
-    <qemu:arg value='-boot'/>
-    <qemu:arg value='strict=off'/>
-  </qemu:commandline>
-</domain>"""
+    </serial>""")
 
 
 def host_of(dom_xml: str) -> dict[str, str] | None:

@@ -258,3 +258,21 @@ def test_a_disk_without_an_install_reads_as_none(tmp_path: Path) -> None:
     blank.write_bytes(b"\0" * 4096)
     assert netboot.read_install(blank) is None
     assert netboot.read_install(tmp_path / "absent.raw") is None
+
+
+def test_the_store_host_domains_are_valid_libvirt_xml(tmp_path: Path) -> None:
+    """Both lab machines (the default lab's, that cannot boot, and the full lab's, that boots
+    from the network) as libvirt's own schema reads them."""
+    from lab.hardware import host_xml, netbooting_host_xml
+
+    if shutil.which("virt-xml-validate") is None:
+        cannot_run("virt-xml-validate is missing: run `make setup`")
+    files = netboot.HostFiles(tmp_path / "disk.raw", tmp_path / "console.log")
+    for name, text in (("default", host_xml("h", "s1", "52:54:00:00:00:01")),
+                       ("full", netbooting_host_xml("h", "s1", "52:54:00:00:00:01", files, "qemu"))):
+        path = tmp_path / f"{name}.xml"
+        path.write_text(text)
+        checked = subprocess.run(["virt-xml-validate", str(path), "domain"], capture_output=True,
+                                 text=True, timeout=60)
+        assert checked.returncode == 0, (name, checked.stderr)
+    assert "<qemu:arg value='strict=off'/>" in path.read_text()  # the full lab's firmware
