@@ -152,6 +152,15 @@ def prefect_setup() -> None:
     console.print(f"global concurrency limit {COBBLER_SYNC_LIMIT}: 1 slot, active")
     console.print(f"automation {AUTOMATION_NAME!r}: {ensure_zombie_automation()} (a flow run "
                   f"without a heartbeat for {ZOMBIE_AFTER_SECONDS} s is marked Crashed)")
+    from tasks.notifications import configured_block, ensure_notifications
+
+    notify_through = configured_block()
+    if notify_through:
+        for name, done in ensure_notifications(notify_through).items():
+            console.print(f"automation {name!r}: {done} (messages through {notify_through!r})")
+    else:
+        console.print("no notification block set (STORE_ROLLOUT_NOTIFICATION_BLOCK): failures "
+                      "and waits are seen in the UI only")
     env = " ".join(f"{k}={v}" for k, v in HEARTBEAT_ENV.items())
     console.print(f"start every worker with {env} in its environment (store-rollout's own "
                   "commands set it), or its runs send no heartbeats; and keep the server's "

@@ -27,6 +27,7 @@ from store_rollout.steps import StepClock, markdown_report
 from tasks.erp import notify_erp
 from tasks.firstboot import firstboot
 from tasks.kiwi import ensure_image
+from tasks.notifications import notify_failure
 from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
@@ -43,7 +44,8 @@ def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
                    own_store=False)
 
 
-@flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel])
+@flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel],
+      on_failure=[notify_failure])
 def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
                   firstboot_timeout: float = STEP_TIMEOUTS.firstboot_timeout,

@@ -45,9 +45,9 @@ from lab.state import (
 from lab.store_network import GATEWAY, StoreNetwork, machine_address
 
 # start order; `down` stops in reverse (dependants first)
-SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master", "libvirtd", "cobblerd",
-                 "cobbler-http", "cobbler-dnsmasq", "erp-receiver", "vbmcd", "redfish-bmc", "simulator",
-                 "prefect-worker"]
+SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master", "libvirtd",
+                 "cobblerd", "cobbler-http", "cobbler-dnsmasq", "erp-receiver",
+                 "webhook-receiver", "vbmcd", "redfish-bmc", "simulator", "prefect-worker"]
 
 
 @dataclass
@@ -98,6 +98,8 @@ class Lab:
             erp_url=f"http://127.0.0.1:{p.erp}",
             erp_token=self.secrets.erp_token,
             erp_log=str(self.paths.erp / "requests.jsonl"),
+            notify_url=f"http://127.0.0.1:{p.webhook}/notify",
+            notify_log=str(self.paths.root / "notifications" / "messages.jsonl"),
             simulator_url=f"http://127.0.0.1:{p.simulator}",
             image_cache_dir=str(self.paths.image_cache),
             image_base_url=f"http://{GATEWAY}:{p.image_server}",
@@ -215,6 +217,8 @@ class Lab:
 
         lab_server("image-server", info.image_server_url, "lab.image_server", "/_lab/health",
                    "--root", str(self.paths.image_cache), "--port", str(p.image_server))
+        lab_server("webhook-receiver", f"http://127.0.0.1:{p.webhook}", "lab.webhook_receiver",
+                   "/_lab/health", "--port", str(p.webhook), "--log", info.notify_log)
         libvirt_service.wait_ready(self.paths.libvirt)
         bmc = self.bmc_config()
         bmc_service.prepare(bmc)
@@ -273,13 +277,16 @@ class Lab:
 
         from lab.state import VENV_BIN
 
+        # the Blocks first: prefect-setup's automations send through the notification block
+        prefect_server.save_bmc_block(info.prefect_api_url, info.bmc_block, info.bmc_user,
+                                      info.bmc_password)
+        prefect_server.save_notification_block(info.prefect_api_url, info.notify_block,
+                                               info.notify_url)
         # side by side with the deployments (each is seconds of CLI start and Prefect import)
         setup = subprocess.Popen([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             prefect_server.register_deployments(env, self.paths.logs / "prefect-deploy.log")
-            prefect_server.save_bmc_block(info.prefect_api_url, info.bmc_block, info.bmc_user,
-                                          info.bmc_password)
         finally:
             said, _ = setup.communicate(timeout=120)
         if setup.returncode != 0:

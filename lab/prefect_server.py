@@ -114,6 +114,19 @@ def save_bmc_block(api: str, name: str, username: str, password: str) -> None:
         BmcCredentials(username=username, password=SecretStr(password)).save(name, overwrite=True)
 
 
+def save_notification_block(api: str, reference: str, url: str) -> None:
+    """The lab's chat channel as the automations send to it: a webhook notification block
+    (`reference`: custom-webhook/<name>)."""
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        CustomWebhookNotificationBlock(
+            name="lab chat", url=url, method="POST",
+            json_data={"subject": "{{subject}}", "body": "{{body}}"}, headers=None,
+            cookies=None).save(reference.split("/", 1)[1], overwrite=True)
+
+
 def register_deployments(env: dict[str, str], log: Path) -> None:
     """The work pool and `prefect deploy --all` of prefect.yaml, exactly as in production."""
     ensure_work_pool(env["PREFECT_API_URL"])

@@ -67,6 +67,7 @@ class LabPorts(BaseModel):
     image_server: int = 0  # 0: allocated on the next `lab up` (a lab state dir from before)
     vbmcd: int = 0  # VirtualBMC's control port
     redfish: int = 0  # the Redfish BMC emulator
+    webhook: int = 0  # the lab's chat channel (lab/webhook_receiver.py)
 
 
 class LabSecrets(BaseModel):
@@ -112,6 +113,11 @@ class LabInfo(BaseModel):
     redfish_url: str = ""
     vbmcd_port: int = 0
     vbmc_dir: str = ""
+    # the notifications' channel: a webhook receiver, and the notification block that names
+    # it (lab up saves it; the flows' settings name it)
+    notify_url: str = ""
+    notify_log: str = ""
+    notify_block: str = "custom-webhook/lab-notify"  # <block type>/<name>, as Prefect names it
     libvirt_uri: str
     erp_url: str
     erp_token: str
@@ -245,6 +251,7 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_VM_TYPE": info.vm_type, "STORE_ROLLOUT_VM_IMAGES_DIR": info.vm_images_dir,
         "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN": info.erp_token,
         "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": info.bmc_block,
+        "STORE_ROLLOUT_NOTIFICATION_BLOCK": info.notify_block,
         # a host's domain has no power supply to drain: no pause needed
         "STORE_ROLLOUT_POWER_OFF_SECONDS": "0",
         # the full lab boots a real image; the default lab's guests are simulated processes

@@ -81,6 +81,10 @@ class RolloutSettings(BaseSettings):
     cobbler_credentials_block: str = Field("", description="name of a Cobbler Credentials Block")
     erp_credentials_block: str = Field("", description="name of an ERP Credentials Block")
     bmc_credentials_block: str = Field("", description="name of a BMC Credentials Block")
+    # the Prefect notification block (webhook, mail, chat) the automations send through
+    # (tasks/notifications.py; `prefect-setup` creates them); empty: no notifications
+    notification_block: str = Field(
+        "", description="a Prefect notification block, <block type>/<name>, e.g. slack-webhook/ops")
     cobbler_url: str = Field("", validate_default=True,
                              description="Cobbler XML-RPC URL, e.g. http://cobbler:25151/")
     cobbler_user: str = Field("", validate_default=True)

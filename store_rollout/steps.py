@@ -14,6 +14,8 @@ T = TypeVar("T")
 # in-process listeners (the CLI's live view); runs on workers simply have none
 _listeners: list[Callable[[str, str, str, float], None]] = []
 _lock = threading.Lock()
+# store -> the step its run in this process failed in, for the run's failure hook
+_failed: dict[str, str] = {}
 
 
 def add_listener(fn: Callable[[str, str, str, float], None]) -> None:
@@ -40,6 +42,7 @@ class StepClock:
     def __init__(self, store_id: str) -> None:
         self.store_id = store_id
         self.seconds: dict[str, float] = {}
+        take_failed_step(store_id)  # a run of this store before, in this process, is over
 
     def run(self, step: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one step; a Prefect task's run is named `<step>-<store>` (what the UI lists)."""
@@ -52,11 +55,19 @@ class StepClock:
             result = fn(*args, **kwargs)
         except BaseException:
             self.seconds[step] = round(time.monotonic() - started, 3)
+            with _lock:
+                _failed[self.store_id] = step
             _notify(self.store_id, step, "failed", self.seconds[step])
             raise
         self.seconds[step] = round(time.monotonic() - started, 3)
         _notify(self.store_id, step, "done", self.seconds[step])
         return result
+
+
+def take_failed_step(store_id: str) -> str | None:
+    """The step the store's run in this process failed in (once), None if none failed."""
+    with _lock:
+        return _failed.pop(store_id, None)
 
 
 def markdown_report(store_id: str, result: dict[str, Any]) -> str:

@@ -47,10 +47,13 @@ def zombie_automation() -> AutomationCore:
 
 
 def ensure_zombie_automation() -> str:
+    return ensure_automation(zombie_automation())
+
+
+def ensure_automation(wanted: AutomationCore) -> str:
     """Create the automation, or bring an existing one of that name up to date; says which."""
-    wanted = zombie_automation()
     with get_client(sync_client=True) as client:
-        found = client.read_automations_by_name(AUTOMATION_NAME)
+        found = client.read_automations_by_name(wanted.name)
         if not found:
             client.create_automation(wanted)
             return "created"

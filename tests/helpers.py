@@ -197,6 +197,15 @@ def power_actions(lab: LabInfo, system: str) -> dict[str, int]:
             + redfish.count(f'System "{uuid}" power state set to "ForceOff"')}
 
 
+def notifications(lab: LabInfo, about: str) -> list[dict[str, str]]:
+    """The messages the lab's chat channel got whose subject names `about` (the automations
+    send {"subject", "body"} through the lab's notification block)."""
+    log = Path(lab.notify_log)
+    lines = log.read_text().splitlines() if log.exists() else []
+    messages = [json.loads(line)["message"] for line in lines]
+    return [m for m in messages if about in str(m.get("subject", ""))]
+
+
 def tftp_sent(lab: LabInfo, file: str) -> list[str]:
     """The addresses the store network's TFTP server (Cobbler's dnsmasq) sent `file` to (a
     path under the TFTP root), from its own log."""

@@ -24,6 +24,7 @@ from tests.helpers import (
     bmc_power,
     check_store,
     finish,
+    notifications,
     power_actions,
     start_rollout,
     wait_for,
@@ -337,6 +338,15 @@ def test_a_wrong_bmc_password_fails_step2_before_anything_changes(
     assert cobbler.get_system("store-f-bmcpw-hv") is None
     assert SaltMasterClient(lab.salt_master_config).token_for("store-f-bmcpw-hv") is None
     assert power_actions(lab, "store-f-bmcpw-hv") == {"on": 0, "off": 0}
+    # one message to the operators' channel: store, step, reason and the run's page
+    sent = wait_for(lambda: notifications(lab, "store f-bmcpw:"), timeout=60,
+                    what="the failed rollout's notification")
+    assert sent[0]["subject"] == "store f-bmcpw: rollout failed in step pxe_install_hypervisor"
+    assert "refused the login of user" in sent[0]["body"], sent
+    assert f"Run: {lab.prefect_ui_url}/runs/flow-run/" in sent[0]["body"], sent
+    assert lab.bmc_password[::-1] not in sent[0]["body"]
+    time.sleep(5)  # what the automation would send twice comes by now
+    assert len(notifications(lab, "store f-bmcpw:")) == 1
 
 
 def test_step2_again_during_the_install_leaves_the_host_alone(

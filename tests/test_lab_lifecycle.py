@@ -80,7 +80,7 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
         pids = {name: svc.pid for name, svc in info.services.items()}
         assert set(pids) == {"store-network", "postgres", "prefect-server", "salt-master",
                              "libvirtd", "cobblerd", "cobbler-http", "cobbler-dnsmasq",
-                             "erp-receiver",
+                             "erp-receiver", "webhook-receiver",
                              "image-server", "vbmcd", "redfish-bmc", "simulator",
                              "prefect-worker"}
         rows = lab.status()

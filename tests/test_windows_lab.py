@@ -14,7 +14,14 @@ import requests
 import yaml
 
 from lab.state import LabInfo
-from tests.helpers import finish, power_actions, start_rollout, wait_for, write_inventory
+from tests.helpers import (
+    finish,
+    notifications,
+    power_actions,
+    start_rollout,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -65,7 +72,13 @@ def test_a_rollout_waits_for_its_window_and_an_override_does_not(
     assert f"waiting for the next window: {opens:%a %Y-%m-%d %H:%M}" in message, message
     assert power_actions(lab, f"store-{waits}-hv") == {"on": 0, "off": 0}  # nothing yet
 
+    # and the operators' channel says so, once
+    said = wait_for(lambda: notifications(lab, f"rollout-{waits}: waits"), timeout=60,
+                    what="the waiting rollout's notification")
+    assert "the store is outside its maintenance windows" in said[0]["body"], said
+
     result = finish(waiting)
+    assert len(notifications(lab, f"rollout-{waits}: waits")) == 1
     assert result["state"] == "Completed" and result["window_overridden"] is False
     assert power_actions(lab, f"store-{waits}-hv") == {"on": 1, "off": 0}
     # step 2's change came in the window: the host was powered on after it opened

@@ -1,0 +1,127 @@
+"""Notifications: Prefect automations the project declares and `prefect-setup` creates, each
+sending one message through the Prefect notification block the settings name
+(`notification_block`: a webhook, mail or chat block) when something needs a person:
+
+- a rollout failed: the flow's failure hook emits `ROLLOUT_FAILED_EVENT` once, naming the
+  store, the step it failed in, the reason and the run's page;
+- a rollout crashed (its process or machine died: the dead-run automation marks it Crashed);
+- a rollout waits for its store's maintenance window (a window missed: state AwaitingWindow).
+
+One automation per kind, each acting once per event: one event, one message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+from uuid import UUID
+
+from prefect.events import emit_event
+from prefect.events.actions import SendNotification
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+from prefect.events.schemas.events import ResourceSpecification
+
+from store_rollout.steps import take_failed_step
+from tasks.run_health import ensure_automation
+from tasks.windows import AWAITING_WINDOW
+
+ROLLOUT_FAILED_EVENT: Final = "store-rollout.rollout.failed"
+FLOW_NAME: Final = "store-rollout"
+PREFIX: Final = "store-rollout notify: "
+RUN_NAME = "{{ event.resource['prefect.resource.name'] }}"
+STATE_MESSAGE = "{{ event.payload.validated_state.message }}"
+
+
+def run_url(flow_run_id: UUID | None) -> str:
+    """The run's page in the Prefect UI (as the client's settings know the UI)."""
+    from prefect.settings import get_current_settings
+
+    ui = get_current_settings().ui_url
+    return f"{ui}/runs/flow-run/{flow_run_id}" if ui and flow_run_id else "(not a flow run)"
+
+
+def notify_failure(flow: Any, flow_run: Any, state: Any) -> None:
+    """The rollout flow's failure hook: one ROLLOUT_FAILED_EVENT naming the store, the step it
+    failed in, the reason and the run's page (the automation turns it into one message)."""
+    store_id = str(flow_run.parameters.get("store_id", "?"))
+    emit_event(event=ROLLOUT_FAILED_EVENT,
+               resource={"prefect.resource.id": f"store.{store_id}",
+                         "prefect.resource.name": f"store {store_id}", "store.id": store_id},
+               related=[{"prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
+                         "prefect.resource.role": "flow-run",
+                         "prefect.resource.name": flow_run.name}],
+               payload={"store_id": store_id,
+                        "step": take_failed_step(store_id) or "validation (before step 1)",
+                        "reason": str(state.message or state.name)[:2000],
+                        "run_url": run_url(flow_run.id)})
+
+
+def _flow_runs_of(event: str) -> EventTrigger:
+    return EventTrigger(expect={event},
+                        match=ResourceSpecification({"prefect.resource.id": "prefect.flow-run.*"}),
+                        match_related=ResourceSpecification({"prefect.resource.role": "flow",
+                                                             "prefect.resource.name": FLOW_NAME}),
+                        posture=Posture.Reactive, threshold=1)
+
+
+def automations(block_id: UUID) -> list[AutomationCore]:
+    def send(subject: str, body: str) -> list[Any]:
+        return [SendNotification(block_document_id=block_id, subject=subject, body=body)]
+
+    failed = AutomationCore(
+        name=PREFIX + "rollout failed",
+        description="One message per failed rollout: store, step, reason, run page.",
+        trigger=EventTrigger(expect={ROLLOUT_FAILED_EVENT},
+                             match=ResourceSpecification({"prefect.resource.id": "store.*"}),
+                             posture=Posture.Reactive, threshold=1),
+        actions=send("store {{ event.payload.store_id }}: rollout failed in step "
+                     "{{ event.payload.step }}",
+                     "Store {{ event.payload.store_id }}: the rollout failed in step "
+                     "{{ event.payload.step }}.\nReason: {{ event.payload.reason }}\n"
+                     "Run: {{ event.payload.run_url }}"))
+    crashed = AutomationCore(
+        name=PREFIX + "rollout crashed",
+        description="One message per crashed rollout (its process or machine died).",
+        trigger=_flow_runs_of("prefect.flow-run.Crashed"),
+        actions=send(f"{RUN_NAME}: crashed",
+                     f"Rollout run {RUN_NAME} crashed: its process or machine died; the step it "
+                     f"was in is on its page. Reason: {STATE_MESSAGE}\n"
+                     "Run: {{ flow_run|ui_url }}\nRun the store again: it resumes."))
+    waiting = AutomationCore(
+        name=PREFIX + "rollout waits for its window",
+        description="A rollout missed its store's maintenance window and waits for the next.",
+        trigger=_flow_runs_of(f"prefect.flow-run.{AWAITING_WINDOW}"),
+        actions=send(f"{RUN_NAME}: waits for the next maintenance window",
+                     f"Rollout run {RUN_NAME} waits: {STATE_MESSAGE}\nRun: "
+                     "{{ flow_run|ui_url }}\n(`store-rollout rollout <store> --now` overrides "
+                     "the window in an emergency.)"))
+    return [failed, crashed, waiting]
+
+
+def configured_block() -> str:
+    """The settings' notification block ("" for none); `prefect-setup` may run where the
+    other settings are not given, so the variable alone does too."""
+    import os
+
+    from store_rollout.settings import SettingsError, load_settings
+
+    try:
+        return load_settings().notification_block
+    except SettingsError:
+        return os.environ.get("STORE_ROLLOUT_NOTIFICATION_BLOCK", "")
+
+
+def ensure_notifications(block_name: str) -> dict[str, str]:
+    """Create the automations, or bring existing ones of those names up to date, sending
+    through the notification block `block_name` (`<block type>/<name>`); says what it did
+    with each."""
+    from prefect.blocks.core import Block
+
+    if "/" not in block_name:
+        raise ValueError(f"notification_block {block_name!r}: name the block as Prefect does, "
+                         "<block type>/<block name> (e.g. slack-webhook/ops, "
+                         "custom-webhook/lab-notify; `prefect block ls` lists them)")
+    block: Any = Block.load(block_name)  # sync here: no running event loop
+    block_id = block._block_document_id
+    if block_id is None:
+        raise RuntimeError(f"notification block {block_name!r} has no document id")
+    return {wanted.name: ensure_automation(wanted) for wanted in automations(block_id)}

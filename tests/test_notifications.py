@@ -1,0 +1,57 @@
+"""Issue 30, notifications (tasks/notifications.py): what the automations are, and the step a
+failed run reports. Delivery through a real Prefect server and the lab's chat channel:
+tests/test_faults.py (a failed rollout, one message), tests/test_windows_lab.py (a rollout
+waiting for its window, one message)."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+import pytest
+
+from store_rollout.steps import StepClock, take_failed_step
+from tasks.notifications import ROLLOUT_FAILED_EVENT, automations, ensure_notifications
+from tasks.windows import AWAITING_WINDOW
+
+
+def test_one_automation_per_kind_each_acting_once_per_event() -> None:
+    block = uuid4()
+    found = {a.name: a for a in automations(block)}
+    assert set(found) == {"store-rollout notify: rollout failed",
+                          "store-rollout notify: rollout crashed",
+                          "store-rollout notify: rollout waits for its window"}
+    expects = {name: a.trigger.expect for name, a in found.items()}  # type: ignore[union-attr]
+    assert expects == {"store-rollout notify: rollout failed": {ROLLOUT_FAILED_EVENT},
+                       "store-rollout notify: rollout crashed": {"prefect.flow-run.Crashed"},
+                       "store-rollout notify: rollout waits for its window":
+                           {f"prefect.flow-run.{AWAITING_WINDOW}"}}
+    for automation in found.values():
+        assert automation.trigger.threshold == 1  # type: ignore[union-attr]
+        assert [a.block_document_id for a in automation.actions] == [block]  # type: ignore[union-attr]
+    # crashes and waits of store-rollout runs only, not of any flow's
+    crashed = found["store-rollout notify: rollout crashed"].trigger
+    assert crashed.match_related.root == {  # type: ignore[union-attr]
+        "prefect.resource.role": "flow", "prefect.resource.name": "store-rollout"}
+    body = found["store-rollout notify: rollout failed"].actions[0].body  # type: ignore[union-attr]
+    for field in ("store_id", "step", "reason", "run_url"):
+        assert f"event.payload.{field}" in body
+
+
+def test_a_failed_step_is_reported_once_and_a_new_run_starts_clean() -> None:
+    def broken() -> None:
+        raise RuntimeError("down")
+
+    clock = StepClock("s-notify")
+    with pytest.raises(RuntimeError):
+        clock.run("create_vm", broken)
+    assert take_failed_step("s-notify") == "create_vm"
+    assert take_failed_step("s-notify") is None  # once
+    with pytest.raises(RuntimeError):
+        StepClock("s-notify").run("image", broken)
+    StepClock("s-notify")  # the next run of that store: the old failure is not its
+    assert take_failed_step("s-notify") is None
+
+
+def test_a_block_named_without_its_type_is_refused_saying_how() -> None:
+    with pytest.raises(ValueError, match="<block type>/<block name> .*slack-webhook/ops"):
+        ensure_notifications("ops-chat")
