@@ -14,14 +14,8 @@ import requests
 import yaml
 
 from lab.state import LabInfo
-from tests.helpers import (
-    finish,
-    notifications,
-    power_actions,
-    start_rollout,
-    wait_for,
-    write_inventory,
-)
+from tests import helpers
+from tests.helpers import finish, notifications, power_actions, start_rollout, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -47,7 +41,7 @@ def test_a_rollout_waits_for_its_window_and_an_override_does_not(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
     stamp = int(time.time()) % 0xFFFF
     waits, urgent = f"w{stamp:04x}-wait", f"w{stamp:04x}-now"
-    inventory = write_inventory(tmp_path / "inv.yaml", [waits, urgent],
+    inventory = helpers.write_inventory(tmp_path / "inv.yaml", [waits, urgent],
                                 f"52:54:e7:{stamp >> 8:02x}:{stamp & 0xFF:02x}", lab=lab)
     # Tokyo time: `waits`' only window opens at the next full minute; `urgent`'s is 12 h away
     now = datetime.now(TOKYO)
