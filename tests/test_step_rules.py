@@ -33,6 +33,7 @@ from store_rollout.contracts import (
     STEP_PREPARE_VM_KEYS,
     STEP_PXE_INSTALL_HYPERVISOR,
 )
+from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.inventory import parse_inventory
@@ -248,7 +249,8 @@ def run_task(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """Run a task's body on a FakeMaster (and a Cobbler that says WouldInstall)."""
     settings = SimpleNamespace(salt_master_config="/dev/null", vm_type="kvm",
                                image_base_url="https://images.invalid", image_ca_bundle="",
-                               image_rate_limit="")
+                               image_rate_limit="",
+                               disruption_seconds=dict(DEFAULT_DISRUPTION_SECONDS))
 
     class Cobbler:
         record: dict[str, Any] | None = None
