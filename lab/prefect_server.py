@@ -35,6 +35,8 @@ def server_env(prefect_home: Path, port: int, database_url: str) -> dict[str, st
         # what the UI in the browser calls; unset, it is the default port 4200, not this server
         PREFECT_SERVER_UI_API_URL=api_url(port),
         PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT="false",
+        # the UI's own address: automations' messages link to run pages with it (`ui_url`)
+        PREFECT_UI_URL=f"http://127.0.0.1:{port}",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_SERVER_DATABASE_CONNECTION_URL=database_url,
         # default recorder batches fall behind with concurrent rollouts (notes/prefect.md §10)
