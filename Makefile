@@ -142,7 +142,8 @@ test-full: setup
 	$(VENV)/bin/pytest -q -rP -m full_lab tests/test_full_lab.py
 
 test-fleet: setup
-	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/test_slots.py tests/test_faults.py tests/test_bench.py
+	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/test_slots.py tests/test_faults.py tests/test_bench.py \
+	  tests/test_windows_lab.py
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up
