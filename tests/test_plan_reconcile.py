@@ -126,12 +126,15 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     done, killed = f"pr{stamp:04x}-done", f"pr{stamp:04x}-kill"
     inv = write_inventory(tmp_path / "inv.yaml", [done, killed],
                           f"52:54:e6:{stamp >> 8:02x}:{stamp & 0xFF:02x}", lab=lab)
-    raw = yaml.safe_load(inv.read_text())  # the done store's calendar: Tokyo, daily at 03:00
+    # planned with a calendar (Tokyo, daily at 03:00), rolled out below without one: a window
+    # would hold its step 2 until 03:00 Tokyo time
+    raw = yaml.safe_load(inv.read_text())
     raw["stores"][0]["calendar"] = {"time_zone": "Asia/Tokyo", "windows": ["daily 03:00-04:30"]}
-    inv.write_text(yaml.safe_dump(raw))
+    with_calendar = tmp_path / "inv-calendar.yaml"
+    with_calendar.write_text(yaml.safe_dump(raw))
 
     # a fresh store: all seven steps to do; nothing changes; its next maintenance window shown
-    fresh = planned(lab_env, lab, inv, done)
+    fresh = planned(lab_env, lab, with_calendar, done)
     assert fresh["todo"] == list(STEPS), fresh
     window = fresh["next_window"]
     assert window["time_zone"] == "Asia/Tokyo" and window["hours"] == 1.5, window
