@@ -58,9 +58,9 @@ class StoreVm:
             done.append("identity seeded")
         if not summary.get("autostart"):
             # the store comes back by itself after a power cut: the host's libvirt starts it
-            # at boot (Salt 3006's virt.init has no autostart argument)
-            self.master.cmd(self.hypervisor, "virt.set_autostart", [self.name],
-                            kwarg={"state": "on"})
+            # at boot (Salt 3006's virt.init has no autostart argument; storevirt's works by
+            # name, unlike virt.set_autostart)
+            self.master.cmd(self.hypervisor, "storevirt.set_autostart", [self.name])
             done.append(f"marked autostart on {self.hypervisor}")
         return summary, done
 
@@ -68,7 +68,7 @@ class StoreVm:
         """Write the seed the guest reads its identity from (the domain stopped first: the
         guest reads it at boot); the summary after it."""
         if summary["active"]:
-            self.master.cmd(self.hypervisor, "virt.stop", [self.name])
+            self.master.cmd(self.hypervisor, "storevirt.stop", [self.name])
         minion = self.store.vm_minion_id
         self.master.cmd(self.hypervisor, "storevirt.seed_identity",
                         [self.name, {"minion_id": minion, "store_id": self.store.store_id,

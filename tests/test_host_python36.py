@@ -45,8 +45,10 @@ VM = "store-0036-vm"
 HV = "store-0036-hv"
 
 
-def run_on_host_python(tmp: Path, calls: list[dict[str, Any]],
-                       define: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def run_on_host_python(tmp: Path, calls: list[dict[str, Any]], define: tuple[str, ...] = (),
+                       **harness: list[str]) -> list[dict[str, Any]]:
+    """Each call's result, made by Salt 3006.0's loader under Python 3.6; `harness`: the
+    runner's `start` and `stop_during_listing` (tests/host36/run_host_calls.py)."""
     if not HOST_PY36.exists():
         pytest.fail(f"{HOST_PY36} missing: `make setup` builds it (needs CPython 3.6, README)")
     root = tmp / "minion-root"
@@ -63,7 +65,7 @@ def run_on_host_python(tmp: Path, calls: list[dict[str, Any]],
         "test": False,
     }
     proc = subprocess.run([str(HOST_PY36), str(RUNNER)], input=json.dumps(
-        {"opts": opts, "calls": calls, "define": list(define)}),
+        {"opts": opts, "calls": calls, "define": list(define), **harness}),
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
@@ -169,7 +171,7 @@ def test_storevirt_runs_under_the_store_hosts_python(tmp_path: Path,
     assert ok(seed_at) == str(seed)
     assert ok(seeded) == {"seed": str(seed), "state": "attached"}
     assert ok(seed_mode) == "0600"
-    assert ok(summary)["autostart"] is False  # step 5 sets it with Salt's virt.set_autostart
+    assert ok(summary)["autostart"] is False  # step 5 sets it (storevirt.set_autostart)
     assert ok(summary)["backing"] == str(base) and ok(summary)["seed"] == {
         "minion_id": VM, "store_id": "0036", "state": "attached", "attached": True}
     assert ok(missing) is None
@@ -178,6 +180,34 @@ def test_storevirt_runs_under_the_store_hosts_python(tmp_path: Path,
     # the test driver cannot eject a CD-ROM: the call got as far as libvirt, with 3.6 code
     assert not retired["ok"] and "virDomainUpdateDeviceFlags" in retired["error"]
     assert ok(removed) == {"domain": True, "disk_dir": True}
+
+
+def test_step5_domain_calls_survive_another_domain_stopping(tmp_path: Path) -> None:
+    """Another domain of the host stops while step 5 marks its VM autostart (a power cut of
+    another store's host on the lab's one libvirtd, a reset on a real host): Salt's
+    virt.set_autostart, which looks every running domain up by id first, fails; storevirt's
+    calls, by name, do not."""
+    other = "store-0037-vm"
+    calls = [
+        {"fun": "virt.set_autostart", "args": [VM], "kwargs": {"state": "on"}},
+        {"fun": "storevirt.set_autostart", "args": [VM]},
+        {"fun": "storevirt.reset", "args": [VM]},
+        {"fun": "storevirt.domain_summary", "args": [VM]},
+        {"fun": "storevirt.stop", "args": [VM]},
+        {"fun": "storevirt.stop", "args": [VM]},
+        {"fun": "storevirt.domain_summary", "args": [VM]},
+        {"fun": "storevirt.set_autostart", "args": ["store-0038-vm"]},
+    ]
+    seed = tmp_path / "seed.iso"
+    domains = (domain_xml(tmp_path / "disk.qcow2", seed),
+               domain_xml(tmp_path / "other.qcow2", seed).replace(VM, other))
+    (salts, marked, reset, running, stopped, again, summary, missing) = run_on_host_python(
+        tmp_path, calls, define=domains, start=[VM, other], stop_during_listing=[other])
+    assert not salts["ok"] and "Domain not found" in salts["error"], salts  # the other one
+    assert ok(marked) is True and ok(reset) is True and ok(running)["active"] is True
+    assert ok(stopped) is True and ok(again) is True
+    assert ok(summary)["autostart"] is True and ok(summary)["active"] is False
+    assert not missing["ok"] and 'The VM "store-0038-vm" is not present' in missing["error"]
 
 
 def test_a_failed_overlay_says_why_under_the_store_hosts_python(tmp_path: Path) -> None:

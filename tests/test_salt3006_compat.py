@@ -21,8 +21,7 @@ from tasks import virt
 SDIST = Path(os.environ.get("STORE_ROLLOUT_SALT3006_SDIST",
                             REPO_ROOT / ".cache" / "salt-3006.0.tar.gz"))
 # each virt function the pipeline calls on a hypervisor, with its positional arguments
-CALLS = {"init": ["name", "cpu", "mem"], "start": ["name"], "stop": ["name"],
-         "set_autostart": ["vm_", "state"]}
+CALLS = {"init": ["name", "cpu", "mem"], "start": ["name"]}
 
 
 @pytest.fixture(scope="module")

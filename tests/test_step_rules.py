@@ -233,9 +233,9 @@ class FakeMaster:
             self.domain = domain(uuid="new", active=False, autostart=False, seed={})
         elif fun == "storevirt.seed_identity" and self.domain is not None:
             self.domain["seed"] = {"minion_id": arg[1]["minion_id"], "attached": True}
-        elif fun in ("virt.start", "virt.stop") and self.domain is not None:
+        elif fun in ("virt.start", "storevirt.stop") and self.domain is not None:
             self.domain["active"] = fun == "virt.start"
-        elif fun == "virt.set_autostart" and self.domain is not None:
+        elif fun == "storevirt.set_autostart" and self.domain is not None:
             self.domain["autostart"] = True
         return {"grains.get": self.ready, "saltutil.sync_utils": [], "saltutil.sync_modules": [],
                 "storevirt.ensure_base_image": {"path": base, "cached": True, "transferred": 0,

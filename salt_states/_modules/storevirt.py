@@ -101,6 +101,60 @@ def seed_identity(name, identity):
         conn.close()
 
 
+def _domain(conn, name):
+    """Domain `name`, looked up by name alone: Salt's virt functions (start, stop,
+    set_autostart, vm_state) first look up every domain of the host by id, and fail with "no
+    domain with matching id N" when another domain stops in between."""
+    dom = __utils__["store_domain_inspect.lookup"](conn, name)
+    if dom is None:
+        raise CommandExecutionError(f'The VM "{name}" is not present')
+    return dom
+
+
+def set_autostart(name):
+    """Mark domain `name` to start when the host's libvirt starts (after a power cut).
+
+    CLI Example: salt hv storevirt.set_autostart store-0001-vm
+    """
+    conn = _connect()
+    try:
+        _domain(conn, name).setAutostart(1)
+    finally:
+        conn.close()
+    return True
+
+
+def stop(name):
+    """Hard stop of domain `name` (virt.stop's destroy, by name); a stopped one stays so.
+
+    CLI Example: salt hv storevirt.stop store-0001-vm
+    """
+    conn = _connect()
+    try:
+        dom = _domain(conn, name)
+        if dom.isActive():
+            dom.destroy()
+    finally:
+        conn.close()
+    return True
+
+
+def reset(name):
+    """Hard reset of domain `name` (a hung guest): stopped if running, then started.
+
+    CLI Example: salt hv storevirt.reset store-0001-vm
+    """
+    conn = _connect()
+    try:
+        dom = _domain(conn, name)
+        if dom.isActive():
+            dom.destroy()
+        dom.create()
+    finally:
+        conn.close()
+    return True
+
+
 def retire_seed(name):
     """Eject VM `name`'s seed CD-ROM (running and persistent definition) and delete the ISO,
     so its one-time token does not outlive firstboot. Idempotent.

@@ -103,8 +103,7 @@ def firstboot_stage(master: MasterApi, minion: str) -> str | None:
 
 def reset_vm(master: MasterApi, hypervisor: str, vm_name: str) -> None:
     """Hard reset of a VM that stopped answering (a hung guest): stop, then start the domain."""
-    master.cmd(hypervisor, "virt.stop", [vm_name])
-    master.cmd(hypervisor, "virt.start", [vm_name])
+    master.cmd(hypervisor, "storevirt.reset", [vm_name])
 
 
 def domain_with_current_extensions(master: MasterApi, hypervisor: str,

@@ -3,7 +3,12 @@ salt_states/_modules and _states with Salt's own loader and calls them as a mini
 
 stdin: {"opts": {...minion config overrides...},
         "calls": [{"fun": "storevirt.create_overlay", "args": [...], "kwargs": {...}}, ...],
-        "define": [<domain XML>, ...]}   (defined first, on the minion's libvirt URI)
+        "define": [<domain XML>, ...],   (defined first, on the minion's libvirt URI)
+        "start": [<domain name>, ...],   (then started)
+        "stop_during_listing": [<domain name>, ...]}
+   (each listing of the host's running domains by id stops the next of these right after it
+   answers: another domain stopping while a call looks up domains, as a power cut or a reset
+   on the same host does)
 stdout: one JSON list, an entry per call: {"ok": true, "ret": ...} or {"ok": false,
         "error": "<exception type>: <message>"}.
 
@@ -32,15 +37,34 @@ def _loaders(overrides):
     return functions, states
 
 
-def _define(uri, domains):
-    """Define the domains; the connection is kept open for the run, because libvirt's test
-    driver forgets its domains when its last connection closes."""
+def _define(uri, domains, started):
+    """Define the domains and start some; the connection is kept open for the run, because
+    libvirt's test driver forgets its domains when its last connection closes."""
     import libvirt
 
     conn = libvirt.open(uri)
     for xml in domains:
         conn.defineXML(xml)
+    for name in started:
+        conn.lookupByName(name).create()
     return conn
+
+
+def _stop_during_listing(uri, names):
+    import libvirt
+
+    pending = list(names)
+    list_ids = libvirt.virConnect.listDomainsID
+
+    def listing_then_a_stop(conn):
+        ids = list_ids(conn)
+        if pending:
+            other = libvirt.open(uri)
+            other.lookupByName(pending.pop(0)).destroy()
+            other.close()
+        return ids
+
+    libvirt.virConnect.listDomainsID = listing_then_a_stop
 
 
 def _call(table, call):
@@ -55,7 +79,8 @@ def main():
     spec = json.load(sys.stdin)
     functions, states = _loaders(spec["opts"])
     uri = spec["opts"].get("virt", {}).get("connection", {}).get("uri")
-    held = _define(uri, spec["define"]) if spec.get("define") else None
+    held = _define(uri, spec["define"], spec.get("start", [])) if spec.get("define") else None
+    _stop_during_listing(uri, spec.get("stop_during_listing", []))
     results = []
     for call in spec["calls"]:
         table = states if call.get("state") else functions
