@@ -169,8 +169,12 @@ def _demo(inventory: Path) -> None:
     from store_rollout.inventory import load_inventory
 
     validate_stores([], inventory)
-    store_ids = [s.store_id for s in load_inventory(inventory).stores]
-    results = run_stores(store_ids, inventory, live=True)
+    stores = load_inventory(inventory).stores
+    # a demo is run when its user is there, not in the stores' maintenance windows: it
+    # overrides them as `rollout --now` does, and says so (each result's window_overridden)
+    console.print("demo: the stores' maintenance windows are overridden (rollout --now); "
+                  "`store-rollout windows` lists them")
+    results = run_stores([s.store_id for s in stores], inventory, live=True, ignore_windows=True)
     table = Table(title="demo summary (seconds per step)")
     for col in ["store", "state", *[s.replace("_", " ") for s in STEPS], "total", "ERP id"]:
         table.add_column(col)
