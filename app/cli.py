@@ -104,9 +104,12 @@ def batch(
         "`stage-images` is the deployment)"))] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     now: Annotated[bool, typer.Option("--now", help=(
-        "emergency: disruptive steps start outside the stores' maintenance windows"))] = False,
+        "emergency: every store starts now, its disruptive steps outside its maintenance "
+        "windows"))] = False,
 ) -> None:
-    """Roll out a batch in waves (canary first) with a progress bar per store."""
+    """Roll out a batch in waves (canary first) with a progress bar per store. Stores with a
+    calendar are scheduled into their maintenance windows instead: each is a run of the
+    store-rollout deployment, Scheduled for its window's start, which a worker runs."""
     if stage_only:
         stage(list(store or []), inventory, as_json)
         return

@@ -1,6 +1,9 @@
 """A batch of stores in waves: canary first, bounded stores in flight, halt on failures.
 
-Wiring only: each store is the `store-rollout` flow (a subflow run per store).
+Wiring only: each store is the `store-rollout` flow. When the stores have calendars, each
+store's run is a run of the `store-rollout` deployment Scheduled for its store's next
+maintenance window (tasks/store_runs.py); otherwise, or with `ignore_windows`, a subflow run
+started at once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from store_rollout import steps
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.waves import plan_waves, should_halt
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, set_limit
+from tasks.store_runs import STORE_DEPLOYMENT, check_deployment, schedule_store_run, wait_for_store_runs
 
 # threads are cheap waiters; the real bound is the IN_FLIGHT_LIMIT concurrency limit
 STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
@@ -64,7 +68,8 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                   halt_failure_ratio: float = 0.2,
                   # never mutated; a dict default (not None) is a plain JSON field in the UI form
                   store_params: dict[str, float] = {},  # noqa: B006
-                  ignore_windows: bool = False) -> list[dict[str, Any]]:
+                  ignore_windows: bool = False,
+                  store_deployment: str = STORE_DEPLOYMENT) -> list[dict[str, Any]]:
     """Canary wave, then waves of `wave_size`; at most `max_in_flight` stores at once
     (fleet-wide); the remaining waves are skipped once failed/finished > halt_failure_ratio.
 
@@ -79,11 +84,19 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
             ratio (0.2: more than one store in five failed).
         store_params: Step timeouts passed to every store's rollout, e.g.
             {"hypervisor_timeout": 3600}.
-        ignore_windows: Emergency: every store's disruptive steps start outside its
-            maintenance windows (each run says so).
+        ignore_windows: Emergency: every store starts now and its disruptive steps start
+            outside its maintenance windows (each run says so). Without it, stores with a
+            calendar are scheduled into their windows.
+        store_deployment: The deployment whose runs roll the stores out when they are
+            scheduled into their windows (a worker of its pool must be running).
     """
     logger = get_run_logger()
-    selected = [s.store_id for s in load_inventory(inventory).select(list(store_ids))]
+    stores = {s.store_id: s for s in load_inventory(inventory).select(list(store_ids))}
+    selected = list(stores)
+    # before any side effect: scheduled runs need a deployment a worker runs
+    follow_windows = not ignore_windows and any(s.calendar for s in stores.values())
+    if follow_windows:
+        check_deployment(store_deployment)
     waves = plan_waves(selected, canary, wave_size)
     set_limit(IN_FLIGHT_LIMIT, max_in_flight)
     progress_id: Any = create_progress_artifact(progress=0.0, key="batch-progress",
@@ -97,13 +110,18 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                              "seconds": 0, "queued_seconds": 0, "began": None, "ended": None,
                              "error": f"batch halted after wave {halted_after}"}
             continue
-        params = {**store_params, "ignore_windows": ignore_windows}
-        futures = [rollout_store.submit(sid, inventory, params) for sid in wave]
-        for future in futures:
-            row = future.result()
+        if follow_windows:  # each run takes its in-flight slot itself, in its window
+            entries = [schedule_store_run(stores[sid], inventory,
+                                          {**store_params, "hold_fleet_slot": True},
+                                          store_deployment) for sid in wave]
+            finished = wait_for_store_runs(entries, wave_name=f"wave-{number}")
+        else:
+            params = {**store_params, "ignore_windows": ignore_windows}
+            futures = [rollout_store.submit(sid, inventory, params) for sid in wave]
+            finished = [future.result() for future in futures]
+        for row in finished:
             rows[row["store_id"]] = row
-            update_progress_artifact(artifact_id=progress_id,
-                                     progress=100.0 * len(rows) / len(selected))
+        update_progress_artifact(artifact_id=progress_id, progress=100.0 * len(rows) / len(selected))
         failed = sum(1 for r in rows.values() if r["state"] != "Completed")
         logger.info("wave %d done: %d/%d finished, %d failed", number, len(rows), len(selected),
                     failed)

@@ -5,6 +5,7 @@ Wiring only; every integration lives in `tasks/`.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from prefect import flow, tags
@@ -31,7 +32,7 @@ from tasks.notifications import notify_failure
 from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
-from tasks.slots import store_owner, this_flow_run
+from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, store_owner, this_flow_run
 from tasks.virt import create_vm
 from tasks.windows import run_in_window
 
@@ -53,7 +54,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_stall_timeout: float = STEP_TIMEOUTS.hypervisor_stall_timeout,
                   vm_contact_timeout: float = STEP_TIMEOUTS.vm_contact_timeout,
                   owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
-                  ignore_windows: bool = False) -> dict[str, Any]:
+                  ignore_windows: bool = False, hold_fleet_slot: bool = False) -> dict[str, Any]:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -78,13 +79,16 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             windows (an emergency); the run logs it and its result says so. Without it, a
             disruptive step that cannot finish before the window closes waits for the next
             window (the run's state AwaitingWindow says until when), then goes on.
+        hold_fleet_slot: Take one of the fleet's stores-in-flight slots before starting (how
+            a batch bounds the runs it scheduled into the stores' windows).
     """
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()
     preflight([store], settings)
     clock = StepClock(store_id)
-    with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
+    with fleet_slot(IN_FLIGHT_LIMIT) if hold_fleet_slot else nullcontext(), \
+            store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
         image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)

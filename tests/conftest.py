@@ -163,3 +163,45 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             prefect_test_harness(server_startup_timeout=120):
         yield
 
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium (Debian's package) driven by Playwright, for tests of what the UI
+    shows (tests/test_ui.py's `Ui`)."""
+    from tests.test_ui import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} missing: `make setup` installs Debian's chromium package")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def ui(lab: LabInfo, browser: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A page on the lab's Prefect UI (a `tests.test_ui.Ui`); its screenshots are kept where
+    STORE_ROLLOUT_UI_SCREENSHOTS says, and printed on failure."""
+    import contextlib
+
+    from tests.test_ui import Ui
+
+    shots = Path(os.environ.get("STORE_ROLLOUT_UI_SCREENSHOTS") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    try:
+        yield Ui(page, lab.prefect_ui_url, shots)
+    finally:
+        report = getattr(request.node, "rep_call", None)  # set by the report hook above
+        if report is None or report.failed:
+            with contextlib.suppress(Exception):  # the page may be gone
+                page.screenshot(path=str(shots / "failure.png"), full_page=True)
+            print(f"\nUI screenshots: {shots}")
+        context.close()

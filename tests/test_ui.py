@@ -9,12 +9,10 @@ lab's real Cobbler, libvirt and Salt. Every page visited is saved as a PNG (docs
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,39 +131,6 @@ class Ui:
 
     def tab(self, name: str) -> None:
         self.page.get_by_role("tab", name=name, exact=True).click()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} missing: `make setup` installs Debian's chromium package")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@pytest.fixture
-def ui(lab: LabInfo, browser: Any, tmp_path: Path,
-       request: pytest.FixtureRequest) -> Iterator[Ui]:
-    shots = Path(os.environ.get("STORE_ROLLOUT_UI_SCREENSHOTS") or tmp_path / "screenshots")
-    shots.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    try:
-        yield Ui(page, lab.prefect_ui_url, shots)
-    finally:
-        report = getattr(request.node, "rep_call", None)  # set by conftest's report hook
-        if report is None or report.failed:
-            with contextlib.suppress(Exception):  # the page may be gone
-                page.screenshot(path=str(shots / "failure.png"), full_page=True)
-            print(f"\nUI screenshots: {shots}")
-        context.close()
 
 
 def erp_notice_id(lab: LabInfo, store_id: str) -> str:

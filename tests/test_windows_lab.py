@@ -1,7 +1,9 @@
 """Issue 30 in the lab: a rollout outside its store's maintenance window waits (the run page and
 the operators' channel say why, nothing is powered), `--now` goes ahead at once and says it was
-overridden; and, on the real clock (opt-in, `make test-fleet`: up to a minute of waiting), a
-waiting rollout goes on by itself when the window opens and completes in it."""
+overridden; a batch schedules each store's run into its own window (Scheduled in the API and
+the UI, the next wave only after the canary's); and, on the real clock (opt-in, `make
+test-fleet`), a waiting rollout goes on by itself when its window opens and completes in it,
+and a batch across three time zones starts every store inside its own window."""
 
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ import yaml
 from lab.state import LabInfo
 from tests import helpers
 from tests.helpers import finish, notifications, power_actions, start_rollout, wait_for
+from tests.test_ui import Ui
 
 pytestmark = pytest.mark.lab
 
 TOKYO = ZoneInfo("Asia/Tokyo")
+NEW_YORK = ZoneInfo("America/New_York")
 # step 2 needs 2 minutes of window here (the settings' default is 45)
 ENV = {"STORE_ROLLOUT_DISRUPTION_SECONDS": '{"pxe_install_hypervisor": 120}'}
 
@@ -34,8 +38,8 @@ def newest_run(lab: LabInfo, name: str) -> dict[str, Any]:
 
 
 def stores_with_windows(lab: LabInfo, tmp_path: Path, starts: dict[str, datetime]) -> Path:
-    """An inventory of fresh stores (racked), each with one daily hour-long window in Tokyo
-    time from its start."""
+    """An inventory of fresh stores (racked), each with one daily hour-long window from its
+    start, in its start's time zone."""
     stamp = int(time.time()) % 0xFFFF
     ids = {f"w{stamp:04x}-{name}": start for name, start in starts.items()}
     inventory = helpers.write_inventory(tmp_path / "inv.yaml", list(ids),
@@ -44,7 +48,7 @@ def stores_with_windows(lab: LabInfo, tmp_path: Path, starts: dict[str, datetime
     for store in raw["stores"]:
         start = ids[store["store_id"]]
         end = start + timedelta(hours=1)
-        store["calendar"] = {"time_zone": "Asia/Tokyo",
+        store["calendar"] = {"time_zone": str(start.tzinfo),
                              "windows": [f"daily {start:%H:%M}-{end:%H:%M}"]}
     inventory.write_text(yaml.safe_dump(raw))
     return inventory
@@ -90,6 +94,63 @@ def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
     assert len(notifications(lab, f"rollout-{waits}: waits")) == 1
 
 
+def deployment_id(lab: LabInfo, name: str) -> str:
+    return str(wait_for(lambda: requests.get(f"{lab.prefect_api_url}/deployments/name/{name}",
+                                             timeout=5).json().get("id"),
+                        timeout=90, what=f"the lab's {name} deployment"))
+
+
+def store_runs(lab: LabInfo, store_ids: list[str]) -> dict[str, dict[str, Any]]:
+    runs = requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": [f"rollout-{sid}" for sid in store_ids]}}},
+        timeout=10).json()
+    return {r["name"].removeprefix("rollout-"): r for r in runs}
+
+
+def cancel(lab: LabInfo, run_id: str) -> None:
+    """As the UI's Cancel button does."""
+    requests.post(f"{lab.prefect_api_url}/flow_runs/{run_id}/set_state", json={
+        "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
+
+
+def test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it(
+        lab: LabInfo, tmp_path: Path, ui: Ui) -> None:
+    """One run of the batch deployment across two time zones, both stores' windows hours
+    ahead: the canary's run is Scheduled for its window's start (API and UI), the other store's
+    is not created before the canary's has ended; cancelling the batch cancels its scheduled
+    run, so nothing starts later unwatched."""
+    api = lab.prefect_api_url
+    tokyo = (datetime.now(TOKYO) + timedelta(hours=5)).replace(second=0, microsecond=0)
+    new_york = (datetime.now(NEW_YORK) + timedelta(hours=7)).replace(second=0, microsecond=0)
+    inventory = stores_with_windows(lab, tmp_path, {"tokyo": tokyo, "ny": new_york})
+    canary, other = (s["store_id"] for s in yaml.safe_load(inventory.read_text())["stores"])
+    batch = requests.post(f"{api}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
+                          "/create_flow_run", json={"parameters": {
+                              "inventory": str(inventory), "canary": 1, "wave_size": 5}},
+                          timeout=10).json()
+    try:
+        scheduled = wait_for(lambda: store_runs(lab, [canary]).get(canary), timeout=120,
+                             what="the canary's scheduled run")
+        assert scheduled["state_type"] == "SCHEDULED", scheduled
+        assert datetime.fromisoformat(scheduled["expected_start_time"]) == tokyo.astimezone(UTC)
+        assert scheduled["parameters"]["store_id"] == canary
+        assert scheduled["parameters"]["hold_fleet_slot"] is True
+        parent = requests.get(f"{api}/task_runs/{scheduled['parent_task_run_id']}",
+                              timeout=10).json()
+        assert parent["flow_run_id"] == batch["id"]  # listed on the batch's page
+        ui.goto(f"/runs/flow-run/{scheduled['id']}")
+        assert ui.run_state() == "Scheduled"
+        ui.shot("scheduled-store-run")
+        time.sleep(3)  # the batch polls its wave: still no run for the next one
+        assert other not in store_runs(lab, [other])
+        assert power_actions(lab, f"store-{canary}-hv") == {"on": 0, "off": 0}
+    finally:
+        cancel(lab, batch["id"])
+    wait_for(lambda: store_runs(lab, [canary])[canary]["state_type"] == "CANCELLED",
+             timeout=120, what="the batch's scheduled run cancelled with it")
+    assert other not in store_runs(lab, [other])
+
+
 @pytest.mark.fleet
 def test_a_waiting_rollout_goes_on_when_its_window_opens_and_completes_in_it(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
@@ -111,3 +172,46 @@ def test_a_waiting_rollout_goes_on_when_its_window_opens_and_completes_in_it(
     second = datetime.fromisoformat(task_runs[1]["start_time"])
     assert second >= opens.astimezone(UTC), (second, opens)
     assert newest_run(lab, f"rollout-{waits}")["state_name"] == "Completed"
+
+
+@pytest.mark.fleet
+def test_a_batch_across_three_time_zones_starts_every_store_inside_its_own_window(
+        lab: LabInfo, tmp_path: Path) -> None:
+    """The acceptance batch: 6 stores, two each in Tokyo, Berlin and New York, one of each pair
+    in a window open now, the other's window opening in 1-2 minutes; one run of the batch
+    deployment (canary 1, waves of 3, 3 in flight). Every store's run starts inside its own
+    window, read back from the runs' start times in each store's local time."""
+    api = lab.prefect_api_url
+    now = datetime.now(UTC)
+    opened = (now - timedelta(minutes=10)).replace(second=0, microsecond=0)  # 50 min left
+    soon = (now + timedelta(seconds=120)).replace(second=0, microsecond=0)
+    zones = {"tk": TOKYO, "be": ZoneInfo("Europe/Berlin"), "ny": NEW_YORK}
+    starts = {f"{z}-{kind}": moment.astimezone(tz) for z, tz in zones.items()
+              for kind, moment in (("open", opened), ("soon", soon))}
+    inventory = stores_with_windows(lab, tmp_path, starts)
+    stores = {s["store_id"]: s["calendar"] for s in yaml.safe_load(inventory.read_text())["stores"]}
+    batch = requests.post(f"{api}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
+                          "/create_flow_run", json={"parameters": {
+                              "inventory": str(inventory), "canary": 1, "wave_size": 3,
+                              "max_in_flight": 3}}, timeout=10).json()
+    ended = wait_for(lambda: (r := requests.get(f"{api}/flow_runs/{batch['id']}", timeout=10)
+                              .json())["state_type"] in ("COMPLETED", "FAILED", "CRASHED") and r,
+                     timeout=900, interval=5, what="the batch to end")
+    runs = store_runs(lab, list(stores))
+    assert ended["state_type"] == "COMPLETED", (ended["state"], {
+        sid: r["state_name"] for sid, r in runs.items()})
+    assert {sid: r["state_type"] for sid, r in runs.items()} == dict.fromkeys(stores, "COMPLETED")
+    scheduled_ahead = 0
+    for sid, calendar in stores.items():
+        run = runs[sid]
+        tz = ZoneInfo(calendar["time_zone"])
+        local_start = datetime.fromisoformat(run["start_time"]).astimezone(tz)
+        window_start = datetime.strptime(calendar["windows"][0][6:11], "%H:%M").time()
+        opens = datetime.combine(local_start.date(), window_start, tz)
+        if opens > local_start:  # a window across local midnight opened the day before
+            opens -= timedelta(days=1)
+        assert opens <= local_start < opens + timedelta(hours=1), (sid, local_start, calendar)
+        created = datetime.fromisoformat(run["created"])
+        scheduled_ahead += datetime.fromisoformat(run["expected_start_time"]) > created
+    # the pairs' second stores were created before their windows opened and waited for them
+    assert scheduled_ahead >= 2, runs

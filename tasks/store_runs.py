@@ -1,0 +1,142 @@
+"""Store rollouts as flow runs of the `store-rollout` deployment, each created Scheduled for
+the start of its store's next maintenance window: a batch that follows the stores' clocks.
+
+The runs wait on the Prefect server (Scheduled, with their start time, in the UI and the API)
+and a worker of the deployment's pool starts each at its time; the batch reads their states
+back to wave, halt and report. Each run is the batch's subflow run (the batch's page lists
+them), created with an idempotency key, so a retried batch finds its runs instead of making
+new ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, cast
+from uuid import UUID
+
+from prefect import get_run_logger, task
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterId,
+    TaskRunFilter,
+    TaskRunFilterFlowRunId,
+)
+from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.sorting import TaskRunSort
+from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
+
+from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
+from store_rollout.disruption import decide
+from store_rollout.inventory import Store
+from store_rollout.settings import load_settings
+from tasks.slots import this_flow_run
+
+STORE_DEPLOYMENT: Final = "store-rollout/store-rollout"  # prefect.yaml's store-rollout
+POLL_SECONDS: Final = 5.0  # how often the batch reads its scheduled runs' states
+
+
+class DeploymentUnavailable(RuntimeError):
+    """The deployment a scheduled batch creates its store runs from cannot run them."""
+
+
+def check_deployment(name: str) -> str:
+    """The work pool of deployment `name`; refuses one that is missing or whose pool no worker
+    polls (its runs would stay Scheduled for ever), naming the fix."""
+    with get_client(sync_client=True) as client:
+        try:
+            deployment = client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            raise DeploymentUnavailable(
+                f"store_deployment: Prefect has no deployment {name!r} to schedule the stores' "
+                "rollouts into their windows; register prefect.yaml's deployments (`prefect "
+                "deploy --all`) or run the batch now (--now, ignore_windows)") from None
+        pool_name = deployment.work_pool_name or ""
+        pool = client.read_work_pool(pool_name) if pool_name else None
+    if pool is None or str(getattr(pool.status, "value", pool.status)) != "READY":
+        raise DeploymentUnavailable(
+            f"store_deployment: no worker polls work pool {pool_name or '(none)'!r} of "
+            f"deployment {name!r}, so its scheduled runs would never start; start one: "
+            f"`prefect worker start --pool {pool_name or '<pool>'}`")
+    return pool_name
+
+
+def start_time(store: Store, now: datetime, install_seconds: float) -> tuple[datetime | None, str]:
+    """When the store's run is to start (None: no window within the calendar's horizon) and
+    why: now when its window is open with time for step 2 left, else its next such window's
+    start."""
+    decision = decide(STEP_PXE_INSTALL_HYPERVISOR, store.calendar, now,
+                      timedelta(seconds=install_seconds))
+    if decision.go:
+        return now, decision.reason
+    return decision.wait_until, decision.reason
+
+
+@task(name="schedule_store_run", task_run_name="schedule-{store.store_id}")
+def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
+                       deployment: str = STORE_DEPLOYMENT) -> dict[str, Any]:
+    """One store's rollout as a run of `deployment`, Scheduled for its window; the batch row
+    of a store that has no window is returned Failed, no run created."""
+    settings = load_settings()
+    now = datetime.now(UTC)
+    start, reason = start_time(store, now, settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR])
+    row: dict[str, Any] = {"store_id": store.store_id, "window": reason, "flow_run_id": None,
+                           "scheduled_start": start.isoformat() if start else None}
+    if start is None:
+        return {**row, "state": "Failed", "step_reached": "-", "seconds": 0,
+                "queued_seconds": 0, "began": None, "ended": None,
+                "error": f"NoMaintenanceWindow: {reason}"}
+    batch = this_flow_run()
+    # sync here (run_deployment also serves async callers)
+    run = cast(FlowRun, run_deployment(
+        deployment, parameters={"store_id": store.store_id, "inventory": inventory, **params},
+        scheduled_time=start, timeout=0, flow_run_name=f"rollout-{store.store_id}",
+        idempotency_key=f"batch-{batch}-store-{store.store_id}" if batch else None))
+    get_run_logger().info("store %s: run %s scheduled for %s UTC (%s)", store.store_id, run.name,
+                          f"{start:%Y-%m-%d %H:%M:%S}", reason)
+    return {**row, "state": "Scheduled", "flow_run_id": str(run.id), "error": ""}
+
+
+def _step_reached(client: Any, run_id: UUID, store_id: str) -> str:
+    """The step of the run's newest task run (task runs are named `<step>-<store>`)."""
+    runs = client.read_task_runs(task_run_filter=TaskRunFilter(
+        flow_run_id=TaskRunFilterFlowRunId(any_=[run_id])), sort=TaskRunSort.EXPECTED_START_TIME_DESC,
+        limit=1)
+    return runs[0].name.removesuffix(f"-{store_id}") if runs else "validation"
+
+
+def _row(client: Any, scheduled: dict[str, Any], run: Any) -> dict[str, Any]:
+    state = run.state
+    began, ended = run.start_time, run.end_time
+    due = datetime.fromisoformat(scheduled["scheduled_start"])
+    return {**scheduled, "state": state.name if state.is_final() else state.type.value,
+            "step_reached": _step_reached(client, run.id, scheduled["store_id"]),
+            "seconds": round((ended - began).total_seconds(), 1) if began and ended else 0,
+            "queued_seconds": round((began - due).total_seconds(), 1) if began else 0,
+            "error": "" if state.is_completed() else str(state.message or "")[:300],
+            "began": round(began.timestamp(), 3) if began else None,
+            "ended": round(ended.timestamp(), 3) if ended else None}
+
+
+def ended_runs(client: Any, ids: list[UUID],
+               sleep: Callable[[float], None] = time.sleep) -> dict[UUID, Any]:
+    """The flow runs `ids`, read once every one of them has ended."""
+    while True:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
+        if len(runs) == len(ids) and all(r.state and r.state.is_final() for r in runs):
+            return {r.id: r for r in runs}
+        sleep(POLL_SECONDS)
+
+
+@task(name="wait_for_store_runs", task_run_name="wait-for-{wave_name}")
+def wait_for_store_runs(scheduled: list[dict[str, Any]], wave_name: str = "wave") -> list[dict[str, Any]]:
+    """The batch rows of the scheduled runs once every one of them has ended (a store whose
+    run was never created comes back as it is)."""
+    ids = [UUID(s["flow_run_id"]) for s in scheduled if s["flow_run_id"]]
+    with get_client(sync_client=True) as client:
+        runs = ended_runs(client, ids) if ids else {}
+        return [_row(client, s, runs[UUID(s["flow_run_id"])]) if s["flow_run_id"] else s
+                for s in scheduled]
