@@ -70,6 +70,10 @@ def rollout(
     now: Annotated[bool, typer.Option(
         "--now", help="emergency: start disruptive steps outside the store's maintenance "
                       "windows (the run says so)")] = False,
+    recreate_vm: Annotated[bool, typer.Option(
+        "--recreate-vm", help="remove the store's VM and create it anew on the current image "
+                              "(asks for an approval on the run's page first, as the "
+                              "approval_policy setting says)")] = False,
 ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
     validate_stores([store_id], inventory)
@@ -77,7 +81,7 @@ def rollout(
         [store_id], inventory, live=not as_json, hypervisor_timeout=hypervisor_timeout,
         firstboot_timeout=firstboot_timeout, vm_stall_timeout=vm_stall_timeout,
         hypervisor_stall_timeout=hypervisor_stall_timeout, vm_contact_timeout=vm_contact_timeout,
-        ignore_windows=now,
+        ignore_windows=now, recreate_vm=recreate_vm,
     )[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
@@ -190,13 +194,15 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
     highstate_test: Annotated[bool, typer.Option(
         help="run each answering hypervisor's highstate in test=True")] = True,
+    recreate_vm: Annotated[bool, typer.Option(
+        "--recreate-vm", help="plan a rollout that recreates the stores' VMs")] = False,
 ) -> None:
     """What a rollout of each store would do now, step by step; changes nothing."""
     validate_stores(store_ids, inventory)
     from flows.plan import store_plan
 
     result = finished(store_plan(store_ids, str(inventory.resolve()), highstate_test,
-                                 return_state=True), "plan")
+                                 recreate_vm, return_state=True), "plan")
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

@@ -118,6 +118,7 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool,
     from app.live import LiveSteps
     from flows.rollout import store_rollout
     from store_rollout import steps
+    from store_rollout.approvals import REJECTED
 
     view = LiveSteps(store_ids)
     steps.add_listener(view)
@@ -130,10 +131,10 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool,
             "state": state.name,
             "seconds": round(time.monotonic() - started, 1),
         }
-        if state.is_completed():
+        if state.is_completed() and state.name != REJECTED:
             summary.update(state.result())
             summary["state"] = "Completed"
-        else:
+        else:  # failed, or rejected by the approver (its message says so)
             # whole: step errors name what failed and the fix (a few hundred characters)
             summary["error"] = str(state.message or "")[:2000]
         return summary

@@ -38,8 +38,9 @@ def print_plan(result: dict[str, Any]) -> None:
         for col in ("step", "to do", "action", "details"):
             table.add_column(col)
         for step in store["steps"]:
-            table.add_row(step["step"], "[yellow]yes[/]" if step["todo"] else "no",
-                          step["action"], "\n".join(step["details"]))
+            todo = ("[red]yes, destructive[/]" if step.get("destructive") else
+                    "[yellow]yes[/]" if step["todo"] else "no")
+            table.add_row(step["step"], todo, step["action"], "\n".join(step["details"]))
         out.print(table)
 
 

@@ -21,6 +21,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.rollout import store_rollout
 from store_rollout import steps
+from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.waves import plan_waves, should_halt
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, set_limit
@@ -31,7 +32,7 @@ STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
 
 
 @task(name="rollout_store", task_run_name="store-{store_id}")
-def rollout_store(store_id: str, inventory: str, params: dict[str, float | bool]) -> dict[str, Any]:
+def rollout_store(store_id: str, inventory: str, params: dict[str, Any]) -> dict[str, Any]:
     """One store as a subflow run, holding a fleet-wide in-flight slot; never raises."""
     reached: dict[str, str] = {}
 
@@ -54,8 +55,9 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, float | bool]
                            "seconds": round(time.monotonic() - started - waited, 1),
                            "queued_seconds": round(waited, 1), "error": "",
                            "began": round(began, 3), "ended": round(ended, 3)}
-    if state.is_completed():
-        row.update(state="Completed", erp_id=state.result()["erp_id"])
+    if state.is_completed() and state.name != REJECTED:
+        result: Any = state.result()
+        row.update(state="Completed", erp_id=result["erp_id"])
     else:
         row["error"] = str(state.message or "")[:300]
     return row
@@ -69,7 +71,8 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                   # never mutated; a dict default (not None) is a plain JSON field in the UI form
                   store_params: dict[str, float] = {},  # noqa: B006
                   ignore_windows: bool = False,
-                  store_deployment: str = STORE_DEPLOYMENT) -> list[dict[str, Any]]:
+                  store_deployment: str = STORE_DEPLOYMENT,
+                  approval_policy: str = "") -> list[dict[str, Any]]:
     """Canary wave, then waves of `wave_size`; at most `max_in_flight` stores at once
     (fleet-wide); the remaining waves are skipped once failed/finished > halt_failure_ratio.
 
@@ -89,8 +92,12 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
             calendar are scheduled into their windows.
         store_deployment: The deployment whose runs roll the stores out when they are
             scheduled into their windows (a worker of its pool must be running).
+        approval_policy: When each store's run asks for an approval on its page first: never,
+            destructive or always; empty: the approval_policy setting.
     """
     logger = get_run_logger()
+    if approval_policy:
+        check_policy(approval_policy)
     stores = {s.store_id: s for s in load_inventory(inventory).select(list(store_ids))}
     selected = list(stores)
     # before any side effect: scheduled runs need a deployment a worker runs
@@ -110,13 +117,14 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                              "seconds": 0, "queued_seconds": 0, "began": None, "ended": None,
                              "error": f"batch halted after wave {halted_after}"}
             continue
+        asked = {"approval_policy": approval_policy} if approval_policy else {}
         if follow_windows:  # each run takes its in-flight slot itself, in its window
             entries = [schedule_store_run(stores[sid], inventory,
-                                          {**store_params, "hold_fleet_slot": True},
+                                          {**store_params, **asked, "hold_fleet_slot": True},
                                           store_deployment) for sid in wave]
             finished = wait_for_store_runs(entries, wave_name=f"wave-{number}")
         else:
-            params = {**store_params, "ignore_windows": ignore_windows}
+            params = {**store_params, **asked, "ignore_windows": ignore_windows}
             futures = [rollout_store.submit(sid, inventory, params) for sid in wave]
             finished = [future.result() for future in futures]
         for row in finished:

@@ -28,7 +28,7 @@ def _run_name() -> str:
 
 @flow(name="store-plan", flow_run_name=_run_name)
 def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
-               highstate_test: bool = True) -> dict[str, Any]:
+               highstate_test: bool = True, recreate_vm: bool = False) -> dict[str, Any]:
     """What a rollout of each store started now would do, without changing anything: Cobbler
     record (field by field), netboot and power cycle, the hypervisor's states in test=True,
     keys, domain, image and ERP notice.
@@ -39,16 +39,19 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
             the store-rollout checkout the worker runs in.
         highstate_test: Also run each answering hypervisor's highstate with test=True and list
             the states that would change (a few seconds per host).
+        recreate_vm: Plan a rollout that recreates each store's VM (`rollout --recreate-vm`):
+            its step 5 is destructive where a VM exists.
     """
     stores = load_inventory(inventory).select(store_ids)  # validated before any call
     facts = observe_stores(stores, highstate_test=highstate_test)
-    plans = {sid: plan_store(f) for sid, f in facts.items()}
+    plans = {sid: plan_store(f, recreate_vm) for sid, f in facts.items()}
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
                              description=f"rollout plan of {len(plans)} store(s)")
     now = datetime.now(UTC)
     calendars = {store.store_id: store.calendar for store in stores}
     return {sid: {"todo": [p.step for p in plan if p.todo],
                   "resumes_at": (first_todo(plan) or (None, None))[1],
+                  "destructive": [p.step for p in plan if p.destructive],
                   "next_window": next_window_of(calendars[sid], now),
                   "steps": [p.model_dump() for p in plan]}
             for sid, plan in plans.items()}

@@ -8,10 +8,12 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
-from prefect import flow, tags
+from prefect import State, flow, tags
 from prefect.artifacts import create_markdown_artifact
+from prefect.states import Completed
 
 from flows.store_rollback import store_rollback
+from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
@@ -25,6 +27,7 @@ from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
+from tasks.approvals import approve_rollout
 from tasks.erp import notify_erp
 from tasks.firstboot import firstboot
 from tasks.kiwi import ensure_image
@@ -54,7 +57,9 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_stall_timeout: float = STEP_TIMEOUTS.hypervisor_stall_timeout,
                   vm_contact_timeout: float = STEP_TIMEOUTS.vm_contact_timeout,
                   owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
-                  ignore_windows: bool = False, hold_fleet_slot: bool = False) -> dict[str, Any]:
+                  ignore_windows: bool = False, hold_fleet_slot: bool = False,
+                  recreate_vm: bool = False, approval_policy: str | None = None,
+                  approval_timeout: float | None = None) -> dict[str, Any] | State:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -81,15 +86,30 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             window (the run's state AwaitingWindow says until when), then goes on.
         hold_fleet_slot: Take one of the fleet's stores-in-flight slots before starting (how
             a batch bounds the runs it scheduled into the stores' windows).
+        recreate_vm: Remove the store's VM, if it exists, and create it anew on the current
+            image (in step 5, in a maintenance window): destructive, so approved first under
+            the "destructive" and "always" policies.
+        approval_policy: When the run asks for an approval on its page first: never,
+            destructive (before destroying something that works) or always (before any
+            change); empty: the approval_policy setting. A rejected run ends as Rejected,
+            having changed nothing.
+        approval_timeout: Seconds the run waits paused for the answer before it is parked
+            (suspended, resumable from its page); empty: the approval_timeout_seconds setting.
     """
     # validated before any side effect
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()
+    policy = check_policy(approval_policy or settings.approval_policy)
     preflight([store], settings)
     clock = StepClock(store_id)
     with fleet_slot(IN_FLIGHT_LIMIT) if hold_fleet_slot else nullcontext(), \
             store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
+        approval = approve_rollout(store, recreate_vm, policy,
+                                   approval_timeout or settings.approval_timeout_seconds)
+        if not approval["approved"]:
+            return Completed(name=REJECTED, message=f"store {store_id}: rejected by the "
+                             f"approver ({approval['comment'] or 'no comment'}); nothing changed")
         image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
         install = run_in_window(store_id, lambda: clock.run(
@@ -100,7 +120,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                             stall_timeout=hypervisor_stall_timeout)
         keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
         vm = run_in_window(store_id, lambda: clock.run(
-            STEP_CREATE_VM, create_vm, store, image, ignore_windows=ignore_windows))
+            STEP_CREATE_VM, create_vm, store, image, ignore_windows=ignore_windows,
+            recreate=recreate_vm))
         booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
                            stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
         erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
@@ -115,6 +136,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         "window_overridden": bool((install.get("window") or {}).get("overridden")
                                   or vm["window_overridden"]),
         "hypervisor_extensions_synced": keys["extensions_synced"],
+        "approval": approval,
         "image_key": image["key"], "image_cache_hit": image["cache_hit"],
         "image_build_seconds": image.get("build_seconds"),
         # seconds into step 6 of each stage and minion start, and each stage's boot id

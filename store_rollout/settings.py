@@ -31,6 +31,11 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from store_rollout.approvals import (
+    DEFAULT_APPROVAL_POLICY,
+    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+    ApprovalPolicy,
+)
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
 
 SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
@@ -118,6 +123,12 @@ class RolloutSettings(BaseSettings):
     disruption_seconds: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_DISRUPTION_SECONDS),
         description="seconds each disruptive step needs in a maintenance window")
+    # when a rollout asks a person first (store_rollout/approvals.py), and how long it waits
+    # paused before it is parked (suspended, resumable from the UI)
+    approval_policy: ApprovalPolicy = Field(DEFAULT_APPROVAL_POLICY,
+                                            description="never, destructive or always")
+    approval_timeout_seconds: float = Field(DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0,
+                                            le=7 * 24 * 3600)
     image_description: str = "leap-jeos"
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"

@@ -64,6 +64,17 @@ class StoreVm:
             done.append(f"marked autostart on {self.hypervisor}")
         return summary, done
 
+    def remove_for_recreation(self, summary: dict[str, Any]) -> str:
+        """The domain (and its disk) removed, its minion's key deleted and a one-time token
+        issued for the new one: step 4's work for a VM created anew, done only once the old
+        VM's minion is gone (a key deleted while it runs would come back pending)."""
+        self.master.cmd(self.hypervisor, "storevirt.remove_vm", [self.name])
+        minion = self.store.vm_minion_id
+        deleted = self.master.delete_key(minion)
+        self.master.issue_token(minion)
+        return (f"uuid {summary.get('uuid')} removed with its disk {summary.get('disk')}; key "
+                f"of {minion} deleted: {deleted}; one-time token issued")
+
     def seed_identity(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Write the seed the guest reads its identity from (the domain stopped first: the
         guest reads it at boot); the summary after it."""

@@ -160,13 +160,15 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
 @task(name="create_vm",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
-              ignore_windows: bool = False) -> dict[str, Any]:
+              ignore_windows: bool = False, recreate: bool = False) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
     identity seed CD-ROM, write the seed, then virt.start with backoff until the domain runs
     (`start_domain`). An existing domain is reused, not recreated (step_rules.domain_reusable).
     Defining one disrupts the store: only in a maintenance window with `disruption_seconds`
     left (store_rollout/disruption.py), unless `ignore_windows`; outside one the step changes
-    nothing and returns only `window` (go false, until when to wait).
+    nothing and returns only `window` (go false, until when to wait). `recreate`: an existing
+    domain is removed first (in the window), its minion's key deleted and a one-time token
+    issued, and a new one defined (what the approver approved).
 
     Prefect retries (3 attempts) only on SaltTransientError: a minion that did not answer."""
     logger = get_run_logger()
@@ -176,14 +178,14 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
     summary = vm.summary()
     delivered: dict[str, Any] | None = None
     overridden = False
-    if step_rules.domain_reusable(summary):
+    if step_rules.domain_reusable(summary) and not recreate:
         logger.info("store %s: domain %s exists; reusing it", store.store_id, vm.name)
     else:
         window = disruption.check_window(STEP_CREATE_VM, store, settings.disruption_seconds,
                                          ignore_windows, logger)
         if not window.go:
             return {"window": asdict(window)}
-        summary, delivered = define_domain(vm, store, image, logger)
+        summary, delivered = define_domain(vm, store, image, logger, replacing=summary)
         overridden = window.overridden
     summary, settled = vm.settle(summary)
     if settled:
@@ -199,9 +201,14 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
 
 
 def define_domain(vm: StoreVm, store: Store, image: dict[str, Any],
-                  logger: logging.Logger | LoggingAdapter) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The base image on the hypervisor, the VM's disks and its domain defined (not started);
-    returns the domain's summary and how the image came."""
+                  logger: logging.Logger | LoggingAdapter,
+                  replacing: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The base image on the hypervisor, the VM's disks and its domain defined (not started),
+    in place of the domain `replacing` (removed first) if any; returns the domain's summary
+    and how the image came."""
+    if replacing is not None:
+        logger.warning("store %s: recreating domain %s: %s", store.store_id, vm.name,
+                       vm.remove_for_recreation(replacing))
     settings = load_settings()
     delivered = deliver_image(vm.master, store, settings, image)
     logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"],

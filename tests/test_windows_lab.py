@@ -138,9 +138,12 @@ def test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it(
         parent = requests.get(f"{api}/task_runs/{scheduled['parent_task_run_id']}",
                               timeout=10).json()
         assert parent["flow_run_id"] == batch["id"]  # listed on the batch's page
-        ui.goto(f"/runs/flow-run/{scheduled['id']}")
-        assert ui.run_state() == "Scheduled"
+        ui.goto(f"/runs/flow-run/{scheduled['id']}")  # its page: state, time, parent batch
+        ui.page.get_by_text("Scheduled", exact=True).first.wait_for()
+        ui.page.get_by_text("Scheduled for").first.wait_for()
         ui.shot("scheduled-store-run")
+        page = ui.page.inner_text("body")
+        assert f"rollout-{canary}" in page and "batch-5x-1c" in page, page[:500]  # its parent
         time.sleep(3)  # the batch polls its wave: still no run for the next one
         assert other not in store_runs(lab, [other])
         assert power_actions(lab, f"store-{canary}-hv") == {"on": 0, "off": 0}

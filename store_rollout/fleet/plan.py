@@ -22,6 +22,8 @@ class StepPlan(BaseModel):
     # False when the step's work happens in a later step (a cached image's transfer: step 5),
     # so a rerun is not said to resume here
     resumes_here: bool = True
+    # it destroys something that works (store_rollout/approvals.py asks first)
+    destructive: bool = False
 
 
 def _short(key: str | None) -> str:
@@ -178,9 +180,39 @@ def _erp(f: StoreFacts) -> StepPlan:
                     details=details)
 
 
-def plan_store(f: StoreFacts) -> list[StepPlan]:
-    """What a rollout of this store started now would do, step by step."""
+def plan_store(f: StoreFacts, recreate_vm: bool = False) -> list[StepPlan]:
+    """What a rollout of this store started now would do, step by step; with `recreate_vm`,
+    one that recreates the store's VM (step 5 removes the domain there, then goes on as for
+    a store without one)."""
+    if recreate_vm and f.domain is not None:
+        return [_image(f), _pxe(f), _wait(f), _keys_kept_for_recreation(f), _recreate_vm(f),
+                *_after_recreation(f)]
     return [_image(f), _pxe(f), _wait(f), _keys(f), _create_vm(f), _firstboot(f), _erp(f)]
+
+
+def _keys_kept_for_recreation(f: StoreFacts) -> StepPlan:
+    return StepPlan(step=contracts.STEP_PREPARE_VM_KEYS, todo=False,
+                    action=f"none: step 5 replaces {f.vm}'s key once its VM is removed")
+
+
+def _recreate_vm(f: StoreFacts) -> StepPlan:
+    domain = f.domain or {}
+    return StepPlan(step=contracts.STEP_CREATE_VM, todo=True, destructive=True,
+                    action=f"recreate {f.domain_name}: remove the running store server and "
+                           "create it anew",
+                    details=[f"remove domain {f.domain_name} (uuid {f.domain_uuid}) and its "
+                             f"disk {domain.get('disk')}",
+                             f"delete VM key {f.vm} ({f.vm_key or 'none'}); issue a one-time "
+                             "token",
+                             f"virt.init {f.domain_name} (start=False) on an overlay of image "
+                             f"{_short(f.image_key)}", "write its identity seed", "virt.start"])
+
+
+def _after_recreation(f: StoreFacts) -> list[StepPlan]:
+    """Steps 6 and 7 for the new VM: its firstboot, a new ERP notice (a new uuid)."""
+    anew = f.model_copy(update=dict(domain=None, vm_key=None, vm_answering=False,
+                                    firstboot_stage=None))
+    return [_firstboot(anew), _erp(anew)]
 
 
 def first_todo(plan: list[StepPlan]) -> tuple[int, str] | None:

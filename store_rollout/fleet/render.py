@@ -19,7 +19,8 @@ def plan_markdown(plans: dict[str, list[StepPlan]]) -> str:
                   "| step | to do | action | details |", "|---|---|---|---|"]
         for p in plan:
             details = "<br>".join(_cell(d) for d in p.details)
-            lines.append(f"| {p.step} | {'yes' if p.todo else 'no'} | {_cell(p.action)} | "
+            to_do = "**yes, destructive**" if p.destructive else "yes" if p.todo else "no"
+            lines.append(f"| {p.step} | {to_do} | {_cell(p.action)} | "
                          f"{details} |")
         lines.append("")
     return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""Approvals before a rollout destroys something that works (a store VM that exists, recreated
+on request), or before any change at all: the policy says when a run asks (`approval_policy`:
+a setting, a run and a batch parameter), the plan of the store says what it would do.
+
+The asking itself (a paused run with an input form in Prefect's UI) is tasks/approvals.py's.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+from store_rollout.fleet.plan import StepPlan
+from store_rollout.fleet.render import plan_markdown
+
+ApprovalPolicy = Literal["never", "destructive", "always"]
+APPROVAL_POLICIES: Final = get_args(ApprovalPolicy)
+DEFAULT_APPROVAL_POLICY: Final[ApprovalPolicy] = "destructive"
+REJECTED: Final = "Rejected"  # the name of a rejected run's final state (a Completed one)
+# how long a run waits paused for an answer before it is parked (suspended, resumable)
+DEFAULT_APPROVAL_TIMEOUT_SECONDS: Final = 3600.0
+
+
+def check_policy(value: str, field: str = "approval_policy") -> ApprovalPolicy:
+    if value not in APPROVAL_POLICIES:
+        raise ValueError(f"{field}: {value!r} is not a policy; use one of "
+                         f"{', '.join(APPROVAL_POLICIES)} (never: no approvals; destructive: "
+                         "before destroying something that works; always: before any change)")
+    return value  # type: ignore[return-value]
+
+
+def approval_needed(policy: ApprovalPolicy, plan: list[StepPlan]) -> bool:
+    """Whether a run with this plan asks first."""
+    if policy == "always":
+        return any(step.todo for step in plan)
+    return policy == "destructive" and any(step.destructive for step in plan)
+
+
+def approval_request(store_id: str, policy: ApprovalPolicy, plan: list[StepPlan]) -> str:
+    """What the approver reads above the form (Markdown): why the run asks and its plan."""
+    destructive = [step for step in plan if step.destructive]
+    why = ("it would destroy something that works: " + "; ".join(
+        f"{step.step}: {step.action}" for step in destructive)) if destructive else (
+        f"the approval policy is {policy!r}: every rollout asks before it changes anything")
+    return (f"**Store {store_id}: this rollout waits for your approval**, because {why}.\n\n"
+            "Tick *approve* to go on. Leave it unticked and submit to reject: the run ends "
+            "and changes nothing. A comment is kept in the run's log.\n\n"
+            + plan_markdown({store_id: plan}).removeprefix("# Rollout plan\n"))

@@ -1,0 +1,106 @@
+"""Asking a person before a rollout goes on (store_rollout/approvals.py says when): the run
+pauses with Prefect's `pause_flow_run(wait_for_input=...)`, and its page in the UI shows the
+store's plan above a form (approve, comment). No answer within the approval timeout parks the
+run: suspended (its process ends), resumable from the same form at any time; a run without a
+deployment to resume it from (the CLI's) stays paused instead. Never failed for want of an
+answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from prefect import get_run_logger, task
+from prefect.client.orchestration import get_client
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout, MissingContextError
+from prefect.flow_runs import pause_flow_run, suspend_flow_run
+from prefect.input import RunInput
+from prefect.states import Running
+from pydantic import Field
+
+from store_rollout.approvals import ApprovalPolicy, approval_needed, approval_request
+from store_rollout.fleet.plan import StepPlan, plan_store
+from store_rollout.inventory import Store
+from store_rollout.settings import load_settings
+from tasks.observe import observe
+
+ASK_KEY: Final = "approval"
+PARK_KEY: Final = "approval-parked"
+PARKED_PAUSE_SECONDS: Final = 30 * 24 * 3600  # a run that cannot be suspended stays paused
+POLL_SECONDS: Final = 2  # how soon a paused run sees its answer (one API read each)
+
+
+class Approval(RunInput):
+    """The approver's answer (the form on the paused run's page)."""
+
+    approve: bool = Field(False, description="Ticked: the rollout goes on. Unticked: the run "
+                                             "ends and changes nothing.")
+    comment: str = Field("", max_length=2000, description="Why (kept in the run's log)")
+
+
+def _logger() -> Any:
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
+
+
+@task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
+def plan_for_approval(store: Store, recreate_vm: bool) -> list[StepPlan]:
+    """The store's plan as `store-rollout plan` makes it (its highstate not tested)."""
+    facts = observe([store], load_settings())[store.store_id]
+    return plan_store(facts, recreate_vm=recreate_vm)
+
+
+def _parked_before() -> bool:
+    context = FlowRunContext.get()
+    policy = context.flow_run.empirical_policy if context and context.flow_run else None
+    return PARK_KEY in (getattr(policy, "pause_keys", None) or set())
+
+
+def _running_again() -> None:
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(context.flow_run.id, Running(name="Running"), force=True)
+
+
+def ask(store_id: str, request: str, timeout: float) -> Approval:
+    """The approver's answer; paused for `timeout` seconds, then parked until one comes."""
+    form = Approval.with_initial_data(description=request, approve=False)
+    logger = _logger()
+    if not _parked_before():  # a parked run that was resumed starts again from the top
+        logger.warning("store %s: waiting up to %.0f s for an approval on the run's page",
+                       store_id, timeout)
+        try:
+            return pause_flow_run(wait_for_input=form, timeout=int(timeout), key=ASK_KEY,
+                                  poll_interval=POLL_SECONDS)
+        except FlowPauseTimeout:
+            logger.warning("store %s: no answer within %.0f s: the run is parked (suspended); "
+                           "answer on its page to resume it", store_id, timeout)
+            _running_again()  # Prefect suspends only a running run; the pause ran out
+    try:
+        return suspend_flow_run(wait_for_input=form, key=PARK_KEY)
+    except RuntimeError as exc:  # no deployment to resume it from: it stays paused
+        logger.warning("store %s: cannot suspend (%s); staying paused", store_id, exc)
+        return pause_flow_run(wait_for_input=form, timeout=PARKED_PAUSE_SECONDS, key=PARK_KEY,
+                              poll_interval=POLL_SECONDS)
+
+
+def approve_rollout(store: Store, recreate_vm: bool, policy: ApprovalPolicy,
+                    timeout: float) -> dict[str, Any]:
+    """Ask first when the policy wants it for this run: {"asked", "approved", "comment"}.
+    Called from the flow itself (a task cannot pause its flow)."""
+    if policy == "never" or (policy == "destructive" and not recreate_vm):
+        return {"asked": False, "approved": True, "comment": ""}  # nothing to destroy: no read
+    plan = plan_for_approval(store, recreate_vm)
+    if not approval_needed(policy, plan):
+        return {"asked": False, "approved": True, "comment": ""}
+    answer = ask(store.store_id, approval_request(store.store_id, policy, plan), timeout)
+    _logger().warning("store %s: %s by the approver%s", store.store_id,
+                      "approved" if answer.approve else "rejected",
+                      f": {answer.comment}" if answer.comment else "")
+    return {"asked": True, "approved": answer.approve, "comment": answer.comment}

@@ -1,0 +1,113 @@
+"""Issue 30, approvals: when a run asks (store_rollout/approvals.py), what the approver reads
+(the plan of a recreation), and how a run waits for the answer with Prefect's pause, parked
+when nobody answers in time (tasks/approvals.py, against a real Prefect server). In the lab,
+through the UI: tests/test_approvals_lab.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from store_rollout.approvals import approval_needed, approval_request, check_policy
+from store_rollout.contracts import STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_NOTIFY_ERP
+from store_rollout.fleet.plan import plan_store
+from store_rollout.settings import SettingsError, load_settings
+from tests.test_fleet_state import UUID, fresh, rolled_out
+
+
+def test_a_policy_that_is_not_one_is_refused_naming_the_choices() -> None:
+    assert check_policy("always") == "always"
+    with pytest.raises(ValueError, match=r"approval_policy: 'sometimes' is not a policy; use "
+                                         r"one of never, destructive, always"):
+        check_policy("sometimes")
+
+
+def test_the_policy_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORE_ROLLOUT_APPROVAL_POLICY", "sometimes")
+    with pytest.raises(SettingsError, match="approval_policy"):
+        load_settings()
+
+
+def test_recreating_an_existing_vm_is_the_destructive_step_and_the_rest_follows() -> None:
+    plan = plan_store(rolled_out(), recreate_vm=True)
+    assert [p.step for p in plan if p.destructive] == [STEP_CREATE_VM]
+    assert [p.step for p in plan if p.todo] == [STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_NOTIFY_ERP]
+    recreate = next(p for p in plan if p.destructive)
+    assert f"remove domain store-0042-vm (uuid {UUID})" in recreate.details[0]
+    assert plan[-1].action == "new notice for the new VM"
+    # nothing to destroy: a recreation of a store without a VM is a plain creation
+    assert not any(p.destructive for p in plan_store(fresh(), recreate_vm=True))
+    assert not any(p.destructive for p in plan_store(rolled_out()))
+
+
+def test_when_a_run_asks() -> None:
+    destructive = plan_store(rolled_out(), recreate_vm=True)
+    nothing_to_do, some_to_do = plan_store(rolled_out()), plan_store(fresh())
+    assert approval_needed("destructive", destructive)
+    assert not approval_needed("destructive", some_to_do)
+    assert not approval_needed("never", destructive)
+    assert approval_needed("always", some_to_do) and not approval_needed("always", nothing_to_do)
+
+
+def test_the_approver_reads_why_and_the_plan() -> None:
+    text = approval_request("0042", "destructive", plan_store(rolled_out(), recreate_vm=True))
+    assert text.startswith("**Store 0042: this rollout waits for your approval**, because it "
+                           "would destroy something that works: create_vm: recreate "
+                           "store-0042-vm")
+    assert "| create_vm | **yes, destructive** |" in text and "Leave it unticked" in text
+
+
+def paused_run(answer_after: Any, timeout: float) -> tuple[dict[str, Any], list[str]]:
+    """A flow that asks (tasks/approvals.ask) while `answer_after(run id)` answers it from
+    another thread; the flow's return and the pause keys its run went through."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    from tasks.approvals import ask
+
+    @flow
+    def asks() -> dict[str, Any]:
+        started = threading.Thread(target=answer_after, args=(flow_run.id,), daemon=True)
+        started.start()
+        answer = ask("0042", "**Store 0042** waits", timeout)
+        return {"approve": answer.approve, "comment": answer.comment, "id": flow_run.id}
+
+    result = asks()
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(result["id"])
+    return result, sorted(run.empirical_policy.pause_keys or [])
+
+
+def answer(approve: bool, comment: str, once: str) -> Any:
+    """Resume the run once it is paused under pause key `once`, with that answer."""
+    from prefect.client.orchestration import get_client
+    from prefect.flow_runs import resume_flow_run
+
+    def when_paused(run_id: str) -> None:
+        with get_client(sync_client=True) as client:
+            for _ in range(300):
+                state = client.read_flow_run(run_id).state
+                if state is not None and state.is_paused() and \
+                        state.state_details.pause_key == once:
+                    resume_flow_run(run_id, run_input={"approve": approve, "comment": comment})
+                    return
+                time.sleep(0.2)
+
+    return when_paused
+
+
+def test_an_answer_in_time_is_returned(prefect_harness: None) -> None:
+    result, keys = paused_run(answer(True, "go", once="approval"), timeout=60)
+    assert (result["approve"], result["comment"]) == (True, "go")
+    assert keys == ["approval"]
+
+
+def test_no_answer_in_time_parks_the_run_and_a_later_answer_ends_it(prefect_harness: None) -> None:
+    # this run has no deployment to be suspended from: it stays paused (under the park key)
+    result, keys = paused_run(answer(False, "not tonight", once="approval-parked"), timeout=3)
+    assert (result["approve"], result["comment"]) == (False, "not tonight")
+    assert keys == ["approval", "approval-parked"]
