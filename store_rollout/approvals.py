@@ -42,6 +42,6 @@ def approval_request(store_id: str, policy: ApprovalPolicy, plan: list[StepPlan]
         f"{step.step}: {step.action}" for step in destructive)) if destructive else (
         f"the approval policy is {policy!r}: every rollout asks before it changes anything")
     return (f"**Store {store_id}: this rollout waits for your approval**, because {why}.\n\n"
-            "Tick *approve* to go on. Leave it unticked and submit to reject: the run ends "
-            "and changes nothing. A comment is kept in the run's log.\n\n"
+            "Switch *Approve* on and submit to go on. Leave it off and submit to reject: the "
+            "run ends and changes nothing. A comment is kept in the run's log.\n\n"
             + plan_markdown({store_id: plan}).removeprefix("# Rollout plan\n"))

@@ -35,8 +35,8 @@ POLL_SECONDS: Final = 2  # how soon a paused run sees its answer (one API read e
 class Approval(RunInput):
     """The approver's answer (the form on the paused run's page)."""
 
-    approve: bool = Field(False, description="Ticked: the rollout goes on. Unticked: the run "
-                                             "ends and changes nothing.")
+    approve: bool = Field(False, description="On: the rollout goes on. Off: the run ends and "
+                                             "changes nothing.")
     comment: str = Field("", max_length=2000, description="Why (kept in the run's log)")
 
 

@@ -5,7 +5,8 @@ sending one message through the Prefect notification block the settings name
 - a rollout failed: the flow's failure hook emits `ROLLOUT_FAILED_EVENT` once, naming the
   store, the step it failed in, the reason and the run's page;
 - a rollout crashed (its process or machine died: the dead-run automation marks it Crashed);
-- a rollout waits for its store's maintenance window (a window missed: state AwaitingWindow).
+- a rollout waits for its store's maintenance window (a window missed: state AwaitingWindow);
+- a rollout waits for an approval (paused with its plan on its page, tasks/approvals.py).
 
 One automation per kind, each acting once per event: one event, one message.
 """
@@ -94,7 +95,16 @@ def automations(block_id: UUID) -> list[AutomationCore]:
                      f"Rollout run {RUN_NAME} waits: {STATE_MESSAGE}\nRun: "
                      "{{ flow_run|ui_url }}\n(`store-rollout rollout <store> --now` overrides "
                      "the window in an emergency.)"))
-    return [failed, crashed, waiting]
+    approval = AutomationCore(
+        name=PREFIX + "rollout waits for an approval",
+        description="A rollout that would destroy something that works (or, under the "
+                    "'always' policy, change anything) waits for a person's answer.",
+        trigger=_flow_runs_of("prefect.flow-run.Paused"),
+        actions=send(f"{RUN_NAME}: waits for your approval",
+                     f"Rollout run {RUN_NAME} waits for an approval: its page shows what it "
+                     "would do and the form to approve or reject it.\nRun: "
+                     "{{ flow_run|ui_url }}"))
+    return [failed, crashed, waiting, approval]
 
 
 def configured_block() -> str:

@@ -57,7 +57,7 @@ def test_the_approver_reads_why_and_the_plan() -> None:
     assert text.startswith("**Store 0042: this rollout waits for your approval**, because it "
                            "would destroy something that works: create_vm: recreate "
                            "store-0042-vm")
-    assert "| create_vm | **yes, destructive** |" in text and "Leave it unticked" in text
+    assert "| create_vm | **yes, destructive** |" in text and "Leave it off" in text
 
 
 def paused_run(answer_after: Any, timeout: float) -> tuple[dict[str, Any], list[str]]:

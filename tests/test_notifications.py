@@ -19,12 +19,15 @@ def test_one_automation_per_kind_each_acting_once_per_event() -> None:
     found = {a.name: a for a in automations(block)}
     assert set(found) == {"store-rollout notify: rollout failed",
                           "store-rollout notify: rollout crashed",
-                          "store-rollout notify: rollout waits for its window"}
+                          "store-rollout notify: rollout waits for its window",
+                          "store-rollout notify: rollout waits for an approval"}
     expects = {name: a.trigger.expect for name, a in found.items()}  # type: ignore[union-attr]
     assert expects == {"store-rollout notify: rollout failed": {ROLLOUT_FAILED_EVENT},
                        "store-rollout notify: rollout crashed": {"prefect.flow-run.Crashed"},
                        "store-rollout notify: rollout waits for its window":
-                           {f"prefect.flow-run.{AWAITING_WINDOW}"}}
+                           {f"prefect.flow-run.{AWAITING_WINDOW}"},
+                       "store-rollout notify: rollout waits for an approval":
+                           {"prefect.flow-run.Paused"}}
     for automation in found.values():
         assert automation.trigger.threshold == 1  # type: ignore[union-attr]
         assert [a.block_document_id for a in automation.actions] == [block]  # type: ignore[union-attr]
