@@ -161,9 +161,9 @@ def prefect_setup() -> None:
                   f"without a heartbeat for {ZOMBIE_AFTER_SECONDS} s is marked Crashed)")
     from tasks.notifications import configured_block, ensure_notifications
 
-    notify_through = configured_block()
+    notify_through, ready_within = configured_block()
     if notify_through:
-        for name, done in ensure_notifications(notify_through).items():
+        for name, done in ensure_notifications(notify_through, ready_within).items():
             console.print(f"automation {name!r}: {done} (messages through {notify_through!r})")
     else:
         console.print("no notification block set (STORE_ROLLOUT_NOTIFICATION_BLOCK): failures "

@@ -252,6 +252,9 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN": info.erp_token,
         "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": info.bmc_block,
         "STORE_ROLLOUT_NOTIFICATION_BLOCK": info.notify_block,
+        # the operators hear of a host not ready this long after its power-on: Prefect's
+        # minimum for the default lab's seconds-long installs, the full lab's take about 50 s
+        "STORE_ROLLOUT_HYPERVISOR_READY_EXPECTED_SECONDS": "120" if info.full else "10",
         # a host's domain has no power supply to drain: no pause needed
         "STORE_ROLLOUT_POWER_OFF_SECONDS": "0",
         # the full lab boots a real image; the default lab's guests are simulated processes

@@ -37,6 +37,7 @@ from store_rollout.approvals import (
     ApprovalPolicy,
 )
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
+from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
 
 SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
 SECRET_FIELDS = ("cobbler_password", "erp_token")
@@ -123,12 +124,12 @@ class RolloutSettings(BaseSettings):
     disruption_seconds: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_DISRUPTION_SECONDS),
         description="seconds each disruptive step needs in a maintenance window")
-    # when a rollout asks a person first (store_rollout/approvals.py), and how long it waits
-    # paused before it is parked (suspended, resumable from the UI)
-    approval_policy: ApprovalPolicy = Field(DEFAULT_APPROVAL_POLICY,
-                                            description="never, destructive or always")
-    approval_timeout_seconds: float = Field(DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0,
-                                            le=7 * 24 * 3600)
+    # a store host's time from its power-on into the install to its ready event before the
+    # operators hear of it (tasks/notifications.py); when a rollout asks a person first
+    # (store_rollout/approvals.py), and how long it waits paused before it is parked
+    hypervisor_ready_expected_seconds: float = Field(READY_EXPECTED_SECONDS, ge=10, le=86400)
+    approval_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY
+    approval_timeout_seconds: float = Field(DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0, le=604800)
     image_description: str = "leap-jeos"
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"

@@ -37,3 +37,6 @@ class StepTimeouts(BaseModel):
 
 
 STEP_TIMEOUTS: Final = StepTimeouts()
+# how long a store host has from its power-on into the install to its ready event before the
+# operators hear of it (the `hypervisor_ready_expected_seconds` setting): under step 3's wait
+READY_EXPECTED_SECONDS: Final = 1200.0

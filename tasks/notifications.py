@@ -6,13 +6,19 @@ sending one message through the Prefect notification block the settings name
   store, the step it failed in, the reason and the run's page;
 - a rollout crashed (its process or machine died: the dead-run automation marks it Crashed);
 - a rollout waits for its store's maintenance window (a window missed: state AwaitingWindow);
-- a rollout waits for an approval (paused with its plan on its page, tasks/approvals.py).
+- a rollout waits for an approval (paused with its plan on its page, tasks/approvals.py);
+- a hypervisor sent no ready event within its expected install time (a proactive trigger:
+  step 2 emits `HYPERVISOR_INSTALL_STARTED_EVENT` when it powers the host on into its install,
+  step 3 `HYPERVISOR_READY_EVENT` when the host is ready; the setting
+  `hypervisor_ready_expected_seconds` is shorter than step 3's own timeout, so a person hears
+  of a silent host while step 3 still waits).
 
 One automation per kind, each acting once per event: one event, one message.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Final
 from uuid import UUID
 
@@ -26,6 +32,8 @@ from tasks.run_health import ensure_automation
 from tasks.windows import AWAITING_WINDOW
 
 ROLLOUT_FAILED_EVENT: Final = "store-rollout.rollout.failed"
+HYPERVISOR_INSTALL_STARTED_EVENT: Final = "store-rollout.hypervisor.install-started"
+HYPERVISOR_READY_EVENT: Final = "store-rollout.hypervisor.ready"
 FLOW_NAME: Final = "store-rollout"
 PREFIX: Final = "store-rollout notify: "
 RUN_NAME = "{{ event.resource['prefect.resource.name'] }}"
@@ -44,9 +52,7 @@ def notify_failure(flow: Any, flow_run: Any, state: Any) -> None:
     """The rollout flow's failure hook: one ROLLOUT_FAILED_EVENT naming the store, the step it
     failed in, the reason and the run's page (the automation turns it into one message)."""
     store_id = str(flow_run.parameters.get("store_id", "?"))
-    emit_event(event=ROLLOUT_FAILED_EVENT,
-               resource={"prefect.resource.id": f"store.{store_id}",
-                         "prefect.resource.name": f"store {store_id}", "store.id": store_id},
+    emit_event(event=ROLLOUT_FAILED_EVENT, resource=_store_resource(store_id),
                related=[{"prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
                          "prefect.resource.role": "flow-run",
                          "prefect.resource.name": flow_run.name}],
@@ -54,6 +60,41 @@ def notify_failure(flow: Any, flow_run: Any, state: Any) -> None:
                         "step": take_failed_step(store_id) or "validation (before step 1)",
                         "reason": str(state.message or state.name)[:2000],
                         "run_url": run_url(flow_run.id)})
+
+
+def _store_resource(store_id: str) -> dict[str, str]:
+    return {"prefect.resource.id": f"store.{store_id}", "prefect.resource.name": f"store {store_id}",
+            "store.id": store_id}
+
+
+def _this_run() -> tuple[list[dict[str, str]], str]:
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    run = context.flow_run if context else None
+    if run is None:
+        return [], run_url(None)
+    return ([{"prefect.resource.id": f"prefect.flow-run.{run.id}",
+              "prefect.resource.role": "flow-run", "prefect.resource.name": run.name}],
+            run_url(run.id))
+
+
+def announce_install_started(store_id: str, hypervisor: str, expected_seconds: float,
+                               step_timeout: float) -> None:
+    """Step 2 powered the host on into its install: its ready event is due within
+    `expected_seconds` (the no-ready-event automation waits for it)."""
+    related, url = _this_run()
+    emit_event(event=HYPERVISOR_INSTALL_STARTED_EVENT, resource=_store_resource(store_id),
+               related=related,
+               payload={"store_id": store_id, "hypervisor": hypervisor,
+                        "expected_seconds": expected_seconds, "step_timeout": step_timeout,
+                        "run_url": url})
+
+
+def announce_hypervisor_ready(store_id: str, hypervisor: str) -> None:
+    related, _ = _this_run()
+    emit_event(event=HYPERVISOR_READY_EVENT, resource=_store_resource(store_id), related=related,
+               payload={"store_id": store_id, "hypervisor": hypervisor})
 
 
 def _flow_runs_of(event: str) -> EventTrigger:
@@ -64,7 +105,9 @@ def _flow_runs_of(event: str) -> EventTrigger:
                         posture=Posture.Reactive, threshold=1)
 
 
-def automations(block_id: UUID) -> list[AutomationCore]:
+def automations(block_id: UUID, ready_within: float) -> list[AutomationCore]:
+    """`ready_within`: seconds a hypervisor has from its power-on into the install to its
+    ready event before the operators hear of it."""
     def send(subject: str, body: str) -> list[Any]:
         return [SendNotification(block_document_id=block_id, subject=subject, body=body)]
 
@@ -104,23 +147,44 @@ def automations(block_id: UUID) -> list[AutomationCore]:
                      f"Rollout run {RUN_NAME} waits for an approval: its page shows what it "
                      "would do and the form to approve or reject it.\nRun: "
                      "{{ flow_run|ui_url }}"))
-    return [failed, crashed, waiting, approval]
+    silent = AutomationCore(
+        name=PREFIX + "hypervisor sent no ready event",
+        description="A store host powered on into its install sent no ready event within its "
+                    "expected install time (step 3 still waits, up to its own timeout).",
+        trigger=EventTrigger(after={HYPERVISOR_INSTALL_STARTED_EVENT},
+                             expect={HYPERVISOR_READY_EVENT},
+                             match=ResourceSpecification({"prefect.resource.id": "store.*"}),
+                             for_each={"prefect.resource.id"}, posture=Posture.Proactive,
+                             threshold=1, within=timedelta(seconds=ready_within)),
+        actions=send("store {{ event.payload.store_id }}: no ready event from its hypervisor",
+                     "Store {{ event.payload.store_id }}: hypervisor "
+                     "{{ event.payload.hypervisor }} sent no ready event within "
+                     "{{ event.payload.expected_seconds }} s of its power-on into the install "
+                     "(step wait_for_hypervisor waits up to {{ event.payload.step_timeout }} s). "
+                     "Look at its console (BMC) and at the Salt master's log.\n"
+                     "Run: {{ event.payload.run_url }}"))
+    return [failed, crashed, waiting, approval, silent]
 
 
-def configured_block() -> str:
-    """The settings' notification block ("" for none); `prefect-setup` may run where the
-    other settings are not given, so the variable alone does too."""
+def configured_block() -> tuple[str, float]:
+    """The settings' notification block ("" for none) and hypervisor_ready_expected_seconds;
+    `prefect-setup` may run where the other settings are not given, so the variables alone
+    do too."""
     import os
 
     from store_rollout.settings import SettingsError, load_settings
+    from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
 
     try:
-        return load_settings().notification_block
+        settings = load_settings()
+        return settings.notification_block, settings.hypervisor_ready_expected_seconds
     except SettingsError:
-        return os.environ.get("STORE_ROLLOUT_NOTIFICATION_BLOCK", "")
+        return (os.environ.get("STORE_ROLLOUT_NOTIFICATION_BLOCK", ""),
+                float(os.environ.get("STORE_ROLLOUT_HYPERVISOR_READY_EXPECTED_SECONDS",
+                                     READY_EXPECTED_SECONDS)))
 
 
-def ensure_notifications(block_name: str) -> dict[str, str]:
+def ensure_notifications(block_name: str, ready_within: float) -> dict[str, str]:
     """Create the automations, or bring existing ones of those names up to date, sending
     through the notification block `block_name` (`<block type>/<name>`); says what it did
     with each."""
@@ -134,4 +198,5 @@ def ensure_notifications(block_name: str) -> dict[str, str]:
     block_id = block._block_document_id
     if block_id is None:
         raise RuntimeError(f"notification block {block_name!r} has no document id")
-    return {wanted.name: ensure_automation(wanted) for wanted in automations(block_id)}
+    return {wanted.name: ensure_automation(wanted)
+            for wanted in automations(block_id, ready_within)}

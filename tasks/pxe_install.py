@@ -36,6 +36,7 @@ from tasks.cobbler import (
     SystemSpec,
     cobbler_client,
 )
+from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
 from tasks.salt import hypervisor_ready, master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
@@ -162,6 +163,8 @@ def pxe_install_hypervisor(store: Store,
     if not window.go:
         return {**result, "window": asdict(window)}
     created, actions = reinstall(store, settings, master, client, bmc, record, logger)
+    announce_install_started(store.store_id, minion, settings.hypervisor_ready_expected_seconds,
+                             install_seconds)
     return {**result, "created": created, "power_actions": actions, "window": asdict(window)}
 
 

@@ -14,6 +14,7 @@ from store_rollout import step_rules
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
+from tasks.notifications import announce_hypervisor_ready
 from tasks.retry import retry_on
 from tasks.salt import HypervisorReadyWatcher, SaltTransientError, master_client
 from tasks.salt.probes import domain_with_current_extensions
@@ -41,7 +42,9 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
                 store.hypervisor_minion_id)
     watcher = HypervisorReadyWatcher(master, store.store_id, store.hypervisor_minion_id,
                                      timeout=timeout, stall_timeout=stall_timeout, logger=logger)
-    return watcher.wait(already_ready)
+    ready = watcher.wait(already_ready)
+    announce_hypervisor_ready(store.store_id, store.hypervisor_minion_id)
+    return ready
 
 
 @task(name="prepare_vm_keys",

@@ -37,6 +37,9 @@ from tasks.slots import this_flow_run
 
 STORE_DEPLOYMENT: Final = "store-rollout/store-rollout"  # prefect.yaml's store-rollout
 POLL_SECONDS: Final = 5.0  # how often the batch reads its scheduled runs' states
+# a run is due this long after its window opens: Prefect stamps a run's start with the time its
+# process asked to start, which can be milliseconds before the server let it (seen: 20 ms)
+START_MARGIN: Final = timedelta(seconds=1)
 
 
 class DeploymentUnavailable(RuntimeError):
@@ -72,7 +75,7 @@ def start_time(store: Store, now: datetime, install_seconds: float) -> tuple[dat
                       timedelta(seconds=install_seconds))
     if decision.go:
         return now, decision.reason
-    return decision.wait_until, decision.reason
+    return (decision.wait_until + START_MARGIN if decision.wait_until else None), decision.reason
 
 
 @task(name="schedule_store_run", task_run_name="schedule-{store.store_id}")

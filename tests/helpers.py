@@ -206,6 +206,23 @@ def notifications(lab: LabInfo, about: str) -> list[dict[str, str]]:
     return [m for m in messages if about in str(m.get("subject", ""))]
 
 
+def said_at(lab: LabInfo, about: str) -> float:
+    """When the lab's chat channel got the first message whose subject names `about` (epoch)."""
+    for line in Path(lab.notify_log).read_text().splitlines():
+        record = json.loads(line)
+        if about in str(record["message"].get("subject", "")):
+            return float(record["received"])
+    raise AssertionError(f"no message about {about!r}")
+
+
+def events(lab: LabInfo, name: str, resource_id: str) -> list[dict[str, Any]]:
+    """The Prefect events `name` about resource `resource_id`, oldest first."""
+    found = requests.post(f"{lab.prefect_api_url}/events/filter", json={
+        "filter": {"event": {"name": [name]}, "resource": {"id": [resource_id]},
+                   "order": "ASC"}, "limit": 50}, timeout=10).json()
+    return list(found["events"])
+
+
 def tftp_sent(lab: LabInfo, file: str) -> list[str]:
     """The addresses the store network's TFTP server (Cobbler's dnsmasq) sent `file` to (a
     path under the TFTP root), from its own log."""

@@ -19,13 +19,16 @@ import requests
 
 from lab.manager import Lab
 from lab.state import VENV_BIN, LabInfo, LabPaths
+from tasks.notifications import HYPERVISOR_INSTALL_STARTED_EVENT
 from tests.helpers import (
     Background,
     bmc_power,
     check_store,
+    events,
     finish,
     notifications,
     power_actions,
+    said_at,
     start_rollout,
     wait_for,
     write_inventory,
@@ -154,14 +157,27 @@ def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Pat
 
 def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: Any, faults: Any,
                                                      tmp_path: Path) -> None:
+    """The install takes 25 s, step 3 waits 20 s a try: the operators hear of the silent host
+    10 s after its power-on (the lab's hypervisor_ready_expected_seconds), while step 3 still
+    waits; its first try times out, the retry sees the host ready."""
     inv = write_inventory(tmp_path / "inv.yaml", ["f-late"], "52:54:00:f3:00", lab=lab)
-    faults("pxe", {"delay": 20})
-    result = completed(inprocess("f-late", inv, hypervisor_timeout=15))
+    faults("pxe", {"delay": 25})
+    result = completed(inprocess("f-late", inv, hypervisor_timeout=20))
     assert faults_taken(lab)["pxe"]["delayed"] == 1
-    # the first attempt timed out (15 s < the 20 s install), the retry saw the host ready
     step = finished_task_run(lab, "wait_for_hypervisor-f-late")
     assert step["run_count"] == 2 and step["state_type"] == "COMPLETED", step
     check_store(lab, "f-late", result)
+    said = wait_for(lambda: notifications(lab, "store f-late: no ready event"), timeout=30,
+                    what="the no-ready-event message")
+    assert len(said) == 1, said  # one message, though two tries of step 3 waited
+    body = said[0]["body"]
+    for part in ("hypervisor store-f-late-hv sent no ready event within 10",
+                 "step wait_for_hypervisor waits up to 20", "/runs/flow-run/"):
+        assert part in body, body
+    powered_on = events(lab, HYPERVISOR_INSTALL_STARTED_EVENT, "store.f-late")[0]["occurred"]
+    heard_after = said_at(lab, "store f-late: no ready event") - datetime.fromisoformat(
+        powered_on).timestamp()
+    assert 10 <= heard_after < 20, heard_after  # before step 3's first try gave up
 
 
 def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inprocess: Any,

@@ -5,29 +5,40 @@ waiting for its window, one message)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
 from uuid import uuid4
 
 import pytest
 
 from store_rollout.steps import StepClock, take_failed_step
-from tasks.notifications import ROLLOUT_FAILED_EVENT, automations, ensure_notifications
+from tasks.notifications import (
+    HYPERVISOR_INSTALL_STARTED_EVENT,
+    HYPERVISOR_READY_EVENT,
+    ROLLOUT_FAILED_EVENT,
+    automations,
+    ensure_notifications,
+)
 from tasks.windows import AWAITING_WINDOW
 
 
 def test_one_automation_per_kind_each_acting_once_per_event() -> None:
     block = uuid4()
-    found = {a.name: a for a in automations(block)}
+    found = {a.name: a for a in automations(block, ready_within=600)}
     assert set(found) == {"store-rollout notify: rollout failed",
                           "store-rollout notify: rollout crashed",
                           "store-rollout notify: rollout waits for its window",
-                          "store-rollout notify: rollout waits for an approval"}
+                          "store-rollout notify: rollout waits for an approval",
+                          "store-rollout notify: hypervisor sent no ready event"}
     expects = {name: a.trigger.expect for name, a in found.items()}  # type: ignore[union-attr]
     assert expects == {"store-rollout notify: rollout failed": {ROLLOUT_FAILED_EVENT},
                        "store-rollout notify: rollout crashed": {"prefect.flow-run.Crashed"},
                        "store-rollout notify: rollout waits for its window":
                            {f"prefect.flow-run.{AWAITING_WINDOW}"},
                        "store-rollout notify: rollout waits for an approval":
-                           {"prefect.flow-run.Paused"}}
+                           {"prefect.flow-run.Paused"},
+                       "store-rollout notify: hypervisor sent no ready event":
+                           {HYPERVISOR_READY_EVENT}}
     for automation in found.values():
         assert automation.trigger.threshold == 1  # type: ignore[union-attr]
         assert [a.block_document_id for a in automation.actions] == [block]  # type: ignore[union-attr]
@@ -35,6 +46,10 @@ def test_one_automation_per_kind_each_acting_once_per_event() -> None:
     crashed = found["store-rollout notify: rollout crashed"].trigger
     assert crashed.match_related.root == {  # type: ignore[union-attr]
         "prefect.resource.role": "flow", "prefect.resource.name": "store-rollout"}
+    # the silent host: absent a ready event within 600 s of the power-on, per store, once
+    silent: Any = found["store-rollout notify: hypervisor sent no ready event"].trigger
+    assert silent.after == {HYPERVISOR_INSTALL_STARTED_EVENT} and silent.posture == "Proactive"
+    assert silent.within == timedelta(seconds=600) and silent.for_each == {"prefect.resource.id"}
     body = found["store-rollout notify: rollout failed"].actions[0].body  # type: ignore[union-attr]
     for field in ("store_id", "step", "reason", "run_url"):
         assert f"event.payload.{field}" in body
@@ -57,4 +72,4 @@ def test_a_failed_step_is_reported_once_and_a_new_run_starts_clean() -> None:
 
 def test_a_block_named_without_its_type_is_refused_saying_how() -> None:
     with pytest.raises(ValueError, match="<block type>/<block name> .*slack-webhook/ops"):
-        ensure_notifications("ops-chat")
+        ensure_notifications("ops-chat", 600)

@@ -35,17 +35,17 @@ def test_a_store_in_its_window_starts_now() -> None:
 def test_a_store_outside_its_window_starts_at_the_next_one_in_its_own_time() -> None:
     start, why = start_time(store({"time_zone": "Europe/Berlin", "windows": ["Mon-Sat 22:00-06:00"]}),
                             MONDAY_NOON, INSTALL)
-    assert start == datetime(2026, 6, 1, 20, tzinfo=UTC), why  # 22:00 CEST
+    assert start == datetime(2026, 6, 1, 20, 0, 1, tzinfo=UTC), why  # 22:00 CEST, and a second
     start, _ = start_time(store({"time_zone": "America/New_York",
                                  "windows": ["Mon-Sat 22:00-06:00"]}), MONDAY_NOON, INSTALL)
-    assert start == datetime(2026, 6, 2, 2, tzinfo=UTC)  # 22:00 EDT
+    assert start == datetime(2026, 6, 2, 2, 0, 1, tzinfo=UTC)  # 22:00 EDT
 
 
 def test_a_window_too_short_for_step_2_is_skipped() -> None:
     # Tokyo 19:00; today's window closes in 30 min, step 2 needs 45: tomorrow's
     start, why = start_time(store({"time_zone": "Asia/Tokyo", "windows": ["daily 18:00-19:30"]}),
                             MONDAY_NOON, INSTALL)
-    assert start == datetime(2026, 6, 2, 9, tzinfo=UTC), why
+    assert start == datetime(2026, 6, 2, 9, 0, 1, tzinfo=UTC), why
     assert "closes in 30 min" in why
 
 

@@ -132,7 +132,9 @@ def test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it(
         scheduled = wait_for(lambda: store_runs(lab, [canary]).get(canary), timeout=120,
                              what="the canary's scheduled run")
         assert scheduled["state_type"] == "SCHEDULED", scheduled
-        assert datetime.fromisoformat(scheduled["expected_start_time"]) == tokyo.astimezone(UTC)
+        # a second into its window (tasks/store_runs.py START_MARGIN)
+        assert datetime.fromisoformat(scheduled["expected_start_time"]) == \
+            tokyo.astimezone(UTC) + timedelta(seconds=1)
         assert scheduled["parameters"]["store_id"] == canary
         assert scheduled["parameters"]["hold_fleet_slot"] is True
         parent = requests.get(f"{api}/task_runs/{scheduled['parent_task_run_id']}",
