@@ -124,19 +124,25 @@ def set_autostart(name):
     return True
 
 
-def stop(name):
-    """Hard stop of domain `name` (virt.stop's destroy, by name); a stopped one stays so.
-
-    CLI Example: salt hv storevirt.stop store-0001-vm
-    """
+def _stop_then(name, start):
     conn = _connect()
     try:
         dom = _domain(conn, name)
         if dom.isActive():
             dom.destroy()
+        if start:
+            dom.create()
     finally:
         conn.close()
     return True
+
+
+def stop(name):
+    """Hard stop of domain `name` (virt.stop's destroy, by name); a stopped one stays so.
+
+    CLI Example: salt hv storevirt.stop store-0001-vm
+    """
+    return _stop_then(name, start=False)
 
 
 def reset(name):
@@ -144,15 +150,7 @@ def reset(name):
 
     CLI Example: salt hv storevirt.reset store-0001-vm
     """
-    conn = _connect()
-    try:
-        dom = _domain(conn, name)
-        if dom.isActive():
-            dom.destroy()
-        dom.create()
-    finally:
-        conn.close()
-    return True
+    return _stop_then(name, start=True)
 
 
 def retire_seed(name):
