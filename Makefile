@@ -153,7 +153,9 @@ bench: setup
 # docs/ui/*.png: the pages the browser test visits, taken from a lab run (docs/ui.md shows them)
 ui-screenshots: setup
 	rm -f docs/ui/*.png
-	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/test_ui.py
+	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/test_ui.py \
+	  tests/test_approvals_lab.py \
+	  tests/test_windows_lab.py::test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it
 
 lab-up: setup
 	$(VENV)/bin/store-rollout lab up

@@ -40,7 +40,9 @@ STATE_BADGE = re.compile(rf"^({'|'.join(RUN_STATES)})$")
 # the pages docs/ui.md shows, in its numbering
 SHOTS = ["dashboard", "batch-run-form", "run-unknown-store", "store-run-form", "run-running",
          "run-completed", "run-task-runs", "run-artifacts", "artifact", "event-feed",
-         "cancel-dialog", "run-cancelled", "rollback-run"]
+         "cancel-dialog", "run-cancelled", "rollback-run",
+         # tests/test_windows_lab.py, tests/test_approvals_lab.py
+         "scheduled-store-run", "approval-form", "approval-approved"]
 
 
 def field_label(name: str) -> re.Pattern[str]:
