@@ -143,7 +143,7 @@ test-full: setup
 
 test-fleet: setup
 	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/test_slots.py tests/test_faults.py tests/test_bench.py \
-	  tests/test_windows_lab.py
+	  tests/test_windows_lab.py tests/test_approvals_lab.py
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up
@@ -154,7 +154,6 @@ bench: setup
 ui-screenshots: setup
 	rm -f docs/ui/*.png
 	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/test_ui.py \
-	  tests/test_approvals_lab.py \
 	  tests/test_windows_lab.py::test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it
 
 lab-up: setup

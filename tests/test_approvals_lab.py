@@ -1,14 +1,16 @@
 """Issue 30, approvals in the lab, answered in a real browser: a rerun that would recreate a
 rolled-out store's VM pauses with the store's plan on its page (and one message to the
 operators' channel); rejected, it ends as Rejected with Cobbler, libvirt, Salt and the ERP
-unchanged; approved, it recreates the VM and the store is complete again; unanswered within
-its approval timeout, it is parked (suspended) and an answer later still ends it."""
+unchanged; approved, it recreates the VM and the store is complete again
+(`check_approvals`, run by tests/test_ui.py on the store it rolled out from the UI); and
+(opt-in, `make test-fleet`) unanswered within its approval timeout, it is parked (suspended)
+and an answer later still ends it."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
@@ -25,25 +27,26 @@ from tests.helpers import (
     write_inventory,
 )
 from tests.test_plan_reconcile import systems_snapshot
-from tests.test_ui import Ui
+
+if TYPE_CHECKING:  # tests/test_ui.py runs check_approvals
+    from tests.test_ui import Ui
 
 pytestmark = pytest.mark.lab
 
-STORE = "apr1"
 
 
 def run(lab: LabInfo, run_id: str) -> dict[str, Any]:
     return dict(requests.get(f"{lab.prefect_api_url}/flow_runs/{run_id}", timeout=10).json())
 
 
-def recreate_run(lab: LabInfo, inventory: Path, **extra: Any) -> str:
+def recreate_run(lab: LabInfo, inventory: Path, store_id: str, **extra: Any) -> str:
     """A rerun of the store that recreates its VM, started from the deployment (as the UI's
     run form does); its id once it waits for the answer (Paused)."""
     api = lab.prefect_api_url
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
     created = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
-        "parameters": {"store_id": STORE, "inventory": str(inventory), "recreate_vm": True,
+        "parameters": {"store_id": store_id, "inventory": str(inventory), "recreate_vm": True,
                        **extra}}, timeout=10).json()
     wait_for(lambda: run(lab, created["id"])["state_type"] == "PAUSED", timeout=180,
              what="the recreating run to wait for its approval")
@@ -72,31 +75,47 @@ def ended(lab: LabInfo, run_id: str) -> dict[str, Any]:
         what="the run to end")
 
 
-def test_a_destructive_rerun_waits_for_an_approval_given_in_the_browser(
-        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path, ui: Ui) -> None:
-    inventory = write_inventory(tmp_path / "inventory.yaml", [STORE], "52:54:00:a9:00", lab=lab)
-    first = finish(start_rollout(lab_env, STORE, inventory))
-    assert first["approval"] == {"asked": False, "approved": True, "comment": ""}
-
+def check_approvals(lab: LabInfo, ui: Ui, inventory: Path, store: str) -> None:
+    """On a rolled-out store: a recreating rerun rejected, then one approved, in the browser."""
+    first_vm = result_from_systems(lab, store)["vm"]["uuid"]
+    first_erp = [n["erp_id"] for n in created_erp_notices(lab, store)]
     # rejected: the run ends as Rejected, every system as it was
     before = systems_snapshot(lab)
-    rejected = recreate_run(lab, inventory)
-    said = wait_for(lambda: notifications(lab, f"rollout-{STORE}: waits for your approval"),
+    rejected = recreate_run(lab, inventory, store)
+    said = wait_for(lambda: notifications(lab, f"rollout-{store}: waits for your approval"),
                     timeout=60, what="the approval's message")
     assert f"/runs/flow-run/{rejected}" in said[0]["body"], said
     asked = answer_in_the_ui(ui, rejected, approve=False, comment="not during the sale",
                              shot="approval-form")
-    assert f"recreate store-{STORE}-vm" in asked and "yes, destructive" in asked, asked
+    assert f"recreate store-{store}-vm" in asked and "yes, destructive" in asked, asked
     end = ended(lab, rejected)
     assert (end["state_type"], end["state_name"]) == ("COMPLETED", "Rejected"), end["state"]
     assert "not during the sale" in end["state"]["message"]
     after = systems_snapshot(lab)
     for system in before:
         assert after[system] == before[system], f"a rejected run changed {system}"
-    assert len(notifications(lab, f"rollout-{STORE}: waits for your approval")) == 1
+    assert len(notifications(lab, f"rollout-{store}: waits for your approval")) == 1
 
-    # unanswered within its timeout: parked (suspended), and a later answer still ends it
-    parked = recreate_run(lab, inventory, approval_timeout=3)
+    # approved: the VM is recreated and the store complete again, with a new ERP notice
+    approved = recreate_run(lab, inventory, store)
+    answer_in_the_ui(ui, approved, approve=True, comment="approved by the store manager",
+                     shot="approval-approved")
+    assert ended(lab, approved)["state_name"] == "Completed"
+    result = result_from_systems(lab, store)
+    assert result["vm"]["uuid"] != first_vm
+    notices = [n["erp_id"] for n in created_erp_notices(lab, store)]
+    assert notices[:-1] == first_erp and len(notices) == 2
+    check_store(lab, store, {**result, "erp_id": notices[-1]}, vms=2)
+
+
+@pytest.mark.fleet
+def test_an_unanswered_approval_parks_the_run_and_a_later_answer_ends_it(
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    store = "apr-park"
+    inventory = write_inventory(tmp_path / "inventory.yaml", [store], "52:54:00:a9:00", lab=lab)
+    finish(start_rollout(lab_env, store, inventory))
+    before = systems_snapshot(lab)
+    parked = recreate_run(lab, inventory, store, approval_timeout=3)
     wait_for(lambda: run(lab, parked)["state_name"] == "Suspended", timeout=60,
              what="the unanswered run to be parked")
     keyset = run(lab, parked)["state"]["state_details"]["run_input_keyset"]
@@ -111,14 +130,6 @@ def test_a_destructive_rerun_waits_for_an_approval_given_in_the_browser(
         "run_input": {"approve": False, "comment": "next week"}}, timeout=10).raise_for_status()
     end = ended(lab, parked)
     assert end["state_name"] == "Rejected" and "next week" in end["state"]["message"], end["state"]
-
-    # approved: the VM is recreated and the store complete again, with a new ERP notice
-    approved = recreate_run(lab, inventory)
-    answer_in_the_ui(ui, approved, approve=True, comment="approved by the store manager",
-                     shot="approval-approved")
-    assert ended(lab, approved)["state_name"] == "Completed"
-    result = result_from_systems(lab, STORE)
-    assert result["vm"]["uuid"] != first["vm"]["uuid"]
-    notices = created_erp_notices(lab, STORE)
-    assert len(notices) == 2 and notices[-1]["erp_id"] != first["erp_id"]
-    check_store(lab, STORE, {**result, "erp_id": notices[-1]["erp_id"]}, vms=2)
+    after = systems_snapshot(lab)
+    for system in before:
+        assert after[system] == before[system], f"a parked, then rejected run changed {system}"

@@ -84,3 +84,31 @@ def test_a_run_waits_until_the_window_then_runs_the_step_again() -> None:
         wait_for_window("s1", {"go": False, "reason": "no window of 1 h", "wait_until": None})
     skipped = run_in_window("s1", lambda: {"skipped": True})  # a step with nothing to disrupt
     assert skipped == {"skipped": True}
+
+
+@pytest.mark.parametrize("command", [["rollout", "s1"], ["batch"]])
+def test_now_is_the_window_override(command: list[str], monkeypatch: pytest.MonkeyPatch,
+                                    tmp_path: Any) -> None:
+    """`rollout --now` and `batch --now` run the stores with ignore_windows (what `lab demo`
+    does too, tests/test_windows_lab.py); without it, the windows hold."""
+    from typer.testing import CliRunner
+
+    import app.cli
+
+    asked: list[dict[str, Any]] = []
+
+    def run_stores(store_ids: list[str], inventory: Any, live: bool, **params: Any) -> Any:
+        asked.append(params)
+        return [{"store_id": "s1", "state": "Completed", "seconds": 1.0}]
+
+    def run_batch(inventory: Any, store_ids: list[str], show_progress: bool, **waves: Any) -> Any:
+        asked.append(waves)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(app.cli, "validate_stores", lambda *args: None)
+    monkeypatch.setattr(app.cli, "run_stores", run_stores)
+    monkeypatch.setattr(app.cli, "run_batch", run_batch)
+    inventory = ["--inventory", str(tmp_path / "inv.yaml")]
+    for extra in ([], ["--now"]):
+        CliRunner().invoke(app.cli.app, [*command, *inventory, *extra])
+    assert [a["ignore_windows"] for a in asked] == [False, True], asked

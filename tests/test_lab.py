@@ -9,10 +9,8 @@ import subprocess
 import uuid
 import xml.etree.ElementTree as ET
 import xmlrpc.client
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 import requests
@@ -189,28 +187,3 @@ def test_hypervisor_powered_on_by_its_bmc_installs_through_cobbler_and_answers_s
         client.remove_system(minion_id)
         master.delete_key(minion_id)
 
-
-def test_the_demo_rolls_its_stores_out_outside_their_windows_saying_so(
-        lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], tmp_path: Path) -> None:
-    """`make demo`'s job (`lab demo`) on a one-store inventory whose maintenance window is
-    closed now: it racks the host, rolls the store out overriding the window (as `rollout
-    --now`), says so and prints its summary."""
-    import yaml
-
-    from tests.helpers import VENV_BIN, created_erp_notices, write_inventory
-
-    later = datetime.now(ZoneInfo("Asia/Tokyo")) + timedelta(hours=3)
-    inv = write_inventory(tmp_path / "inventory.yaml", ["demo1"], "52:54:00:de:00")
-    raw = yaml.safe_load(inv.read_text())
-    raw["stores"][0]["calendar"] = {"time_zone": "Asia/Tokyo",
-                                    "windows": [f"daily {later:%H}:00-{later:%H}:59"]}
-    inv.write_text(yaml.safe_dump(raw))
-    proc = subprocess.run([str(VENV_BIN / "store-rollout"), "lab", "demo", "--inventory",
-                           str(inv), "--state-dir", str(lab_dir)], env=lab_env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "maintenance windows are overridden" in proc.stderr, proc.stderr[-3000:]
-    assert "racked store-demo1-hv" in proc.stderr, proc.stderr[-3000:]
-    summary = proc.stdout[proc.stdout.index("demo summary"):]
-    assert "demo1" in summary and "Completed" in summary, summary
-    assert len(created_erp_notices(lab, "demo1")) == 1

@@ -22,6 +22,7 @@ import requests
 from lab.state import LabInfo
 from store_rollout.contracts import STEPS
 from tests.helpers import created_erp_notices, wait_for, write_inventory
+from tests.test_approvals_lab import check_approvals
 from tests.test_cancel import assert_rolled_back, domain_running
 
 pytestmark = pytest.mark.lab
@@ -254,4 +255,7 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     ui.shot("rollback-run")
     assert_rolled_back(lab, cancel_id)
     assert not (Path(lab.vm_images_dir) / vm).exists()
+
+    # a rerun of the rolled-out store that recreates its VM asks first: rejected, then approved
+    check_approvals(lab, ui, Path(inventory), done_id)
     print(json.dumps({"screenshots": [str(p) for p in ui.taken]}))

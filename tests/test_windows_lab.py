@@ -7,6 +7,7 @@ and a batch across three time zones starts every store inside its own window."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -61,9 +62,11 @@ def awaiting(lab: LabInfo, store_id: str) -> dict[str, Any]:
 
 
 def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
-        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+        lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], tmp_path: Path) -> None:
     """The waiting run is started as a user does from the UI or the API (the store-rollout
-    deployment, run by the lab's worker), then cancelled there."""
+    deployment, run by the lab's worker), then cancelled there. The urgent store is rolled out
+    by `make demo`'s command (`lab demo`), which overrides the windows as `rollout --now` does
+    (tests/test_disruption.py: --now is that override) and says so."""
     api = lab.prefect_api_url
     far = datetime.now(TOKYO) + timedelta(hours=6)
     inventory = stores_with_windows(lab, tmp_path, {"wait": far, "now": far})
@@ -74,8 +77,19 @@ def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
     run = requests.post(f"{api}/deployments/{deployment}/create_flow_run", json={
         "parameters": {"store_id": waits, "inventory": str(inventory)}}, timeout=10).json()
     try:
-        overridden = finish(start_rollout({**lab_env, **ENV}, urgent, inventory, "--now"))
-        assert overridden["state"] == "Completed" and overridden["window_overridden"] is True
+        demo_inventory = tmp_path / "demo.yaml"
+        raw = yaml.safe_load(inventory.read_text())
+        demo_inventory.write_text(yaml.safe_dump({**raw, "stores": raw["stores"][1:]}))
+        demo = subprocess.run([str(helpers.VENV_BIN / "store-rollout"), "lab", "demo",
+                               "--inventory", str(demo_inventory), "--state-dir", str(lab_dir)],
+                              env={**lab_env, **ENV}, capture_output=True, text=True,
+                              timeout=600, check=False)
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        assert "maintenance windows are overridden" in demo.stderr, demo.stderr[-3000:]
+        summary = demo.stdout[demo.stdout.index("demo summary"):]
+        assert urgent in summary and "Completed" in summary, summary
+        assert power_actions(lab, f"store-{urgent}-hv") == {"on": 1, "off": 0}
+        assert len(helpers.created_erp_notices(lab, urgent)) == 1
 
         message = awaiting(lab, waits)["state"]["message"]
         assert f"store {waits}: the store is outside its maintenance windows" in message, message
