@@ -23,7 +23,8 @@ from flows.rollout import store_rollout
 from store_rollout import steps
 from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
-from store_rollout.waves import plan_waves, should_halt
+from store_rollout.settings import load_settings
+from store_rollout.waves import plan_waves, runs_of_their_own, should_halt
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, set_limit
 from tasks.store_runs import STORE_DEPLOYMENT, check_deployment, schedule_store_run, wait_for_store_runs
 
@@ -93,16 +94,17 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
         store_deployment: The deployment whose runs roll the stores out when they are
             scheduled into their windows (a worker of its pool must be running).
         approval_policy: When each store's run asks for an approval on its page first: never,
-            destructive or always; empty: the approval_policy setting.
+            destructive or always; empty: the approval_policy setting. Under "always" every
+            store is a run of `store_deployment` (a paused run must be a run of its own).
     """
     logger = get_run_logger()
-    if approval_policy:
-        check_policy(approval_policy)
+    policy = check_policy(approval_policy or load_settings().approval_policy)
     stores = {s.store_id: s for s in load_inventory(inventory).select(list(store_ids))}
     selected = list(stores)
-    # before any side effect: scheduled runs need a deployment a worker runs
-    follow_windows = not ignore_windows and any(s.calendar for s in stores.values())
-    if follow_windows:
+    calendars = any(s.calendar for s in stores.values())
+    follow_windows = calendars and not ignore_windows
+    as_deployment_runs = runs_of_their_own(policy, ignore_windows, calendars)
+    if as_deployment_runs:  # before any side effect: a deployment that a worker runs
         check_deployment(store_deployment)
     waves = plan_waves(selected, canary, wave_size)
     set_limit(IN_FLIGHT_LIMIT, max_in_flight)
@@ -118,10 +120,11 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                              "error": f"batch halted after wave {halted_after}"}
             continue
         asked = {"approval_policy": approval_policy} if approval_policy else {}
-        if follow_windows:  # each run takes its in-flight slot itself, in its window
+        if as_deployment_runs:  # each run takes its in-flight slot itself when it starts
             entries = [schedule_store_run(stores[sid], inventory,
-                                          {**store_params, **asked, "hold_fleet_slot": True},
-                                          store_deployment) for sid in wave]
+                                          {**store_params, **asked, "hold_fleet_slot": True,
+                                           "ignore_windows": ignore_windows},
+                                          store_deployment, follow_windows) for sid in wave]
             finished = wait_for_store_runs(entries, wave_name=f"wave-{number}")
         else:
             params = {**store_params, **asked, "ignore_windows": ignore_windows}

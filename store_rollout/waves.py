@@ -19,3 +19,11 @@ def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[li
 def should_halt(failed: int, finished: int, threshold: float) -> bool:
     """Halt the remaining waves when failed / finished is strictly above the threshold."""
     return finished > 0 and failed / finished > threshold
+
+
+def runs_of_their_own(approval_policy: str, ignore_windows: bool, calendars: bool) -> bool:
+    """Whether a batch's stores are runs of the store-rollout deployment instead of subflows of
+    the batch: when they wait for their windows (`calendars`, not overridden) or may ask for an
+    approval before any change (a subflow inside the batch's task can neither pause nor be
+    parked)."""
+    return (calendars and not ignore_windows) or approval_policy == "always"

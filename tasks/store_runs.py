@@ -80,12 +80,15 @@ def start_time(store: Store, now: datetime, install_seconds: float) -> tuple[dat
 
 @task(name="schedule_store_run", task_run_name="schedule-{store.store_id}")
 def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
-                       deployment: str = STORE_DEPLOYMENT) -> dict[str, Any]:
-    """One store's rollout as a run of `deployment`, Scheduled for its window; the batch row
-    of a store that has no window is returned Failed, no run created."""
+                       deployment: str = STORE_DEPLOYMENT,
+                       follow_windows: bool = True) -> dict[str, Any]:
+    """One store's rollout as a run of `deployment`, Scheduled for its window (now without
+    `follow_windows`); the batch row of a store that has no window is returned Failed, no run
+    created."""
     settings = load_settings()
     now = datetime.now(UTC)
-    start, reason = start_time(store, now, settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR])
+    start, reason = start_time(store, now, settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR]
+                               ) if follow_windows else (now, "started now (ignore_windows)")
     row: dict[str, Any] = {"store_id": store.store_id, "window": reason, "flow_run_id": None,
                            "scheduled_start": start.isoformat() if start else None}
     if start is None:

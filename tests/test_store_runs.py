@@ -101,3 +101,13 @@ def test_the_batch_waits_until_every_run_of_the_wave_ended() -> None:
     runs, slept = Runs([1, 3]), []
     ended = ended_runs(runs, runs.ids, sleep=slept.append)
     assert set(ended) == set(runs.ids) and runs.reads == 4 and len(slept) == 3
+
+
+def test_which_batches_make_their_stores_runs_of_their_own() -> None:
+    from store_rollout.waves import runs_of_their_own
+
+    assert runs_of_their_own("destructive", ignore_windows=False, calendars=True)
+    assert not runs_of_their_own("destructive", ignore_windows=True, calendars=True)
+    assert not runs_of_their_own("never", ignore_windows=False, calendars=False)
+    # asking before any change: a run of its own (a subflow in the batch's task cannot pause)
+    assert runs_of_their_own("always", ignore_windows=True, calendars=False)
