@@ -8,16 +8,13 @@ answer.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Final
 
-from prefect import get_run_logger, task
-from prefect.client.orchestration import get_client
+from prefect import task
 from prefect.context import FlowRunContext
-from prefect.exceptions import FlowPauseTimeout, MissingContextError
+from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
-from prefect.states import Running
 from pydantic import Field
 
 from store_rollout.approvals import ApprovalPolicy, approval_needed, approval_request
@@ -25,6 +22,7 @@ from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.observe import observe
+from tasks.run_health import run_logger, say_running
 
 ASK_KEY: Final = "approval"
 PARK_KEY: Final = "approval-parked"
@@ -40,13 +38,6 @@ class Approval(RunInput):
     comment: str = Field("", max_length=2000, description="Why (kept in the run's log)")
 
 
-def _logger() -> Any:
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)
-
-
 @task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
 def plan_for_approval(store: Store, recreate_vm: bool) -> list[StepPlan]:
     """The store's plan as `store-rollout plan` makes it (its highstate not tested)."""
@@ -60,18 +51,10 @@ def _parked_before() -> bool:
     return PARK_KEY in (getattr(policy, "pause_keys", None) or set())
 
 
-def _running_again() -> None:
-    context = FlowRunContext.get()
-    if context is None or context.flow_run is None:
-        return
-    with get_client(sync_client=True) as client:
-        client.set_flow_run_state(context.flow_run.id, Running(name="Running"), force=True)
-
-
 def ask(store_id: str, request: str, timeout: float) -> Approval:
     """The approver's answer; paused for `timeout` seconds, then parked until one comes."""
     form = Approval.with_initial_data(description=request, approve=False)
-    logger = _logger()
+    logger = run_logger(__name__)
     if not _parked_before():  # a parked run that was resumed starts again from the top
         logger.warning("store %s: waiting up to %.0f s for an approval on the run's page",
                        store_id, timeout)
@@ -81,7 +64,7 @@ def ask(store_id: str, request: str, timeout: float) -> Approval:
         except FlowPauseTimeout:
             logger.warning("store %s: no answer within %.0f s: the run is parked (suspended); "
                            "answer on its page to resume it", store_id, timeout)
-            _running_again()  # Prefect suspends only a running run; the pause ran out
+            say_running("Running")  # Prefect suspends only a running run; the pause ran out
     try:
         return suspend_flow_run(wait_for_input=form, key=PARK_KEY)
     except RuntimeError as exc:  # no deployment to resume it from: it stays paused
@@ -100,7 +83,7 @@ def approve_rollout(store: Store, recreate_vm: bool, policy: ApprovalPolicy,
     if not approval_needed(policy, plan):
         return {"asked": False, "approved": True, "comment": ""}
     answer = ask(store.store_id, approval_request(store.store_id, policy, plan), timeout)
-    _logger().warning("store %s: %s by the approver%s", store.store_id,
+    run_logger(__name__).warning("store %s: %s by the approver%s", store.store_id,
                       "approved" if answer.approve else "rejected",
                       f": {answer.comment}" if answer.comment else "")
     return {"asked": True, "approved": answer.approve, "comment": answer.comment}

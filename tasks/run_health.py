@@ -10,13 +10,20 @@ long legitimate wait is never taken for a dead run. The automation marks a run C
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
+from typing import Any
 
+from prefect import get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.events.actions import ChangeFlowRunState
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.events.schemas.events import ResourceSpecification
+from prefect.exceptions import MissingContextError
+from prefect.states import Running
+
+from tasks.slots import this_flow_run
 
 HEARTBEAT_SECONDS = 30  # Prefect's minimum
 # three heartbeats missed: a loaded worker's late beat is no crash
@@ -63,3 +70,21 @@ def ensure_automation(wanted: AutomationCore) -> str:
             return "unchanged"
         client.update_automation(current.id, wanted)
         return "updated"
+
+
+def run_logger(name: str) -> Any:
+    """The current run's logger; the module logger `name` outside a run (a test, a script)."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(name)
+
+
+def say_running(name: str, message: str = "") -> None:
+    """This flow run's state becomes Running named `name` with `message` (what its page and
+    the API show while it waits, or again once it goes on); nothing outside a run."""
+    run = this_flow_run()
+    if run is None:
+        return
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run, Running(name=name, message=message[:2000]), force=True)

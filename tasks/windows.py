@@ -5,18 +5,12 @@ process and its heartbeats meanwhile, so a long wait is never taken for a dead r
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from prefect import get_run_logger
-from prefect.client.orchestration import get_client
-from prefect.exceptions import MissingContextError
-from prefect.states import Running
-
-from tasks.slots import this_flow_run
+from tasks.run_health import run_logger, say_running
 
 AWAITING_WINDOW: Final = "AwaitingWindow"
 # how often a waiting run looks at the clock (it wakes at the window's start, not later)
@@ -27,34 +21,19 @@ class NoMaintenanceWindow(RuntimeError):
     """No window long enough for a disruptive step within the calendar's horizon."""
 
 
-def _logger() -> Any:
-    try:
-        return get_run_logger()
-    except MissingContextError:  # called outside a run (a test, a script)
-        return logging.getLogger(__name__)
-
-
-def _say(name: str, message: str) -> None:
-    run = this_flow_run()
-    if run is None:
-        return
-    with get_client(sync_client=True) as client:
-        client.set_flow_run_state(run, Running(name=name, message=message[:2000]), force=True)
-
-
 def wait_for_window(store_id: str, window: dict[str, Any],
                     sleep: Callable[[float], None] = time.sleep) -> None:
     """Wait until the window the step asked for opens (its `wait_until`)."""
     until = window.get("wait_until")
     if until is None:
         raise NoMaintenanceWindow(f"store {store_id}: {window['reason']}")
-    logger = _logger()
+    logger = run_logger(__name__)
     logger.warning("store %s waits: %s", store_id, window["reason"])
-    _say(AWAITING_WINDOW, f"store {store_id}: {window['reason']}")
+    say_running(AWAITING_WINDOW, f"store {store_id}: {window['reason']}")
     while (left := (until - datetime.now(UTC)).total_seconds()) > 0:
         sleep(min(left, POLL_SECONDS))
     logger.info("store %s: its maintenance window opened; going on", store_id)
-    _say("Running", f"store {store_id}: in its maintenance window since {until:%H:%M} UTC")
+    say_running("Running", f"store {store_id}: in its maintenance window since {until:%H:%M} UTC")
 
 
 def run_in_window(store_id: str, run_step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
