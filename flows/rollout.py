@@ -1,4 +1,5 @@
-"""One store: image -> PXE hypervisor -> hypervisor ready -> VM keys -> VM -> firstboot -> ERP.
+"""One store: image -> PXE hypervisor -> hypervisor ready -> VM keys -> VM -> firstboot ->
+go-live gate -> ERP.
 
 Wiring only; every integration lives in `tasks/`.
 """
@@ -17,6 +18,7 @@ from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
+    STEP_GO_LIVE,
     STEP_IMAGE,
     STEP_NOTIFY_ERP,
     STEP_PREPARE_VM_KEYS,
@@ -30,6 +32,7 @@ from store_rollout.steps import StepClock, markdown_report
 from tasks.approvals import approve_rollout
 from tasks.erp import notify_erp
 from tasks.firstboot import firstboot
+from tasks.go_live import go_live_gate
 from tasks.kiwi import ensure_image
 from tasks.notifications import notify_failure
 from tasks.preflight import preflight
@@ -124,6 +127,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             recreate=recreate_vm))
         booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
                            stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
+        go_live = clock.run(STEP_GO_LIVE, go_live_gate, store)
         erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
     result = {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
@@ -142,6 +146,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         # seconds into step 6 of each stage and minion start, and each stage's boot id
         "firstboot": {key: booted.get(key) for key in
                       ("stages", "minion_starts", "boot_ids", "boots_seen", "resets")},
+        "go_live_checks": go_live["checks"],
         "step_seconds": clock.seconds,
     }
     create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),

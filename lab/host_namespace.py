@@ -14,6 +14,7 @@ Standard library only: it runs with the machine's Python (the Salt 3006 venv for
 
 import argparse
 import ctypes
+import importlib.util
 import os
 import socket
 import subprocess
@@ -62,6 +63,21 @@ def hide(lab_dir: str, keep: List[str]) -> None:
         os.close(fd)
 
 
+def boot_units(root: str, start: bool) -> None:
+    """The machine's init for its systemd units (the lab's `service` module: the same code
+    the minion's service.start runs), on the machine's network, before its minion starts."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "salt_overlay", "_modules",
+                        "lab_service.py")
+    spec = importlib.util.spec_from_file_location("lab_service", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"host_namespace: cannot load {path}")
+    units = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(units)
+    for unit, runs in units._boot(root, start).items():
+        print("host_namespace: unit {} {}".format(unit, "started" if runs else "failed to start"),
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--network-pid", type=int, help="the store network gateway's pid")
@@ -71,6 +87,9 @@ def main() -> None:
     parser.add_argument("--address", help="this machine's address/prefix")
     parser.add_argument("--hide", help="directory to replace by an empty tmpfs")
     parser.add_argument("--keep", action="append", default=[], help="path under it to keep")
+    parser.add_argument("--boot-root", help="the machine's root: start its enabled units")
+    parser.add_argument("--units-fail", action="store_true",
+                        help="its enabled units fail to start at this boot (a lab fault)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -80,6 +99,8 @@ def main() -> None:
         join_network(args)
     if args.hide:
         hide(args.hide, args.keep)
+    if args.boot_root:
+        boot_units(args.boot_root, start=not args.units_fail)
     os.execvp(command[0], command)
 
 

@@ -142,6 +142,16 @@ STEP_WAIT_FOR_HYPERVISOR: Final = "wait_for_hypervisor"
 STEP_PREPARE_VM_KEYS: Final = "prepare_vm_keys"
 STEP_CREATE_VM: Final = "create_vm"
 STEP_FIRSTBOOT: Final = "firstboot"
+STEP_GO_LIVE: Final = "go_live"
 STEP_NOTIFY_ERP: Final = "notify_erp"
 STEPS: Final = (STEP_IMAGE, STEP_PXE_INSTALL_HYPERVISOR, STEP_WAIT_FOR_HYPERVISOR,
-                STEP_PREPARE_VM_KEYS, STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_NOTIFY_ERP)
+                STEP_PREPARE_VM_KEYS, STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_GO_LIVE,
+                STEP_NOTIFY_ERP)
+
+# -- go-live gate ------------------------------------------------------------------------------
+# The store server's config file, relative to its root: the store_vm formula writes it
+# (salt_states/store_vm/parameters/defaults.yaml `config_dir`/`config_file`) with the role's
+# services and go-live checks; firstboot's verify stage requires it; the gate (tasks/go_live.py)
+# hands it to `storegate.run` on the VM's minion.
+STORE_SERVER_CONFIG: Final = "etc/store-server/store.yaml"
+GO_LIVE_FUNCTION: Final = "storegate.run"

@@ -125,11 +125,13 @@ class RolloutSettings(BaseSettings):
         default_factory=lambda: dict(DEFAULT_DISRUPTION_SECONDS),
         description="seconds each disruptive step needs in a maintenance window")
     # a store host's time from its power-on into the install to its ready event before the
-    # operators hear of it (tasks/notifications.py); when a rollout asks a person first
-    # (store_rollout/approvals.py), and how long it waits paused before it is parked
+    # operators hear of it (tasks/notifications.py); when a rollout asks a person first, and
+    # how long it waits paused before it is parked (store_rollout/approvals.py)
     hypervisor_ready_expected_seconds: float = Field(READY_EXPECTED_SECONDS, ge=10, le=86400)
     approval_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY
     approval_timeout_seconds: float = Field(DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0, le=604800)
+    # the go-live gate asks failing checks again this long before it fails (tasks/go_live.py)
+    go_live_settle_seconds: float = Field(120.0, ge=0, le=3600)
     image_description: str = "leap-jeos"
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"
@@ -201,9 +203,8 @@ def settings_file(environ: dict[str, str] | None = None) -> Path | None:
 
 
 def prefect_settings_of_file(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """PREFECT_API_URL and PREFECT_HOME the settings file gives (the Prefect server whose flows
-    use these settings), for the CLI to apply as Prefect settings; the environment's own win,
-    and none apply when PREFECT_API_URL is set explicitly."""
+    """PREFECT_API_URL and PREFECT_HOME of the settings file (the Prefect server its flows use),
+    for the CLI to apply; the environment's own win, none apply when it sets PREFECT_API_URL."""
     env = os.environ if environ is None else environ
     path = settings_file(dict(env))
     if path is None or "PREFECT_API_URL" in env or not path.is_file():
@@ -229,9 +230,8 @@ _SOURCES: ContextVar[tuple[dict[str, str], Path | None]] = ContextVar("store_rol
 
 
 class _Sourced(RolloutSettings):
-    """RolloutSettings from the current load_settings call's sources: Secret blocks (init
-    values), the given environment, then the settings file. One class for every call (building
-    a settings class per call cost 5-20 ms each, several calls per rollout)."""
+    """RolloutSettings from the current load_settings call's sources: Secret blocks, the given
+    environment, the settings file. One class for all calls (one per call cost 5-20 ms each)."""
 
     @classmethod
     def settings_customise_sources(

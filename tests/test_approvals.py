@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from store_rollout.approvals import approval_needed, approval_request, check_policy
-from store_rollout.contracts import STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_NOTIFY_ERP
+from store_rollout.contracts import (
+    STEP_CREATE_VM,
+    STEP_FIRSTBOOT,
+    STEP_GO_LIVE,
+    STEP_NOTIFY_ERP,
+)
 from store_rollout.fleet.plan import plan_store
 from store_rollout.settings import SettingsError, load_settings
 from tests.test_fleet_state import UUID, fresh, rolled_out
@@ -34,7 +39,8 @@ def test_the_policy_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_recreating_an_existing_vm_is_the_destructive_step_and_the_rest_follows() -> None:
     plan = plan_store(rolled_out(), recreate_vm=True)
     assert [p.step for p in plan if p.destructive] == [STEP_CREATE_VM]
-    assert [p.step for p in plan if p.todo] == [STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_NOTIFY_ERP]
+    assert [p.step for p in plan if p.todo] == [STEP_CREATE_VM, STEP_FIRSTBOOT, STEP_GO_LIVE,
+                                                     STEP_NOTIFY_ERP]
     recreate = next(p for p in plan if p.destructive)
     assert f"remove domain store-0042-vm (uuid {UUID})" in recreate.details[0]
     assert plan[-1].action == "new notice for the new VM"

@@ -9,6 +9,7 @@ from typing import Any
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
+    STEP_GO_LIVE,
     STEP_NOTIFY_ERP,
     STEPS,
 )
@@ -53,13 +54,14 @@ def todo(facts: StoreFacts) -> list[str]:
     return [p.step for p in plan_store(facts) if p.todo]
 
 
-def test_a_fresh_store_has_all_seven_steps_to_do() -> None:
+def test_a_fresh_store_has_all_eight_steps_to_do() -> None:
     plan = plan_store(fresh())
     assert [p.step for p in plan] == list(STEPS)
     assert todo(fresh()) == list(STEPS)
     assert "transfer to the hypervisor" in plan[0].action  # cached, but not on the host yet
     assert plan[1].action.startswith("create Cobbler system store-0042-hv")
-    assert plan[6].action == "new notice"
+    assert plan[6].action == "check the store server: its services, ports, disk and clock"
+    assert plan[7].action == "new notice"
     # the image is cached: its transfer happens in step 5, so a rerun resumes at step 2
     assert first_todo(plan) == (2, "pxe_install_hypervisor")
     assert first_todo(plan_store(fresh(image_cached=False))) == (1, "image")
@@ -68,7 +70,8 @@ def test_a_fresh_store_has_all_seven_steps_to_do() -> None:
 def test_a_rolled_out_store_has_nothing_to_do() -> None:
     plan = plan_store(rolled_out())
     assert todo(rolled_out()) == [], plan
-    assert plan[6].action == "none: replay keeps ERP id ERP-1"
+    assert plan[6].action == "none: passed before ERP notice ERP-1"
+    assert plan[7].action == "none: replay keeps ERP id ERP-1"
     assert first_todo(plan) is None
     assert "nothing to do" in plan_markdown({"0042": plan})
 
@@ -131,12 +134,12 @@ def test_reconcile_of_a_missing_erp_notice() -> None:
     status = reconcile_store(rolled_out(erp_notices=[]), ZOMBIE)
     assert [m.code for m in status.mismatches] == ["erp-not-notified"]
     assert status.mismatches[0].what == "VM running, firstboot done, ERP not notified of this VM"
-    assert status.mismatches[0].fix == "`store-rollout rollout 0042` resumes at step 7 (notify_erp)"
+    assert status.mismatches[0].fix == "`store-rollout rollout 0042` resumes at step 7 (go_live)"
     crashed = rolled_out(erp_notices=[], last_run=LastRun(id="r", name="rollout-0042",
                                                           state="Crashed"))
     status = reconcile_store(crashed, ZOMBIE)
     assert status.mismatches[0].what == "VM running, firstboot done, ERP not notified"
-    assert status.mismatches[0].fix.endswith("resumes at step 7 (notify_erp)")
+    assert status.mismatches[0].fix.endswith("resumes at step 7 (go_live)")
 
 
 def test_reconcile_of_runs_without_a_process_and_systems_without_a_run() -> None:
@@ -161,12 +164,13 @@ def test_reconcile_fingerprint_changes_with_the_store() -> None:
     broken = reconcile_store(rolled_out(erp_notices=[]), ZOMBIE)
     assert ok.fingerprint() == "ok" and broken.fingerprint() == "mismatch/erp-not-notified"
     row = reconcile_table([broken])[0]
-    assert row["fix"].endswith("step 7 (notify_erp)") and row["fingerprint"] == broken.fingerprint()
+    assert row["fix"].endswith("step 7 (go_live)") and row["fingerprint"] == broken.fingerprint()
 
 
 def test_a_new_notice_names_the_earlier_vms_notice() -> None:
     facts = rolled_out(domain={**rolled_out().domain, "uuid": "new-uuid"})  # type: ignore[dict-item]
-    erp = plan_store(facts)[6]
+    gate, erp = plan_store(facts)[6:]
+    assert (gate.step, gate.todo) == (STEP_GO_LIVE, True)  # not passed for this VM yet
     assert (erp.step, erp.todo, erp.action) == (STEP_NOTIFY_ERP, True, "new notice for the new VM")
     assert erp.details == [f"ERP id ERP-1 is for an earlier VM (uuid {UUID})"]
 

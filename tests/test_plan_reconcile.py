@@ -3,9 +3,9 @@
 One test walks two stores through the cases the issue names, interleaved so the 90 s the
 zombie automation needs for the killed run are spent on the other cases ((b) and (d) roll out
 side by side):
-- plan of a fresh store: all seven steps to do, and no system changes during any plan;
-- (d) the ERP notice missing (the ERP rejected it): reconcile says "resumes at step 7", and that
-  rerun is
+- plan of a fresh store: all eight steps to do, and no system changes during any plan;
+- (d) the ERP notice missing (the ERP rejected it): reconcile says "resumes at step 7" (the
+  go-live gate), and that rerun is
 - (a) a complete rollout: plan has nothing to do, reconcile finds nothing;
 - the lab's libvirtd restarted: the hypervisor's engine reports its connection lost and
   restored (in Prefect, naming the store), and
@@ -133,7 +133,7 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     with_calendar = tmp_path / "inv-calendar.yaml"
     with_calendar.write_text(yaml.safe_dump(raw))
 
-    # a fresh store: all seven steps to do; nothing changes; its next maintenance window shown
+    # a fresh store: all eight steps to do; nothing changes; its next maintenance window shown
     fresh = planned(lab_env, lab, with_calendar, done)
     assert fresh["todo"] == list(STEPS), fresh
     window = fresh["next_window"]
@@ -170,7 +170,7 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     assert [m["code"] for m in status["mismatches"]] == ["run-not-completed"], status
     assert status["mismatches"][0]["what"] == "VM running, firstboot done, ERP not notified"
     assert status["mismatches"][0]["fix"] == (
-        f"`store-rollout rollout {done}` resumes at step 7 (notify_erp)")
+        f"`store-rollout rollout {done}` resumes at step 7 (go_live)")
 
     # the fix, run: (a) a complete rollout, nothing to do, nothing to reconcile
     result = finish(start_rollout(lab_env, done, inv))
@@ -178,7 +178,8 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     assert list(result["step_seconds"]) == list(STEPS)
     after = planned(lab_env, lab, inv, done)
     assert after["todo"] == [], after
-    assert after["steps"][6]["action"] == f"none: replay keeps ERP id {result['erp_id']}"
+    assert after["steps"][6]["action"] == f"none: passed before ERP notice {result['erp_id']}"
+    assert after["steps"][7]["action"] == f"none: replay keeps ERP id {result['erp_id']}"
     # the host's highstate in test=True has nothing to change: the formula's libvirt_events
     # file is the one AutoYaST wrote, and the checks read only
     assert after["steps"][2]["details"] == ["highstate test=True: no changes"], after

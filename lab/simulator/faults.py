@@ -6,8 +6,11 @@ import json
 import threading
 from typing import Any
 
-# old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6
-STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start", "old_host_salt")
+# old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6;
+# service_start: at a machine's next boot its enabled units fail to start (counted per boot of a
+# machine that has any: a store VM's once its highstate enabled the store server's services)
+STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start", "old_host_salt",
+         "service_start")
 
 
 class FaultKnobs:

@@ -18,6 +18,7 @@ import yaml
 
 from lab.procs import ProcessRecord, spawn, stop
 from lab.salt_master import daemon_paths
+from lab.simulator.faults import FaultKnobs
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork, machine_address
 
@@ -62,8 +63,9 @@ def minion_root_dir(simulator_dir: Path, machine_index: int) -> Path:
 class MinionManager:
     """salt-minion processes for simulated machines, each with a private config and root dir."""
 
-    def __init__(self, paths: LabPaths, info: LabInfo) -> None:
+    def __init__(self, paths: LabPaths, info: LabInfo, faults: FaultKnobs | None = None) -> None:
         self.paths = paths
+        self.faults = faults or FaultKnobs()
         self.base = paths.simulator / "minions"
         self.base.mkdir(parents=True, exist_ok=True)
         self.logs = paths.logs
@@ -134,7 +136,8 @@ class MinionManager:
             # the hardware's API (reboots), as a machine on the store network reaches it, and the
             # overlay's module that calls it for provisioning.reboot/restart_minion
             "store_rollout_lab": {"simulator_url": self.network().url(self.simulator_port)},
-            "providers": {"provisioning": "lab_provisioning"},
+            # no systemd in a minion process: its units are the overlay's lab_service's
+            "providers": {"provisioning": "lab_provisioning", "service": "lab_service"},
             **extra,
         }
         (mdir / "etc" / "minion.d" / "zz-lab-hardware.conf").write_text(yaml.safe_dump(hardware))
@@ -202,6 +205,14 @@ class MinionManager:
         cache, master config, lab.json): only its own disk, the libvirt socket and the VM
         images dir."""
         options = self.network().join_args(minion_id, self.address(minion_id))
+        root = self.root_dir(minion_id)
+        options += ["--boot-root", str(root)]
+        if (root / "etc" / "systemd" / "system" / "multi-user.target.wants").is_dir():
+            _, fails = self.faults.take("service_start")
+            if fails:
+                log.warning("fault knob: %s's enabled units fail to start at this boot",
+                            minion_id)
+                options.append("--units-fail")
         unshare = ["unshare", "--net"]
         if (mdir / "store-host").exists():
             socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]

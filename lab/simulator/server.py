@@ -26,7 +26,7 @@ class Simulator:
         self.paths = paths
         self.info = info
         self.faults = FaultKnobs()
-        self.minions = MinionManager(paths, info)
+        self.minions = MinionManager(paths, info, self.faults)
         self.stopping = threading.Event()
         self.vms = VmBoot(paths, info, self.faults, self.minions, self.stopping)
         self.firmware = Firmware(paths, info, self.faults, self.minions, self.vms)

@@ -1,2 +1,3 @@
 include:
   - store_vm.config
+  - store_vm.services

@@ -165,6 +165,18 @@ def _firstboot(f: StoreFacts) -> StepPlan:
                     details=[f"its key: {f.vm_key or 'none'}"])
 
 
+def _go_live(f: StoreFacts) -> StepPlan:
+    """The gate only reads; it has passed when the ERP holds this VM's notice (a rerun checks
+    again)."""
+    checks = "check the store server: its services, ports, disk and clock"
+    notice = None if f.erp_error else f.notice_for_vm()
+    if notice is not None:
+        return StepPlan(step=contracts.STEP_GO_LIVE, todo=False,
+                        action=f"none: passed before ERP notice {notice['id']}",
+                        details=[f"a rerun would {checks} again"])
+    return StepPlan(step=contracts.STEP_GO_LIVE, todo=True, action=checks)
+
+
 def _erp(f: StoreFacts) -> StepPlan:
     if f.erp_error:
         return StepPlan(step=contracts.STEP_NOTIFY_ERP, todo=True,
@@ -187,7 +199,8 @@ def plan_store(f: StoreFacts, recreate_vm: bool = False) -> list[StepPlan]:
     if recreate_vm and f.domain is not None:
         return [_image(f), _pxe(f), _wait(f), _keys_kept_for_recreation(f), _recreate_vm(f),
                 *_after_recreation(f)]
-    return [_image(f), _pxe(f), _wait(f), _keys(f), _create_vm(f), _firstboot(f), _erp(f)]
+    return [_image(f), _pxe(f), _wait(f), _keys(f), _create_vm(f), _firstboot(f), _go_live(f),
+            _erp(f)]
 
 
 def _keys_kept_for_recreation(f: StoreFacts) -> StepPlan:
@@ -209,10 +222,11 @@ def _recreate_vm(f: StoreFacts) -> StepPlan:
 
 
 def _after_recreation(f: StoreFacts) -> list[StepPlan]:
-    """Steps 6 and 7 for the new VM: its firstboot, a new ERP notice (a new uuid)."""
+    """Steps 6 to 8 for the new VM: its firstboot, its go-live gate, a new ERP notice (a new
+    uuid)."""
     anew = f.model_copy(update=dict(domain=None, vm_key=None, vm_answering=False,
                                     firstboot_stage=None))
-    return [_firstboot(anew), _erp(anew)]
+    return [_firstboot(anew), _go_live(anew), _erp(anew)]
 
 
 def first_todo(plan: list[StepPlan]) -> tuple[int, str] | None:

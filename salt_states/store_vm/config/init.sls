@@ -1,6 +1,7 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import mapdata as vm with context %}
 # Paths are under the minion's root_dir: / on the real VM, else the minion's private root_dir.
+# The go-live gate (the storegate module, run through the master) reads its checks from here.
 store-vm-config-init-file-managed:
   file.managed:
     - name: {{ salt['provisioning.root_path'](vm.config_dir, vm.config_file) }}
@@ -11,3 +12,4 @@ store-vm-config-init-file-managed:
         store_id: {{ salt['grains.get']('store_id', '') | json }}
         minion_id: {{ opts['id'] | json }}
         services: {{ vm.services | json }}
+        go_live: {{ vm.go_live | json }}
