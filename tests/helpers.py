@@ -316,10 +316,13 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any],
         minion_d = Path(lab.state_dir) / "simulator" / "minions" / vm / "etc" / "minion.d"
         assert (minion_d / "00-master.conf").exists()
         assert not any((minion_d / name).exists() for name in BOOTSTRAP_FILES)
+    # the go-live gate passed: the role's service runs and answers on the store network
+    assert master.cmd(vm, "service.status", ["store-pos-gateway"]) is True
+    assert result["go_live_checks"] >= 5  # service, port, HTTP, disk, clock
     # ERP: exactly one notice created for each VM the store has had
     created = created_erp_notices(lab, store_id)
     assert len(created) == vms and created[-1]["erp_id"] == result["erp_id"], created
-    # Prefect: the run completed with its seven task runs
+    # Prefect: the run completed with its eight task runs
     run, tasks = prefect_task_runs(lab, f"rollout-{store_id}")
     assert run["state_type"] == "COMPLETED"
     # (and, before them, the plan an approval showed, if the run asked for one)

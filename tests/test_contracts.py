@@ -27,6 +27,7 @@ IMAGES = Path("image_builds")
 LAB_IMAGES = Path("lab/image_builds")
 FIRSTBOOT_DIR = SALT / "provisioning_helper" / "firstboot"
 HYPERVISOR_DEFAULTS = SALT / "hypervisor" / "parameters" / "defaults.yaml"
+STORE_VM_DEFAULTS = SALT / "store_vm" / "parameters" / "defaults.yaml"
 MINION_D = IMAGES / "overlays" / "salt-minion" / "etc" / "salt" / c.MINION_CONF_DIR
 IDENTITY_SCRIPT = IMAGES / "overlays" / "salt-minion" / "usr" / "local" / "sbin" / "store-identity"
 AUTOYAST = IMAGES / "autoyast" / "store-hypervisor.xml"
@@ -51,7 +52,8 @@ DISTINCT = {name: getattr(c, name) for name in (
     "FIRSTBOOT_SLS", "FIRSTBOOT_STAGE_GRAIN", "FIRSTBOOT_EVENT_PREFIX", "ROLLOUT_PROGRESS_TAG",
     "BOOTSTRAP_CONF", "IDENTITY_CONF", "SEED_LABEL", "SEED_FILE", "IDENTITY_SEED_DIR_ENV",
     "IDENTITY_SALT_DIR_ENV", "LIBVIRT_EVENTS_CONF", "LIBVIRT_EVENTS_ENGINE",
-    "LIBVIRT_CONNECTION_LOST", "LIBVIRT_CONNECTION_RESTORED", "DOWNLOAD_CUT")}
+    "LIBVIRT_CONNECTION_LOST", "LIBVIRT_CONNECTION_RESTORED", "DOWNLOAD_CUT",
+    "STORE_SERVER_CONFIG", "GO_LIVE_FUNCTION")}
 PYTHON_PACKAGES = ("store_rollout", "tasks", "flows", "app", "lab")
 
 
@@ -270,6 +272,26 @@ def check_libvirt_events_engine(r: Report) -> None:
         r.expect(AUTOYAST, number, f"engine {key}", value, expected, "LIBVIRT_EVENTS_ENGINE")
 
 
+def check_store_server_config(r: Report) -> None:
+    """The role's config file the formula writes, firstboot's verify stage requires and the
+    go-live gate reads; the gate's module and function."""
+    values = (yaml.safe_load(r.text(STORE_VM_DEFAULTS)) or {}).get("values", {})
+    r.expect(STORE_VM_DEFAULTS, None, "config_dir/config_file",
+             f"{values.get('config_dir')}/{values.get('config_file')}", c.STORE_SERVER_CONFIG,
+             "STORE_SERVER_CONFIG")
+    verify = FIRSTBOOT_DIR / "verify.sls"
+    paths = [(n, m.group(1)) for n, line in r.lines(verify)
+             if (m := re.search(r"provisioning\.root_path'\]\('([^']+)'\)", line))]
+    r.expect(verify, paths[0][0] if paths else None, "required config file",
+             [path for _, path in paths], [c.STORE_SERVER_CONFIG], "STORE_SERVER_CONFIG")
+    module, function = c.GO_LIVE_FUNCTION.split(".")
+    gate = SALT / "_modules" / f"{module}.py"
+    if not (r.root / gate).exists():
+        r.at(gate, None, f"missing: the go-live gate calls {c.GO_LIVE_FUNCTION}")
+    elif not re.search(rf"^def {function}\(", r.text(gate), re.MULTILINE):
+        r.at(gate, None, f"no function {function}: the go-live gate calls {c.GO_LIVE_FUNCTION}")
+
+
 def check_reactor(r: Report) -> None:
     reactor = SALT / "reactor" / "reactor.yaml"
     tags = yaml.safe_load(r.text(reactor)) or {}
@@ -401,8 +423,8 @@ def check_python(r: Report) -> None:
 
 
 CHECKS = (check_states, check_firstboot, check_hypervisor_ready, check_hypervisor_events,
-          check_reactor, check_salt_modules, check_minion_d, check_identity_script, check_autoyast,
-          check_words)
+          check_store_server_config, check_reactor, check_salt_modules, check_minion_d,
+          check_identity_script, check_autoyast, check_words)
 
 
 def problems(root: Path, checks: tuple[Any, ...] = CHECKS) -> list[str]:
@@ -433,6 +455,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     plant(FIRSTBOOT_DIR / "highstate.sls", "- value: verify", "- value: verified")
     plant(FIRSTBOOT_DIR / "new.sls", "store/vm/firstboot/started", "store/vm/firstbot/started")
     plant(HYPERVISOR_DEFAULTS, "grain: store_rollout_hypervisor_ready", "grain: hv_ready")
+    plant(STORE_VM_DEFAULTS, "config_file: store.yaml", "config_file: store.yml")
     plant(MINION_D / "20-autosign.conf", "- store_rollout_token", "- store_rollout_tokens")
     plant(IDENTITY_SCRIPT, "SEED_LABEL=STORE_SEED", "SEED_LABEL=STORE-SEED")
     plant(SALT / "_modules" / "provisioning.py", '"15-identity.conf"', '"16-identity.conf"')
@@ -457,6 +480,8 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "to: found ['verified'], expected ['verify']",
         "provisioning_helper/firstboot/new.sls:11: event tag: found 'store/vm/firstbot/started'",
         "defaults.yaml:43: values.ready.grain: found 'hv_ready'",
+        "store_vm/parameters/defaults.yaml:-: config_dir/config_file: found "
+        "'etc/store-server/store.yml'",
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
         "provisioning.py:16: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",

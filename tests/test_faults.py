@@ -268,6 +268,52 @@ def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, in
     assert firstboot["run_count"] == 1, firstboot
 
 
+def go_live_table(lab: LabInfo, store_id: str) -> list[dict[str, str]]:
+    """The rows of the store's latest go-live table artifact, as the UI shows them."""
+    found = requests.post(f"{lab.prefect_api_url}/artifacts/filter", timeout=10, json={
+        "artifacts": {"key": {"any_": [f"go-live-{store_id}"]}}, "sort": "CREATED_DESC",
+        "limit": 1}).json()
+    assert found, f"no go-live artifact for store {store_id}"
+    data = found[0]["data"]
+    rows: list[dict[str, str]] = json.loads(data) if isinstance(data, str) else data
+    return rows
+
+
+def test_a_store_service_down_fails_the_go_live_gate_then_the_rerun_notifies_once(
+        lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path) -> None:
+    """Issue 30: the store server's service does not start at firstboot's last boot. The gate
+    fails naming the check and the store, and the ERP hears nothing; started again on the store
+    server (through the master, as a technician would), the rerun resumes at the gate and
+    notifies once."""
+    from tasks.salt import SaltMasterClient
+
+    store, vm = "f-golive", "store-f-golive-vm"
+    inv = write_inventory(tmp_path / "inv.yaml", [store], "52:54:00:fd:00", lab=lab)
+    # taken at the first boot with the role's units enabled: after firstboot's highstate
+    faults("service_start", {"fail": 1})
+    failed = inprocess(store, inv)
+    assert failed.is_failed()
+    assert faults_taken(lab)["service_start"]["failed"] == 1
+    message = str(failed.message)
+    assert f"store {store}: go-live gate failed on {vm}, the ERP was not notified" in message
+    assert "service pos_gateway (store-pos-gateway) runs: not running, enabled" in message
+    assert "pos_gateway port 8443 answers: refused" in message, message
+    assert erp_requests(lab, store) == []
+    failing = {row["check"]: row["result"] for row in go_live_table(lab, store)}
+    assert failing["service pos_gateway (store-pos-gateway) runs"] == "FAIL", failing
+    assert failing["disk / has 500 MB free"] == "pass", failing
+
+    master = SaltMasterClient(lab.salt_master_config)
+    assert master.cmd(vm, "service.start", ["store-pos-gateway"]) is True  # the fix
+    result = completed(inprocess(store, inv))
+    # resumed at the gate: nothing reinstalled or recreated, firstboot found done
+    assert result["hypervisor_reinstalled"] is False and result["vm"]["reused"] is True
+    assert result["firstboot"]["stages"] == {}, result["firstboot"]
+    assert {row["result"] for row in go_live_table(lab, store)} == {"pass"}
+    assert len(erp_requests(lab, store)) == 1
+    check_store(lab, store, result)
+
+
 def test_erp_timeout_then_503_twice_then_201(lab: LabInfo, inprocess: Any, faults: Any,
                                              background: Background, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:

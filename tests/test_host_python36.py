@@ -274,6 +274,35 @@ def test_provisioning_runs_and_refuses_under_the_store_hosts_python(tmp_path: Pa
         assert not refused["ok"] and "CommandExecutionError" in refused["error"], refused
 
 
+def test_the_go_live_checks_run_under_the_store_hosts_python(
+        tmp_path: Path, image_server: tuple[str, Path]) -> None:
+    """`storegate.run` as a store server's minion on Leap (Salt 3006.0, Python 3.6) runs it,
+    from the role's config file under its root: a service answering HTTP, one whose port is
+    closed, free disk and the clock. (Units are the lab's and the full lab's: test_go_live.)"""
+    import time
+
+    from lab.procs import free_port
+    from store_rollout.contracts import GO_LIVE_FUNCTION, STORE_SERVER_CONFIG
+
+    url, _served = image_server
+    config = tmp_path / "minion-root" / STORE_SERVER_CONFIG
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({
+        "services": {"pos": {"port": int(url.rsplit(":", 1)[1]), "http": {"path": "/"}},
+                     "sync": {"port": free_port()}},
+        "go_live": {"disk": {"path": "/", "min_free_mb": 1},
+                    "clock": {"max_skew_seconds": 30}}}))
+    [checks] = run_on_host_python(tmp_path, [
+        {"fun": GO_LIVE_FUNCTION, "args": [STORE_SERVER_CONFIG, time.time()]}])
+    verdicts = {row["check"]: row["passed"] for row in ok(checks)}
+    assert verdicts == {f"pos port {url.rsplit(':', 1)[1]} answers": True,
+                        "pos answers HTTP 200": True,
+                        f"sync port {json.loads(config.read_text())['services']['sync']['port']} "
+                        "answers": False,
+                        "disk / has 1 MB free": True,
+                        "clock within 30 s of the master's": True}, ok(checks)
+
+
 ENGINE_RUNNER = Path(__file__).parent / "host36" / "run_engine.py"
 
 

@@ -218,3 +218,26 @@ def test_autoyast_enables_and_masks_the_formulas_libvirt_units() -> None:
     assert enabled.group(1).split() == ["salt-minion.service", *suse["enabled"]]
     assert masked.group(1).split() == suse["masked"]
     assert "virtxend-ro.socket" in suse["enabled"]
+
+
+def _systemd_verify(unit: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_the_store_servers_units_are_what_systemd_accepts(tmp_path: Path) -> None:
+    """Each unit file the store_vm formula writes on a Leap store server, handed to systemd's
+    own checker (`systemd-analyze verify`), which also refuses a command that is not there."""
+    rendered = json.loads((SNAPSHOTS / "store-vm-leap-15.6.json").read_text())
+    units = {_args(call)["name"]: _args(call)["contents"]
+             for call in _states(rendered, "file").values()
+             if str(_args(call).get("name", "")).startswith("/etc/systemd/system/")}
+    assert "/etc/systemd/system/store-pos-gateway.service" in units, sorted(units)
+    for name, contents in units.items():
+        unit = tmp_path / Path(name).name
+        unit.write_text(contents)
+        checked = _systemd_verify(unit)
+        assert checked.returncode == 0 and not checked.stderr.strip(), (name, checked.stderr)
+    broken = tmp_path / "store-broken.service"
+    broken.write_text(contents.replace("/usr/bin/python3", "/usr/bin/no-such-python"))
+    assert _systemd_verify(broken).returncode != 0
