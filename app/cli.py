@@ -74,6 +74,10 @@ def rollout(
         "--recreate-vm", help="remove the store's VM and create it anew on the current image "
                               "(asks for an approval on the run's page first, as the "
                               "approval_policy setting says)")] = False,
+    reinstall_hypervisor: Annotated[bool, typer.Option(
+        "--reinstall-hypervisor", help="reinstall the store's host even though it is installed "
+                                       "and ready, wiping its disk and the store server on it "
+                                       "(approved first, like --recreate-vm)")] = False,
 ) -> None:
     """Roll out one store (one Prefect flow run) with a live view of its steps."""
     validate_stores([store_id], inventory)
@@ -81,7 +85,7 @@ def rollout(
         [store_id], inventory, live=not as_json, hypervisor_timeout=hypervisor_timeout,
         firstboot_timeout=firstboot_timeout, vm_stall_timeout=vm_stall_timeout,
         hypervisor_stall_timeout=hypervisor_stall_timeout, vm_contact_timeout=vm_contact_timeout,
-        ignore_windows=now, recreate_vm=recreate_vm,
+        ignore_windows=now, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
     )[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
@@ -196,13 +200,15 @@ def plan(
         help="run each answering hypervisor's highstate in test=True")] = True,
     recreate_vm: Annotated[bool, typer.Option(
         "--recreate-vm", help="plan a rollout that recreates the stores' VMs")] = False,
+    reinstall_hypervisor: Annotated[bool, typer.Option(
+        "--reinstall-hypervisor", help="plan a rollout that reinstalls the stores' hosts")] = False,
 ) -> None:
     """What a rollout of each store would do now, step by step; changes nothing."""
     validate_stores(store_ids, inventory)
     from flows.plan import store_plan
 
     result = finished(store_plan(store_ids, str(inventory.resolve()), highstate_test,
-                                 recreate_vm, return_state=True), "plan")
+                                 recreate_vm, reinstall_hypervisor, return_state=True), "plan")
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

@@ -28,7 +28,8 @@ def _run_name() -> str:
 
 @flow(name="store-plan", flow_run_name=_run_name)
 def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
-               highstate_test: bool = True, recreate_vm: bool = False) -> dict[str, Any]:
+               highstate_test: bool = True, recreate_vm: bool = False,
+               reinstall_hypervisor: bool = False) -> dict[str, Any]:
     """What a rollout of each store started now would do, without changing anything: Cobbler
     record (field by field), netboot and power cycle, the hypervisor's states in test=True,
     keys, domain, image and ERP notice.
@@ -41,10 +42,13 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
             the states that would change (a few seconds per host).
         recreate_vm: Plan a rollout that recreates each store's VM (`rollout --recreate-vm`):
             its step 5 is destructive where a VM exists.
+        reinstall_hypervisor: Plan a rollout that reinstalls each store's host
+            (`rollout --reinstall-hypervisor`): its step 2 is destructive where the host is
+            installed and ready.
     """
     stores = load_inventory(inventory).select(store_ids)  # validated before any call
     facts = observe_stores(stores, highstate_test=highstate_test)
-    plans = {sid: plan_store(f, recreate_vm) for sid, f in facts.items()}
+    plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor) for sid, f in facts.items()}
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
                              description=f"rollout plan of {len(plans)} store(s)")
     now = datetime.now(UTC)

@@ -61,7 +61,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   vm_contact_timeout: float = STEP_TIMEOUTS.vm_contact_timeout,
                   owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
                   ignore_windows: bool = False, hold_fleet_slot: bool = False,
-                  recreate_vm: bool = False, approval_policy: str | None = None,
+                  recreate_vm: bool = False, reinstall_hypervisor: bool = False,
+                  approval_policy: str | None = None,
                   approval_timeout: float | None = None) -> dict[str, Any] | State:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
@@ -92,6 +93,12 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         recreate_vm: Remove the store's VM, if it exists, and create it anew on the current
             image (in step 5, in a maintenance window): destructive, so approved first under
             the "destructive" and "always" policies.
+        reinstall_hypervisor: Reinstall the store's host even though it is installed and
+            ready (in step 2, in a maintenance window): its disk, the store server VM on it
+            included, is wiped, and the steps after it run as for a new host (a new VM, key
+            and ERP notice). Destructive, so approved first like recreate_vm; a retry of the
+            same run that finds the host reinstalled since the run began does not reinstall
+            it again.
         approval_policy: When the run asks for an approval on its page first: never,
             destructive (before destroying something that works) or always (before any
             change); empty: the approval_policy setting. A rejected run ends as Rejected,
@@ -108,8 +115,10 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
     with fleet_slot(IN_FLIGHT_LIMIT) if hold_fleet_slot else nullcontext(), \
             store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
-        approval = approve_rollout(store, recreate_vm, policy,
-                                   approval_timeout or settings.approval_timeout_seconds)
+        approval = approve_rollout(store, policy,
+                                   approval_timeout or settings.approval_timeout_seconds,
+                                   recreate_vm=recreate_vm,
+                                   reinstall_hypervisor=reinstall_hypervisor)
         if not approval["approved"]:
             return Completed(name=REJECTED, message=f"store {store_id}: rejected by the "
                              f"approver ({approval['comment'] or 'no comment'}); nothing changed")
@@ -117,7 +126,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
         install = run_in_window(store_id, lambda: clock.run(
             STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
-            install_seconds=hypervisor_timeout, ignore_windows=ignore_windows))
+            install_seconds=hypervisor_timeout, ignore_windows=ignore_windows,
+            reinstall_hypervisor=reinstall_hypervisor))
         hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
                             timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)

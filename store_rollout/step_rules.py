@@ -35,6 +35,14 @@ def hypervisor_installed(key_state: str | None, ready: bool | Callable[[], bool]
     return key_state == KEY_ACCEPTED and bool(_now(ready))
 
 
+def reinstall_due(installed: bool, power_cycled_at: datetime | None,
+                  requested_at: datetime) -> bool:
+    """Step 2 reinstalls a host that is installed and ready, as the run was asked to
+    (`reinstall_hypervisor`), unless it already powered the host on into an install since the
+    request (the same run again: a retry, or resumed after it was parked)."""
+    return installed and (power_cycled_at is None or power_cycled_at < requested_at)
+
+
 def install_underway(power_cycled_at: datetime | None, now: datetime, install_seconds: float,
                      powered_on: bool | Callable[[], bool]) -> bool:
     """Step 2 leaves the host alone (no new token, no record change, no power cycle) and step 3

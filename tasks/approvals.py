@@ -39,10 +39,11 @@ class Approval(RunInput):
 
 
 @task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
-def plan_for_approval(store: Store, recreate_vm: bool) -> list[StepPlan]:
+def plan_for_approval(store: Store, recreate_vm: bool,
+                      reinstall_hypervisor: bool = False) -> list[StepPlan]:
     """The store's plan as `store-rollout plan` makes it (its highstate not tested)."""
     facts = observe([store], load_settings())[store.store_id]
-    return plan_store(facts, recreate_vm=recreate_vm)
+    return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor)
 
 
 def _parked_before() -> bool:
@@ -73,13 +74,15 @@ def ask(store_id: str, request: str, timeout: float) -> Approval:
                               poll_interval=POLL_SECONDS)
 
 
-def approve_rollout(store: Store, recreate_vm: bool, policy: ApprovalPolicy,
-                    timeout: float) -> dict[str, Any]:
+def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
+                    recreate_vm: bool = False,
+                    reinstall_hypervisor: bool = False) -> dict[str, Any]:
     """Ask first when the policy wants it for this run: {"asked", "approved", "comment"}.
     Called from the flow itself (a task cannot pause its flow)."""
-    if policy == "never" or (policy == "destructive" and not recreate_vm):
+    asked_to_destroy = recreate_vm or reinstall_hypervisor
+    if policy == "never" or (policy == "destructive" and not asked_to_destroy):
         return {"asked": False, "approved": True, "comment": ""}  # nothing to destroy: no read
-    plan = plan_for_approval(store, recreate_vm)
+    plan = plan_for_approval(store, recreate_vm, reinstall_hypervisor)
     if not approval_needed(policy, plan):
         return {"asked": False, "approved": True, "comment": ""}
     answer = ask(store.store_id, approval_request(store.store_id, policy, plan), timeout)

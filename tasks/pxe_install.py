@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from passlib.hash import sha512_crypt
 from prefect import get_run_logger, task
@@ -38,6 +38,7 @@ from tasks.cobbler import (
 )
 from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
+from tasks.run_health import run_started_at
 from tasks.salt import hypervisor_ready, master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
 
@@ -121,7 +122,8 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
       retry_condition_fn=retry_on(CobblerUnavailable, BmcUnreachable))
 def pxe_install_hypervisor(store: Store,
                            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
-                           ignore_windows: bool = False) -> dict[str, Any]:
+                           ignore_windows: bool = False,
+                           reinstall_hypervisor: bool = False) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), then through the
     host's BMC: network boot once and a power cycle. `install_seconds`: how long an install
@@ -130,6 +132,9 @@ def pxe_install_hypervisor(store: Store,
     The reinstall disrupts the store: it starts only in a maintenance window with
     `disruption_seconds` left (store_rollout/disruption.py), unless `ignore_windows`; outside
     one the step changes nothing and returns `window` (go false, until when to wait).
+
+    `reinstall_hypervisor`: a host that is installed and ready is installed again (its disk and the
+    VMs on it wiped), once per run (step_rules.reinstall_due).
 
     Returns: {"system", "created", "skipped", "install_underway", "power_actions", "window"};
     skipped when the hypervisor is already installed and ready, which step 3 takes as its
@@ -143,18 +148,17 @@ def pxe_install_hypervisor(store: Store,
     system = store.cobbler_system
     result = {"system": system, "created": False, "skipped": False, "install_underway": False,
               "power_actions": []}
-    # resume: a hypervisor that is up and reported ready is not reinstalled
-    if step_rules.hypervisor_installed(master.key_state(minion),
-                                       lambda: hypervisor_ready(master, minion)):
-        logger.info("store %s: hypervisor %s already installed and ready; no PXE",
-                    store.store_id, minion)
+    found = installed_already(store, master, client, reinstall_hypervisor, logger)
+    if found == "installed":
         return {**result, "skipped": True}
     record = client.get_system(system)
     bmc = bmc_client(store, settings)
     # asked before any change: a wrong BMC login or address fails here, having changed nothing
     powered_on = bmc.power_state() == "on"
     cycled = power_cycled_at(record)
-    if step_rules.install_underway(cycled, datetime.now(UTC), install_seconds, powered_on):
+    # a ready host runs its last install: none is underway, whenever it began
+    if found == "not installed" and step_rules.install_underway(
+            cycled, datetime.now(UTC), install_seconds, powered_on):
         logger.info("store %s: %s was powered on into its install at %s and is on: no second "
                     "power cycle, step 3 waits for that install", store.store_id, system, cycled)
         return {**result, "install_underway": True}
@@ -166,6 +170,30 @@ def pxe_install_hypervisor(store: Store,
     announce_install_started(store.store_id, minion, settings.hypervisor_ready_expected_seconds,
                              install_seconds)
     return {**result, "created": created, "power_actions": actions, "window": asdict(window)}
+
+
+def installed_already(store: Store, master: Any, client: CobblerClient,
+                      reinstall_hypervisor: bool,
+                      logger: Any) -> Literal["installed", "not installed", "reinstall"]:
+    """Whether step 2 has nothing to do: a hypervisor that is up and reported ready is not
+    installed again (a rerun), unless the run was asked to reinstall it and has not yet
+    (step_rules.reinstall_due)."""
+    minion = store.hypervisor_minion_id
+    if not step_rules.hypervisor_installed(master.key_state(minion),
+                                           lambda: hypervisor_ready(master, minion)):
+        return "not installed"
+    if not reinstall_hypervisor:
+        logger.info("store %s: hypervisor %s already installed and ready; no PXE",
+                    store.store_id, minion)
+        return "installed"
+    record = client.get_system(store.cobbler_system)
+    if not step_rules.reinstall_due(True, power_cycled_at(record), run_started_at()):
+        logger.info("store %s: hypervisor %s was reinstalled by this run already; no PXE",
+                    store.store_id, minion)
+        return "installed"
+    logger.warning("store %s: reinstalling hypervisor %s, installed and ready, as asked: its "
+                   "disk and the store server on it are wiped", store.store_id, minion)
+    return "reinstall"
 
 
 def reinstall(store: Store, settings: RolloutSettings, master: Any, client: CobblerClient,
@@ -188,6 +216,9 @@ def reinstall(store: Store, settings: RolloutSettings, master: Any, client: Cobb
         client.sync_system(system)
 
     def mark_power_on() -> None:  # the evidence a rerun reads: written before the host is on
+        # a running host's minion, until the power off, re-authenticated with its old key
+        # (pending now): the new install's key would be refused as not matching it
+        master.delete_key(minion)
         client.set_autoinstall_meta(system, {**spec.autoinstall_meta,
                                              POWER_CYCLED_META: datetime.now(UTC).isoformat()})
 

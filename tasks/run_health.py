@@ -11,7 +11,7 @@ long legitimate wait is never taken for a dead run. The automation marks a run C
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prefect import get_run_logger
@@ -88,3 +88,14 @@ def say_running(name: str, message: str = "") -> None:
         return
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(run, Running(name=name, message=message[:2000]), force=True)
+
+
+def run_started_at() -> datetime:
+    """When this flow run first started (the server's record: a retried or resumed run keeps
+    it); now, outside a flow run."""
+    run_id = this_flow_run()
+    if run_id is None:
+        return datetime.now(UTC)
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(run_id)
+    return run.start_time or run.created or datetime.now(UTC)

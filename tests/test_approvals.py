@@ -56,6 +56,11 @@ def test_when_a_run_asks() -> None:
     assert not approval_needed("destructive", some_to_do)
     assert not approval_needed("never", destructive)
     assert approval_needed("always", some_to_do) and not approval_needed("always", nothing_to_do)
+    reinstall = plan_store(rolled_out(), reinstall_hypervisor=True)
+    assert approval_needed("destructive", reinstall) and not approval_needed("never", reinstall)
+    request = approval_request("0042", "destructive", reinstall)
+    assert "it would destroy something that works: pxe_install_hypervisor: reinstall " \
+           "store-0042-hv" in request, request
 
 
 def test_the_approver_reads_why_and_the_plan() -> None:

@@ -4,6 +4,7 @@ helpers of tasks/observe.py and tasks/cobbler/ they rest on. The lab tests
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from store_rollout.contracts import (
@@ -11,6 +12,7 @@ from store_rollout.contracts import (
     STEP_FIRSTBOOT,
     STEP_GO_LIVE,
     STEP_NOTIFY_ERP,
+    STEP_PXE_INSTALL_HYPERVISOR,
     STEPS,
 )
 from store_rollout.fleet.facts import LastRun, StoreFacts, base_key_of
@@ -165,6 +167,26 @@ def test_reconcile_fingerprint_changes_with_the_store() -> None:
     assert ok.fingerprint() == "ok" and broken.fingerprint() == "mismatch/erp-not-notified"
     row = reconcile_table([broken])[0]
     assert row["fix"].endswith("step 7 (go_live)") and row["fingerprint"] == broken.fingerprint()
+
+
+def test_reinstalling_a_ready_host_is_destructive_and_redoes_everything_on_it() -> None:
+    plan = plan_store(rolled_out(), reinstall_hypervisor=True)
+    assert [p.step for p in plan if p.destructive] == [STEP_PXE_INSTALL_HYPERVISOR]
+    # all of them: even the cached image goes to the wiped host again (in step 5)
+    assert [p.step for p in plan if p.todo] == list(STEPS), plan
+    assert "transfer to the hypervisor" in plan[0].action
+    pxe = plan[1]
+    assert pxe.action.startswith("reinstall store-0042-hv: "), pxe.action
+    assert any("wipes its disk and its store server" in d for d in pxe.details), pxe.details
+    assert "delete hypervisor key store-0042-hv (accepted)" in pxe.details
+    assert plan[3].action == "delete the stale VM key; issue a token"
+    assert plan[4].action.startswith("create ")
+    assert plan[7].action == "new notice for the new VM"
+    # a host that is not installed is installed by any rollout: nothing more to say
+    assert plan_store(fresh(), reinstall_hypervisor=True) == plan_store(fresh())
+    # and the run that reinstalled it, again, does not reinstall it twice
+    again = rolled_out(power_cycled_at=datetime.now(UTC) + timedelta(minutes=1))
+    assert not any(p.destructive for p in plan_store(again, reinstall_hypervisor=True))
 
 
 def test_a_new_notice_names_the_earlier_vms_notice() -> None:

@@ -69,6 +69,17 @@ def test_hypervisor_installed(key: str | None, ready: bool, installed: bool) -> 
     assert step_rules.hypervisor_installed(key, lambda: ready) is installed
 
 
+def test_reinstall_due_once_per_request() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    asked = datetime(2026, 11, 26, 23, 0, tzinfo=UTC)
+    assert step_rules.reinstall_due(True, None, asked)  # never installed by a run
+    assert step_rules.reinstall_due(True, asked - timedelta(days=3), asked)  # the first install
+    # the same run again (a retry, a resumed run) after it powered the host into the install
+    assert not step_rules.reinstall_due(True, asked + timedelta(seconds=1), asked)
+    assert not step_rules.reinstall_due(False, None, asked)  # not installed: an install anyway
+
+
 def test_hypervisor_installed_asks_for_the_grain_only_of_an_accepted_key() -> None:
     asked: list[str] = []
 
@@ -418,8 +429,10 @@ def test_swapping_the_erp_rules_flips_plan_and_the_notice(
 
 # rule -> the functions that decide with it: the step's task (or its client) and the plan
 SITES: dict[str, list[tuple[str, str]]] = {
-    "hypervisor_installed": [("tasks/pxe_install.py", "pxe_install_hypervisor"),
+    "hypervisor_installed": [("tasks/pxe_install.py", "installed_already"),
                              ("store_rollout/fleet/facts.py", "installed")],
+    "reinstall_due": [("tasks/pxe_install.py", "installed_already"),
+                      ("store_rollout/fleet/plan.py", "plan_store")],
     "install_underway": [("tasks/pxe_install.py", "pxe_install_hypervisor"),
                          ("store_rollout/fleet/facts.py", "install_underway")],
     "vm_key_kept": [("tasks/salt_master.py", "prepare_vm_keys"),

@@ -1,10 +1,10 @@
 """Issue 12: the Prefect UI in a real browser (Debian's Chromium driven by Playwright).
 
 A store rollout is started from the deployment's "Run → Custom run" form, followed on its run page
-to Completed, its seven task runs, artifact and forwarded Salt events are read off the pages; a
-second store is cancelled with the run page's Cancel button and its rollback is checked on the
-lab's real Cobbler, libvirt and Salt. Every page visited is saved as a PNG (docs/ui.md uses them:
-`make ui-screenshots`).
+to Completed, its eight task runs, artifacts (the report, the go-live table) and forwarded Salt
+events are read off the pages; a second store is cancelled with the run page's Cancel button and
+its rollback is checked on the lab's real Cobbler, libvirt and Salt. Every page visited is saved as
+a PNG (docs/ui.md uses them: `make ui-screenshots`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ SHOTS = ["dashboard", "batch-run-form", "run-unknown-store", "store-run-form", "
          "run-completed", "run-task-runs", "run-artifacts", "artifact", "event-feed",
          "cancel-dialog", "run-cancelled", "rollback-run",
          # tests/test_windows_lab.py, tests/test_approvals_lab.py
-         "scheduled-store-run", "approval-form", "approval-approved"]
+         "scheduled-store-run", "approval-form", "approval-approved",
+         "go-live-table"]
 
 
 def field_label(name: str) -> re.Pattern[str]:
@@ -233,6 +234,14 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     started = api_get(lab, f"/flow_runs/{run_id}")  # the run is the one the form started
     assert started["name"] == f"rollout-{done_id}" and started["state_type"] == "COMPLETED"
     ui.shot("artifact")
+    # the go-live gate's table: a row per check of the store server, every one passed
+    ui.goto(f"/artifacts/key/go-live-{done_id}")
+    ui.page.locator('a[href*="/artifacts/artifact/"]').first.click()  # the newest version
+    ui.page.get_by_text("service pos_gateway (store-pos-gateway) runs", exact=True).wait_for()
+    ui.page.get_by_text("answers at ", exact=False).first.wait_for()
+    assert ui.page.get_by_text("FAIL", exact=True).count() == 0
+    assert ui.page.get_by_text("pass", exact=True).count() >= 5
+    ui.shot("go-live-table")
 
     # the store's Salt events in the event feed (stored a few seconds after the engine sends them)
     def feed_shows_the_vm() -> int:

@@ -20,7 +20,10 @@
   network (lab/store_network.py), with an address the simulator assigns and keeps per
   machine; the firmware's downloads (profile, nopxe) go over that network too. Store hosts
   also get a mount namespace without the lab's state (lab/host_namespace.py).
-- Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`): delay, fail
+- Units: a simulated machine's enabled systemd units (the store server's role services) start
+  at each boot in its namespace before its minion (lab/salt_overlay/_modules/lab_service.py).
+- Fault knobs per step (`pxe`, `startup_highstate`, `vm_boot`, `reboot`, `vm_start`,
+  `service_start`: a boot at which the enabled units fail to start): delay, fail
   the next N times, never; `GET /faults/taken` counts the delays and failures they caused.
   `pxe` acts in the default lab only: the full lab's install is the real installer's.
 

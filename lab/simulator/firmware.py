@@ -116,6 +116,26 @@ class Firmware:
                     mine.append(dom)
         return mine
 
+    def _wipe_disk(self, system_name: str) -> None:
+        """An install formats the host's disk: the store VMs defined on it and their disks are
+        gone (the base images in the lab's shared images dir are every host's: kept)."""
+        import libvirt
+
+        images = Path(self.info.vm_images_dir).resolve()
+        for dom in self._host_domains(system_name, active=False):
+            xml = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            files = [Path(s.get("file", "")).resolve()
+                     for s in xml.iterfind("./devices/disk/source") if s.get("file")]
+            with contextlib.suppress(libvirt.libvirtError):
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefine()
+            for path in files:
+                if path.is_relative_to(images) and "base" not in path.relative_to(images).parts:
+                    path.unlink(missing_ok=True)
+            log.info("install of %s wipes its disk: domain %s and %d disk files gone",
+                     system_name, dom.name(), len(files))
+
     def _autostart_domains(self, system_name: str) -> None:
         """What the host's libvirt does at boot: start its domains marked autostart."""
         for dom in self._host_domains(system_name, active=False):
@@ -224,6 +244,7 @@ class Firmware:
             log.warning("fault knob: install of %s fails", system_name)
             return
         rendered = parse_autoyast(self._fetch(autoyast_url))
+        self._wipe_disk(system_name)
         minion_id = self._lay_down(system_name, rendered.files)
         # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
         # the one Cobbler rendered (the profile's http_server carries the port)

@@ -6,6 +6,7 @@ this module only says what the step would do about it.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -192,15 +193,37 @@ def _erp(f: StoreFacts) -> StepPlan:
                     details=details)
 
 
-def plan_store(f: StoreFacts, recreate_vm: bool = False) -> list[StepPlan]:
+def plan_store(f: StoreFacts, recreate_vm: bool = False,
+               reinstall_hypervisor: bool = False) -> list[StepPlan]:
     """What a rollout of this store started now would do, step by step; with `recreate_vm`,
     one that recreates the store's VM (step 5 removes the domain there, then goes on as for
-    a store without one)."""
+    a store without one); with `reinstall_hypervisor`, one that reinstalls its host (step 2,
+    then everything on the new install: a new VM, its key, its notice)."""
+    if reinstall_hypervisor and step_rules.reinstall_due(f.installed, f.power_cycled_at,
+                                                         datetime.now(UTC)):
+        return _reinstall(f)
     if recreate_vm and f.domain is not None:
         return [_image(f), _pxe(f), _wait(f), _keys_kept_for_recreation(f), _recreate_vm(f),
                 *_after_recreation(f)]
     return [_image(f), _pxe(f), _wait(f), _keys(f), _create_vm(f), _firstboot(f), _go_live(f),
             _erp(f)]
+
+
+def _reinstall(f: StoreFacts) -> list[StepPlan]:
+    """Step 2 reinstalls the running host (its disk and the store VM on it are wiped), then the
+    steps after it as for a host that was never installed."""
+    wiped = f.model_copy(update=dict(
+        hypervisor_key=None, hypervisor_ready=False, hypervisor_answering=False,
+        highstate_changes=None, base_image_on_hypervisor=False, domain=None, domain_known=True,
+        vm_answering=False, firstboot_stage=None, power_cycled_at=None))
+    pxe = _pxe(wiped)
+    running = f" and its store server {f.domain_name}" if f.domain is not None else ""
+    reinstall = pxe.model_copy(update=dict(
+        destructive=True, action=f"reinstall {f.hypervisor}: {pxe.action}",
+        details=[f"{f.hypervisor} is installed and ready: the install wipes its disk{running}",
+                 *pxe.details, f"delete hypervisor key {f.hypervisor} ({f.hypervisor_key})"]))
+    return [_image(wiped), reinstall, _wait(wiped), _keys(wiped), _create_vm(wiped),
+            _firstboot(wiped), _go_live(wiped), _erp(wiped)]
 
 
 def _keys_kept_for_recreation(f: StoreFacts) -> StepPlan:
