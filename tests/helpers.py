@@ -242,6 +242,17 @@ def created_erp_notices(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
             and (n.get("payload") or {}).get("store_id") == store_id]
 
 
+def go_live_table(lab: LabInfo, store_id: str) -> list[dict[str, str]]:
+    """The rows of the store's latest go-live table artifact, as the UI shows them."""
+    found = requests.post(f"{lab.prefect_api_url}/artifacts/filter", timeout=10, json={
+        "artifacts": {"key": {"any_": [f"go-live-{store_id}"]}}, "sort": "CREATED_DESC",
+        "limit": 1}).json()
+    assert found, f"no go-live artifact for store {store_id}"
+    data = found[0]["data"]
+    rows: list[dict[str, str]] = json.loads(data) if isinstance(data, str) else data
+    return rows
+
+
 def check_store(lab: LabInfo, store_id: str, result: dict[str, Any],
                 booted_guest: bool = False, vms: int = 1) -> None:
     """`booted_guest`: the full lab's VM, which boots the image (its pinned Salt 3006, as a
@@ -318,7 +329,8 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any],
         assert not any((minion_d / name).exists() for name in BOOTSTRAP_FILES)
     # the go-live gate passed: the role's service runs and answers on the store network
     assert master.cmd(vm, "service.status", ["store-pos-gateway"]) is True
-    assert result["go_live_checks"] >= 5  # service, port, HTTP, disk, clock
+    checks = go_live_table(lab, store_id)  # the last run's table
+    assert len(checks) >= 5 and {row["result"] for row in checks} == {"pass"}, checks
     # ERP: exactly one notice created for each VM the store has had
     created = created_erp_notices(lab, store_id)
     assert len(created) == vms and created[-1]["erp_id"] == result["erp_id"], created

@@ -26,6 +26,7 @@ from tests.helpers import (
     check_store,
     events,
     finish,
+    go_live_table,
     notifications,
     power_actions,
     said_at,
@@ -266,17 +267,6 @@ def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, in
     firstboot = wait_for(firstboot_run, timeout=30, interval=1, what="failed firstboot task run")
     # one attempt: a guest that never called is not worth the task's retry
     assert firstboot["run_count"] == 1, firstboot
-
-
-def go_live_table(lab: LabInfo, store_id: str) -> list[dict[str, str]]:
-    """The rows of the store's latest go-live table artifact, as the UI shows them."""
-    found = requests.post(f"{lab.prefect_api_url}/artifacts/filter", timeout=10, json={
-        "artifacts": {"key": {"any_": [f"go-live-{store_id}"]}}, "sort": "CREATED_DESC",
-        "limit": 1}).json()
-    assert found, f"no go-live artifact for store {store_id}"
-    data = found[0]["data"]
-    rows: list[dict[str, str]] = json.loads(data) if isinstance(data, str) else data
-    return rows
 
 
 def test_a_store_service_down_fails_the_go_live_gate_then_the_rerun_notifies_once(

@@ -77,14 +77,14 @@ def _disk(disk):
     stat = os.statvfs(__salt__["provisioning.root_path"](path.lstrip("/")))
     free_mb = stat.f_bavail * stat.f_frsize // (1024 * 1024)
     return _row("disk {} has {} MB free".format(path, minimum), "disk", free_mb >= minimum,
-                "{} MB free".format(free_mb), ">= {} MB".format(minimum))
+                "{} MB free".format(free_mb), "at least {} MB free".format(minimum))
 
 
 def _clock(clock, reference_epoch):
     most = float(clock.get("max_skew_seconds", 30))
     skew = abs(time.time() - float(reference_epoch))
     return _row("clock within {:g} s of the master's".format(most), "clock", skew <= most,
-                "{:.1f} s off".format(skew), "<= {:g} s".format(most))
+                "{:.1f} s off".format(skew), "at most {:g} s off".format(most))
 
 
 def run(config, reference_epoch=None):
