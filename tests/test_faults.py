@@ -278,7 +278,7 @@ def test_a_store_service_down_fails_the_go_live_gate_then_the_rerun_notifies_onc
     from tasks.salt import SaltMasterClient
 
     store, vm = "f-golive", "store-f-golive-vm"
-    inv = write_inventory(tmp_path / "inv.yaml", [store], "52:54:00:fd:00", lab=lab)
+    inv = write_inventory(tmp_path / "inv.yaml", [store], "52:54:00:9a:00", lab=lab)
     # taken at the first boot with the role's units enabled: after firstboot's highstate
     faults("service_start", {"fail": 1})
     failed = inprocess(store, inv)
