@@ -4,10 +4,12 @@ operators' channel); rejected, it ends as Rejected with Cobbler, libvirt, Salt a
 unchanged; approved, it recreates the VM and the store is complete again
 (`check_approvals`, run by tests/test_ui.py on the store it rolled out from the UI); and
 (opt-in, `make test-fleet`) unanswered within its approval timeout, it is parked (suspended)
-and an answer later still ends it."""
+and an answer later still ends it; a requested reinstall of a ready host asks the same way,
+and approved, reinstalls it."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +23,7 @@ from tests.helpers import (
     created_erp_notices,
     finish,
     notifications,
+    power_actions,
     result_from_systems,
     start_rollout,
     wait_for,
@@ -67,6 +70,15 @@ def answer_in_the_ui(ui: Ui, run_id: str, approve: bool, comment: str, shot: str
     ui.shot(shot)
     ui.page.get_by_role("button", name="Submit").click()
     return asked
+
+
+def approval_request_of(lab: LabInfo, run_id: str) -> str:
+    """What the paused run's form says above it (its run input's description), as the API
+    holds it for the UI."""
+    keyset = run(lab, run_id)["state"]["state_details"]["run_input_keyset"]
+    text = requests.get(f"{lab.prefect_api_url}/flow_runs/{run_id}/input/{keyset['description']}",
+                        timeout=10).text
+    return str(json.loads(text)) if text.startswith('"') else text
 
 
 def ended(lab: LabInfo, run_id: str) -> dict[str, Any]:
@@ -133,3 +145,29 @@ def test_an_unanswered_approval_parks_the_run_and_a_later_answer_ends_it(
     after = systems_snapshot(lab)
     for system in before:
         assert after[system] == before[system], f"a parked, then rejected run changed {system}"
+
+
+@pytest.mark.fleet
+def test_a_requested_reinstall_asks_first_then_wipes_the_host_and_redoes_the_store(
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    """`reinstall_hypervisor` of a rolled-out store, started from the deployment as the UI's
+    form does: it pauses with step 2 marked destructive; approved, the running host is
+    installed again through its BMC, which wipes its disk and the store server on it, and the
+    steps after it run as for a new host: a new VM, key and ERP notice."""
+    store = "apr-reinst"
+    inventory = write_inventory(tmp_path / "inventory.yaml", [store], "52:54:00:a8:00", lab=lab)
+    first = finish(start_rollout(lab_env, store, inventory))
+    paused = recreate_run(lab, inventory, store, recreate_vm=False, reinstall_hypervisor=True)
+    asked = approval_request_of(lab, paused)
+    assert f"pxe_install_hypervisor: reinstall store-{store}-hv" in asked, asked
+    requests.post(f"{lab.prefect_api_url}/flow_runs/{paused}/resume", json={
+        "run_input": {"approve": True, "comment": "new disk controller"}},
+        timeout=10).raise_for_status()
+    assert ended(lab, paused)["state_name"] == "Completed"
+    # the running host powered off and on into the install (the first rollout: on only)
+    assert power_actions(lab, f"store-{store}-hv") == {"on": 2, "off": 1}
+    result = result_from_systems(lab, store)
+    assert result["vm"]["uuid"] != first["vm"]["uuid"]
+    notices = [n["erp_id"] for n in created_erp_notices(lab, store)]
+    assert notices[0] == first["erp_id"] and len(notices) == 2
+    check_store(lab, store, {**result, "erp_id": notices[-1]}, vms=2)

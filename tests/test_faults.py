@@ -229,9 +229,9 @@ def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inproces
                                                           faults: Any, tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-reboot"], "52:54:00:f5:00", lab=lab)
     faults("reboot", {"never": True})
-    # a firstboot takes about 8 s here and the VM is down from its first reboot, 3 s in: 15 s
+    # a firstboot takes about 8 s here and the VM is down from its first reboot, 3 s in: 10 s
     # per attempt (the task's retry waits once more) show that the wait ends by itself
-    failed = inprocess("f-reboot", inv, firstboot_timeout=15)
+    failed = inprocess("f-reboot", inv, firstboot_timeout=10)
     assert failed.is_failed()
     assert faults_taken(lab)["reboot"]["failed"] >= 1  # the VM's minion stayed down
     assert "store-f-reboot-vm did not finish firstboot" in str(failed.message), failed.message

@@ -105,22 +105,6 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
-    check_reinstall_on_request(lab, lab_env, inventory, "e2e3", results[1])
-
-
-def check_reinstall_on_request(lab: LabInfo, lab_env: dict[str, str], inventory: Path,
-                               store_id: str, before: dict[str, Any]) -> None:
-    """`rollout --reinstall-hypervisor` of a rolled-out store: its running host is installed
-    again through its BMC, which wipes its disk and the store server on it; the steps after it
-    run as for a new host: a new VM, key and ERP notice. (Under the "never" approval policy:
-    the approval itself is test_approvals_lab's.)"""
-    never = {**lab_env, "STORE_ROLLOUT_APPROVAL_POLICY": "never"}
-    anew = finish(start_rollout(never, store_id, inventory, "--reinstall-hypervisor"))
-    assert anew["hypervisor_reinstalled"] is True, anew
-    assert anew["hypervisor_power_actions"] == ["network boot once", "power off", "power on"]
-    assert anew["vm"]["reused"] is False and anew["vm"]["uuid"] != before["vm"]["uuid"]
-    assert anew["erp_id"] != before["erp_id"]
-    check_store(lab, store_id, anew, vms=2)
 
 
 def check_store_comes_back_after_a_power_cut(lab: LabInfo, lab_env: dict[str, str],

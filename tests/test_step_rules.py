@@ -343,6 +343,36 @@ def test_swapping_install_underway_flips_step_2_in_plan_and_task(
     assert step(underway, STEP_PXE_INSTALL_HYPERVISOR).todo
 
 
+def test_swapping_reinstall_due_flips_a_requested_reinstall_in_plan_and_task(
+        run_task: Callable[..., Any], negate: Callable[[str], None],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ready host, on, that the last install powered on 10 minutes before this run began
+    (within step 3's timeout: no install is underway on a ready host all the same)."""
+    began = datetime.now(UTC)
+    monkeypatch.setattr(pxe_install, "run_started_at", lambda: began)
+    master = FakeMaster(HV_KEYS, domain())
+    master.host_on = True  # type: ignore[attr-defined]
+    master.cobbler_record = {"autoinstall_meta": {  # type: ignore[attr-defined]
+        POWER_CYCLED_META: (began - timedelta(minutes=10)).isoformat()}}
+
+    def reinstall() -> str:
+        try:
+            result = run_task(pxe_install.pxe_install_hypervisor, master, 1800.0, False, True)
+        except WouldInstall:
+            return "install"
+        return "skipped" if result["skipped"] else "underway" if result["install_underway"] else "?"
+
+    def destructive() -> bool:
+        plan = plan_store(facts(power_cycled_at=began - timedelta(minutes=10)),
+                          reinstall_hypervisor=True)
+        return next(p for p in plan if p.step == STEP_PXE_INSTALL_HYPERVISOR).destructive
+
+    assert reinstall() == "install" and destructive()
+    assert pxe_outcome(run_task, master) == "skipped"  # not asked: a ready host is left alone
+    negate("reinstall_due")
+    assert reinstall() == "skipped" and not destructive()
+
+
 def test_swapping_vm_key_kept_flips_step_4_in_plan_and_task(
         run_task: Callable[..., Any], negate: Callable[[str], None]) -> None:
     assert not step(facts(), STEP_PREPARE_VM_KEYS).todo
