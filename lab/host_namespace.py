@@ -73,6 +73,7 @@ def boot_units(root: str, start: bool) -> None:
         raise SystemExit(f"host_namespace: cannot load {path}")
     units = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(units)
+    # _boot: private to Salt's loader (not a `service.*` function), this init's own entry
     for unit, runs in units._boot(root, start).items():
         print("host_namespace: unit {} {}".format(unit, "started" if runs else "failed to start"),
               flush=True)

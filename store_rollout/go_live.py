@@ -27,13 +27,18 @@ class GoLiveReport(BaseModel):
     @classmethod
     def from_rows(cls, store_id: str, vm_minion: str, rows: Any) -> GoLiveReport:
         """The report of what `storegate.run` returned; an answer that is not a list of check
-        rows (an old module, a broken config) is one failed check saying so."""
+        rows (an old module, a broken config), or no row at all, is one failed check saying
+        so."""
         try:
-            return cls(store_id=store_id, vm_minion=vm_minion, checks=rows)
+            report = cls(store_id=store_id, vm_minion=vm_minion, checks=rows)
         except ValidationError:
             return cls(store_id=store_id, vm_minion=vm_minion, checks=[GoLiveCheck(
                 check="the store server's checks ran", kind="gate", passed=False,
                 observed=f"unreadable answer: {str(rows)[:200]}", expected="a row per check")])
+        if not report.checks:
+            report.checks = [GoLiveCheck(check="any check", kind="gate", passed=False,
+                                         observed="none ran", expected="at least one")]
+        return report
 
     @property
     def passed(self) -> bool:
@@ -41,9 +46,7 @@ class GoLiveReport(BaseModel):
 
     @property
     def failed(self) -> list[GoLiveCheck]:
-        return [c for c in self.checks if not c.passed] or (
-            [] if self.checks else [GoLiveCheck(check="any check", kind="gate", passed=False,
-                                                observed="none ran", expected="at least one")])
+        return [c for c in self.checks if not c.passed]
 
     def table(self) -> list[dict[str, str]]:
         """Rows for the run's table artifact."""
