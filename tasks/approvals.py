@@ -87,6 +87,6 @@ def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
         return {"asked": False, "approved": True, "comment": ""}
     answer = ask(store.store_id, approval_request(store.store_id, policy, plan), timeout)
     run_logger(__name__).warning("store %s: %s by the approver%s", store.store_id,
-                      "approved" if answer.approve else "rejected",
-                      f": {answer.comment}" if answer.comment else "")
+                                 "approved" if answer.approve else "rejected",
+                                 f": {answer.comment}" if answer.comment else "")
     return {"asked": True, "approved": answer.approve, "comment": answer.comment}

@@ -148,10 +148,10 @@ def pxe_install_hypervisor(store: Store,
     system = store.cobbler_system
     result = {"system": system, "created": False, "skipped": False, "install_underway": False,
               "power_actions": []}
-    found = installed_already(store, master, client, reinstall_hypervisor, logger)
+    found, record = installed_already(store, master, client, reinstall_hypervisor, logger)
     if found == "installed":
         return {**result, "skipped": True}
-    record = client.get_system(system)
+    record = record if found == "reinstall" else client.get_system(system)
     bmc = bmc_client(store, settings)
     # asked before any change: a wrong BMC login or address fails here, having changed nothing
     powered_on = bmc.power_state() == "on"
@@ -174,26 +174,27 @@ def pxe_install_hypervisor(store: Store,
 
 def installed_already(store: Store, master: Any, client: CobblerClient,
                       reinstall_hypervisor: bool,
-                      logger: Any) -> Literal["installed", "not installed", "reinstall"]:
+                      logger: Any) -> tuple[Literal["installed", "not installed", "reinstall"],
+                                            dict[str, Any] | None]:
     """Whether step 2 has nothing to do: a hypervisor that is up and reported ready is not
     installed again (a rerun), unless the run was asked to reinstall it and has not yet
-    (step_rules.reinstall_due)."""
+    (step_rules.reinstall_due); with the Cobbler record when it was read for that."""
     minion = store.hypervisor_minion_id
     if not step_rules.hypervisor_installed(master.key_state(minion),
                                            lambda: hypervisor_ready(master, minion)):
-        return "not installed"
+        return "not installed", None
     if not reinstall_hypervisor:
         logger.info("store %s: hypervisor %s already installed and ready; no PXE",
                     store.store_id, minion)
-        return "installed"
+        return "installed", None
     record = client.get_system(store.cobbler_system)
     if not step_rules.reinstall_due(True, power_cycled_at(record), run_started_at()):
         logger.info("store %s: hypervisor %s was reinstalled by this run already; no PXE",
                     store.store_id, minion)
-        return "installed"
+        return "installed", record
     logger.warning("store %s: reinstalling hypervisor %s, installed and ready, as asked: its "
                    "disk and the store server on it are wiped", store.store_id, minion)
-    return "reinstall"
+    return "reinstall", record
 
 
 def reinstall(store: Store, settings: RolloutSettings, master: Any, client: CobblerClient,
