@@ -151,31 +151,26 @@ def status(
 def prefect_setup() -> None:
     """Make the Prefect server ready for rollouts (idempotent): the `cobbler-sync` limit and
     the automation that marks dead flow runs Crashed. Run it once per server (lab up does)."""
-    from tasks.run_health import (
-        AUTOMATION_NAME,
-        HEARTBEAT_ENV,
-        ZOMBIE_AFTER_SECONDS,
-        ensure_zombie_automation,
-    )
+    from store_rollout.settings import setting_at_setup
+    from tasks.notifications import ensure_notifications
+    from tasks.run_health import AUTOMATION_NAME, ensure_zombie_automation, zombie_after
     from tasks.slots import COBBLER_SYNC_LIMIT, set_limit
 
     set_limit(COBBLER_SYNC_LIMIT, 1)
     console.print(f"global concurrency limit {COBBLER_SYNC_LIMIT}: 1 slot, active")
-    console.print(f"automation {AUTOMATION_NAME!r}: {ensure_zombie_automation()} (a flow run "
-                  f"without a heartbeat for {ZOMBIE_AFTER_SECONDS} s is marked Crashed)")
-    from tasks.notifications import configured_block, ensure_notifications
-
-    notify_through, ready_within = configured_block()
+    beat = setting_at_setup("heartbeat_seconds")
+    console.print(f"automation {AUTOMATION_NAME!r}: {ensure_zombie_automation(beat)} (a flow run "
+                  f"without a heartbeat for {zombie_after(beat):.0f} s is marked Crashed; the "
+                  f"workers' STORE_ROLLOUT_HEARTBEAT_SECONDS must be {beat:g} too)")
+    notify_through = setting_at_setup("notification_block")
     if notify_through:
+        ready_within = setting_at_setup("hypervisor_ready_expected_seconds")
         for name, done in ensure_notifications(notify_through, ready_within).items():
             console.print(f"automation {name!r}: {done} (messages through {notify_through!r})")
     else:
         console.print("no notification block set (STORE_ROLLOUT_NOTIFICATION_BLOCK): failures "
                       "and waits are seen in the UI only")
-    env = " ".join(f"{k}={v}" for k, v in HEARTBEAT_ENV.items())
-    console.print(f"start every worker with {env} in its environment (store-rollout's own "
-                  "commands set it), or its runs send no heartbeats; and keep the server's "
-                  "concurrency leases across restarts (docs/reliability.md)")
+    console.print("keep the server's concurrency leases across restarts (docs/reliability.md)")
 
 
 @app.command("rollback")

@@ -21,27 +21,13 @@ COMMAND_GROUP = "store_rollout.commands"
 
 def command_prefect_settings() -> Any:
     """The Prefect settings of a command's duration, whatever was imported before: with
-    STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL) the Prefect server that file names; and heartbeats
-    for this process's flow runs (and `serve`'s children), so the server's automation marks
-    them Crashed if this process dies (tasks/run_health.py)."""
-    import os
-
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
-        PREFECT_HOME,
-        temporary_settings,
-    )
+    STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL) the Prefect server that file names."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     from store_rollout.settings import prefect_settings_of_file
-    from tasks.run_health import HEARTBEAT_ENV
 
-    os.environ.update({k: v for k, v in HEARTBEAT_ENV.items() if k not in os.environ})
-    names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME,
-             "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": PREFECT_FLOWS_HEARTBEAT_FREQUENCY}
-    updates = {**prefect_settings_of_file(),
-               "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]}
-    return temporary_settings(updates={names[k]: v for k, v in updates.items()})
+    names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME}
+    return temporary_settings(updates={names[k]: v for k, v in prefect_settings_of_file().items()})
 
 
 def validate_stores(store_ids: list[str], inventory: Path) -> None:

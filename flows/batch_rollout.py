@@ -25,6 +25,7 @@ from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.settings import load_settings
 from store_rollout.waves import plan_waves, runs_of_their_own, should_halt
+from tasks.run_health import beating
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, set_limit
 from tasks.store_runs import STORE_DEPLOYMENT, check_deployment, schedule_store_run, wait_for_store_runs
 
@@ -66,6 +67,7 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, Any]) -> dict
 
 @flow(name="batch-rollout", flow_run_name="batch-{wave_size}x-{canary}c",
       task_runner=STORE_THREADS)
+@beating
 def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...] = (),
                   canary: int = 1, wave_size: int = 5, max_in_flight: int = 3,
                   halt_failure_ratio: float = 0.2,

@@ -17,6 +17,7 @@ from store_rollout.fleet.render import plan_markdown
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
 from tasks.observe import observe_stores
+from tasks.run_health import beating
 
 ARTIFACT_KEY = "store-plan"
 
@@ -27,6 +28,7 @@ def _run_name() -> str:
 
 
 @flow(name="store-plan", flow_run_name=_run_name)
+@beating
 def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
                highstate_test: bool = True, recreate_vm: bool = False,
                reinstall_hypervisor: bool = False) -> dict[str, Any]:

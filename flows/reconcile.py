@@ -15,13 +15,15 @@ from prefect.artifacts import create_table_artifact
 from store_rollout.fleet.reconcile import reconcile_store
 from store_rollout.fleet.render import reconcile_table
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.settings import load_settings
 from tasks.observe import emit_store_changes, observe_stores, previous_reconcile
-from tasks.run_health import ZOMBIE_AFTER_SECONDS
+from tasks.run_health import beating, zombie_after
 
 ARTIFACT_KEY = "store-reconcile"
 
 
 @flow(name="store-reconcile", flow_run_name="reconcile")
+@beating
 def store_reconcile(inventory: str = DEFAULT_INVENTORY,
                     store_ids: list[str] | None = None) -> dict[str, Any]:
     """Compare every store of the inventory (or `store_ids`) on the real systems with its last
@@ -34,7 +36,8 @@ def store_reconcile(inventory: str = DEFAULT_INVENTORY,
     """
     stores = load_inventory(inventory).select(store_ids)
     facts = observe_stores(stores, last_runs=True)
-    statuses = [reconcile_store(facts[s.store_id], ZOMBIE_AFTER_SECONDS) for s in stores]
+    silent_for = zombie_after(load_settings().heartbeat_seconds)
+    statuses = [reconcile_store(facts[s.store_id], silent_for) for s in stores]
     changed = emit_store_changes(statuses, previous_reconcile(ARTIFACT_KEY))
     create_table_artifact(key=ARTIFACT_KEY, table=reconcile_table(statuses),
                           description=f"reconcile of {len(statuses)} store(s)")

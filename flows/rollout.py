@@ -37,8 +37,9 @@ from tasks.kiwi import ensure_image
 from tasks.notifications import notify_failure
 from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor
+from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
-from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, store_owner, this_flow_run
+from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, store_owner
 from tasks.virt import create_vm
 from tasks.windows import run_in_window
 
@@ -53,6 +54,7 @@ def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
 
 @flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel],
       on_failure=[notify_failure])
+@beating
 def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   hypervisor_timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
                   firstboot_timeout: float = STEP_TIMEOUTS.firstboot_timeout,

@@ -12,6 +12,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.settings import load_settings
 from tasks.kiwi import ensure_image
+from tasks.run_health import beating
 from tasks.virt import stage_image
 
 STAGE_THREADS: Any = ThreadPoolTaskRunner(max_workers=8)
@@ -22,6 +23,7 @@ class StagingFailed(Exception):
 
 
 @flow(name="stage-images", flow_run_name="stage-images", task_runner=STAGE_THREADS)
+@beating
 def stage_images(store_ids: tuple[str, ...] = (),
                  inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
     """Put the base image on the stores' hypervisors before their rollout (verified there, as

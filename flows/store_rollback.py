@@ -11,12 +11,14 @@ from prefect import flow, tags
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.cobbler import disable_hypervisor_netboot
+from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
-from tasks.slots import store_owner, this_flow_run
+from tasks.slots import store_owner
 from tasks.virt import remove_vm
 
 
 @flow(name="store-rollback", flow_run_name="rollback-{store_id}")
+@beating
 def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY,
                    owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
                    own_store: bool = True) -> dict[str, Any]:

@@ -13,7 +13,6 @@ import requests
 
 from lab.procs import ProcessRecord, spawn, wait_until
 from lab.state import REPO_ROOT, VENV_BIN, LabPaths
-from tasks.run_health import HEARTBEAT_ENV
 from tasks.slots import FILESYSTEM_LEASE_STORAGE
 
 PREFECT_YAML = REPO_ROOT / "prefect.yaml"
@@ -144,9 +143,7 @@ def start_worker(env: dict[str, str], log: Path, limit: int = 10) -> ProcessReco
     """A process worker on the deployments' pool; it polls every 2 s so a UI click starts soon."""
     argv = [str(VENV_BIN / "prefect"), "worker", "start", "--pool", work_pool(),
             "--name", "lab-worker", "--limit", str(limit), "--type", "process"]
-    # the flow runs it starts inherit its environment: heartbeats on (tasks/run_health.py)
-    return spawn(argv, log, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2", **HEARTBEAT_ENV},
-                 cwd=REPO_ROOT)
+    return spawn(argv, log, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2"}, cwd=REPO_ROOT)
 
 
 def wait_worker_online(port: int, timeout: float = 60) -> None:

@@ -257,6 +257,9 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_HYPERVISOR_READY_EXPECTED_SECONDS": "120" if info.full else "10",
         # the simulated guest's units start with its minion; the real one's may start after it
         "STORE_ROLLOUT_GO_LIVE_SETTLE_SECONDS": "60" if info.full else "6",
+        # a killed lab run is marked Crashed 18 s after its last beat, not 90 s: its tests do
+        # not wait out production's window (three missed beats still)
+        "STORE_ROLLOUT_HEARTBEAT_SECONDS": "6",
         # a host's domain has no power supply to drain: no pause needed
         "STORE_ROLLOUT_POWER_OFF_SECONDS": "0",
         # the full lab boots a real image; the default lab's guests are simulated processes

@@ -12,15 +12,13 @@ Block named the service's own fields (URL, user, secret) are no longer required.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, TypeAdapter, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -38,6 +36,7 @@ from store_rollout.approvals import (
 )
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
 from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
+from store_rollout.update_repos import LEAP_UPDATE_REPOS, checked_repo_urls, repo_list
 
 SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
 SECRET_FIELDS = ("cobbler_password", "erp_token")
@@ -48,13 +47,6 @@ RETIRED = ("STORE_ROLLOUT_POWER_USER", "STORE_ROLLOUT_POWER_PASSWORD",
 BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user", "cobbler_password"),
                   "erp_credentials_block": ("erp_url", "erp_token")}
 _REPLACED_BY = {name: block for block, names in BLOCK_REPLACES.items() for name in names}
-# openSUSE Leap 15.6's update repositories for what a Xen host installs: oss, SLE's updates of
-# the packages Leap takes from SLE (Xen, libvirt, Salt among them) and backports (non-oss has
-# nothing a hypervisor installs)
-LEAP_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/15.6/oss/",
-                     "https://download.opensuse.org/update/leap/15.6/sle/",
-                     "https://download.opensuse.org/update/leap/15.6/backports/")
-_REPO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>&\"']+")
 
 
 def _known_disruptions(value: dict[str, float]) -> dict[str, float]:
@@ -132,6 +124,9 @@ class RolloutSettings(BaseSettings):
     approval_timeout_seconds: float = Field(DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0, le=604800)
     # the go-live gate asks failing checks again this long before it fails (tasks/go_live.py)
     go_live_settle_seconds: float = Field(120.0, ge=0, le=3600)
+    # each flow run's heartbeat (tasks/run_health.py): the workers' and prefect-setup's value
+    # must agree, as a run is taken for dead after three silent intervals
+    heartbeat_seconds: float = Field(30.0, ge=4, le=300)  # the automation needs a 12-s window
     image_description: str = "leap-jeos"
     image_builder: Literal["lab", "kiwi"] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"
@@ -167,26 +162,12 @@ class RolloutSettings(BaseSettings):
     @field_validator("hypervisor_update_repos", mode="before")
     @classmethod
     def _repo_list(cls, value: Any) -> Any:
-        if isinstance(value, str):  # the environment's: a JSON list or space-separated URLs
-            if value.strip().startswith("["):
-                try:
-                    return json.loads(value)
-                except ValueError as exc:
-                    raise ValueError(f"not a JSON list of URLs ({exc})") from None
-            return value.split()
-        return value
+        return repo_list(value)
 
     @field_validator("hypervisor_update_repos")
     @classmethod
     def _repo_urls(cls, value: list[str]) -> list[str]:
-        # they travel space-separated in Cobbler's autoinstall_meta and land in the profile's XML
-        bad = [url for url in value if not _REPO_URL.fullmatch(url)]
-        if bad:
-            raise ValueError(f"{bad} not repository URLs: scheme://host/path, no spaces and none "
-                             "of <>&\"' (percent-encode them)")
-        if len(set(value)) != len(value):
-            raise ValueError(f"{value} lists a repository twice")
-        return value
+        return checked_repo_urls(value)
 
     def public(self) -> dict[str, Any]:
         """For logs and artifacts: secrets masked."""
@@ -261,6 +242,20 @@ def _refuse_retired(env: dict[str, str], path: Path | None) -> None:
             "Block (name it in STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK, or per store in "
             "hypervisor.bmc_credentials_block) and a BMC's address in the inventory "
             "(hypervisor.power_address); remove these variables")
+
+
+def setting_at_setup(name: str, environ: dict[str, str] | None = None) -> Any:
+    """One setting for `prefect-setup`, which may run where the others are not given: from the
+    settings if they load, else its own variable, else its default."""
+    try:
+        return getattr(load_settings(environ), name)
+    except SettingsError:
+        field = RolloutSettings.model_fields[name]
+        given = (os.environ if environ is None else environ).get(f"STORE_ROLLOUT_{name.upper()}")
+        if given is None:
+            return field.get_default(call_default_factory=True)
+        typed: Any = Annotated[field.annotation, *field.metadata]
+        return TypeAdapter(typed).validate_python(given)
 
 
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:

@@ -166,24 +166,6 @@ def automations(block_id: UUID, ready_within: float) -> list[AutomationCore]:
     return [failed, crashed, waiting, approval, silent]
 
 
-def configured_block() -> tuple[str, float]:
-    """The settings' notification block ("" for none) and hypervisor_ready_expected_seconds;
-    `prefect-setup` may run where the other settings are not given, so the variables alone
-    do too."""
-    import os
-
-    from store_rollout.settings import SettingsError, load_settings
-    from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
-
-    try:
-        settings = load_settings()
-        return settings.notification_block, settings.hypervisor_ready_expected_seconds
-    except SettingsError:
-        return (os.environ.get("STORE_ROLLOUT_NOTIFICATION_BLOCK", ""),
-                float(os.environ.get("STORE_ROLLOUT_HYPERVISOR_READY_EXPECTED_SECONDS",
-                                     READY_EXPECTED_SECONDS)))
-
-
 def ensure_notifications(block_name: str, ready_within: float) -> dict[str, str]:
     """Create the automations, or bring existing ones of those names up to date, sending
     through the notification block `block_name` (`<block type>/<name>`); says what it did

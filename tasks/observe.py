@@ -27,6 +27,7 @@ from tasks.cobbler import CobblerError, cobbler_client, system_changes
 from tasks.erp import ErpError, erp_client
 from tasks.kiwi import image_status
 from tasks.pxe_install import power_cycled_at, system_spec
+from tasks.run_health import HEARTBEAT_EVENT
 from tasks.salt import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
 
 READ_TIMEOUT = 3  # seconds a minion gets to answer a read (a silent one is reported as such)
@@ -190,7 +191,7 @@ def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:
             page = client.read_events(filter=EventFilter(
                 occurred=EventOccurredFilter.model_validate(
                     {"since": now - timedelta(hours=6), "until": now + timedelta(minutes=1)}),
-                event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+                event=EventNameFilter(name=[HEARTBEAT_EVENT]),
                 resource=EventResourceFilter(id=[f"prefect.flow-run.{r.id}" for r in running])),
                 limit=50 * len(running))
             for event in page.events:

@@ -1,60 +1,130 @@
-"""A flow run whose process died is marked Crashed, not left Running: heartbeats plus the
-Prefect automation Prefect documents for "zombie" flow runs (docs/reliability.md).
+"""A flow run whose process died is marked Crashed, not left Running: heartbeats plus an
+automation like the one Prefect documents for "zombie" flow runs (docs/reliability.md).
 
-Each flow run sends a `prefect.flow-run.heartbeat` event every `HEARTBEAT_SECONDS` from a thread
-of its own process (`PREFECT_FLOWS_HEARTBEAT_FREQUENCY`: the lab sets it for its worker and the
-CLI; production sets it on every worker). A step that waits for 30 minutes keeps beating, so a
-long legitimate wait is never taken for a dead run. The automation marks a run Crashed once
-`ZOMBIE_AFTER_SECONDS` pass after a heartbeat with neither another heartbeat nor a final state.
+Each flow run sends a `HEARTBEAT_EVENT` every `heartbeat_seconds` (a setting) from a thread of
+its own process (`heartbeats`, entered by every flow), so a step that waits for 30 minutes keeps
+beating and a long legitimate wait is never taken for a dead run. The automation marks a run
+Crashed once `MISSED_BEATS` intervals pass after a heartbeat with neither another heartbeat nor a
+final state. The beats are the flows' own, not Prefect's (PREFECT_FLOWS_HEARTBEAT_FREQUENCY):
+a worker needs no setting for them, the lab may beat faster than Prefect's 30-s minimum, and
+the thread stops the moment its run ends where Prefect's finishes its 1-s sleep first.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
+from uuid import UUID
 
 from prefect import get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
+from prefect.events import emit_event
 from prefect.events.actions import ChangeFlowRunState
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.events.schemas.events import ResourceSpecification
 from prefect.exceptions import MissingContextError
 from prefect.states import Running
 
-from tasks.slots import this_flow_run
-
-HEARTBEAT_SECONDS = 30  # Prefect's minimum
+F = TypeVar("F", bound=Callable[..., Any])
+HEARTBEAT_EVENT = "store-rollout.flow-run.heartbeat"
 # three heartbeats missed: a loaded worker's late beat is no crash
-ZOMBIE_AFTER_SECONDS = 90
-HEARTBEAT_ENV = {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS)}
+MISSED_BEATS = 3
 AUTOMATION_NAME = "store-rollout: crash flow runs that stopped beating"
-CRASH_MESSAGE = (f"no heartbeat for {ZOMBIE_AFTER_SECONDS} s: the flow run's process or "
-                 "machine died; run the store again, it resumes")
 
 
-def zombie_automation() -> AutomationCore:
+def this_flow_run() -> UUID | None:
+    """The id of the flow run this code runs in, if any."""
+    from prefect.runtime import flow_run
+
+    return UUID(flow_run.id) if flow_run.id else None
+
+
+def zombie_after(heartbeat_seconds: float) -> float:
+    """Seconds without a heartbeat after which a Running flow run is taken for dead."""
+    return MISSED_BEATS * heartbeat_seconds
+
+
+def crash_message(heartbeat_seconds: float) -> str:
+    return (f"no heartbeat for {zombie_after(heartbeat_seconds):.0f} s: the flow run's process "
+            "or machine died; run the store again, it resumes")
+
+
+@contextmanager
+def heartbeats(every_seconds: float, emit: Callable[..., Any] = emit_event) -> Iterator[None]:
+    """This flow run sends `HEARTBEAT_EVENT` now and every `every_seconds` while the block runs,
+    from a thread (a step blocked in a call still beats); nothing outside a flow run."""
+    from prefect.runtime import flow_run
+
+    run_id = this_flow_run()
+    if run_id is None:
+        yield
+        return
+    resource = {"prefect.resource.id": f"prefect.flow-run.{run_id}",
+                "prefect.resource.name": str(flow_run.name)}
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            try:
+                emit(event=HEARTBEAT_EVENT, resource=resource)
+            except Exception:  # a lost beat is the automation's business, not the run's
+                logging.getLogger(__name__).debug("heartbeat not sent", exc_info=True)
+            if stop.wait(every_seconds):
+                return
+
+    # the thread sees this context's Prefect settings (the API the run reports to)
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(beat,),
+                              name=f"heartbeats-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def beating(fn: F) -> F:
+    """The flow function `fn`, sending heartbeats while it runs (under `@flow`: Prefect reads
+    the signature and docstring through the wrapper)."""
+
+    @functools.wraps(fn)
+    def beating_run(*args: Any, **kwargs: Any) -> Any:
+        from store_rollout.settings import load_settings
+
+        with heartbeats(load_settings().heartbeat_seconds):
+            return fn(*args, **kwargs)
+
+    return cast(F, beating_run)
+
+
+def zombie_automation(heartbeat_seconds: float) -> AutomationCore:
     final = ("Completed", "Failed", "Cancelled", "Crashed")
     return AutomationCore(
         name=AUTOMATION_NAME,
         description="Marks a flow run Crashed when its heartbeats stop (its process died).",
         trigger=EventTrigger(
-            after={"prefect.flow-run.heartbeat"},
-            expect={"prefect.flow-run.heartbeat", *(f"prefect.flow-run.{s}" for s in final)},
+            after={HEARTBEAT_EVENT},
+            expect={HEARTBEAT_EVENT, *(f"prefect.flow-run.{s}" for s in final)},
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,
             threshold=1,
-            within=timedelta(seconds=ZOMBIE_AFTER_SECONDS),
+            within=timedelta(seconds=zombie_after(heartbeat_seconds)),
         ),
-        actions=[ChangeFlowRunState(name=None, state=StateType.CRASHED, message=CRASH_MESSAGE,
-                                    force=False)],
+        actions=[ChangeFlowRunState(name=None, state=StateType.CRASHED,
+                                    message=crash_message(heartbeat_seconds), force=False)],
     )
 
 
-def ensure_zombie_automation() -> str:
-    return ensure_automation(zombie_automation())
+def ensure_zombie_automation(heartbeat_seconds: float) -> str:
+    return ensure_automation(zombie_automation(heartbeat_seconds))
 
 
 def ensure_automation(wanted: AutomationCore) -> str:

@@ -26,6 +26,8 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalC
 from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
+from tasks.run_health import HEARTBEAT_EVENT
+
 COBBLER_SYNC_LIMIT = "cobbler-sync"  # Cobbler syncs never overlap (limit 1)
 IN_FLIGHT_LIMIT = "stores-in-flight"  # stores rolled out at once, fleet-wide (batch-rollout)
 # Prefect's minimum: the shortest time a dead holder keeps a slot
@@ -117,7 +119,7 @@ def _beat_since(runs: list[Any], since: datetime) -> bool:
         page = client.read_events(filter=EventFilter(
             occurred=EventOccurredFilter.model_validate(
                 {"since": since, "until": datetime.now(UTC) + timedelta(minutes=1)}),
-            event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+            event=EventNameFilter(name=[HEARTBEAT_EVENT]),
             resource=EventResourceFilter(id=[f"prefect.flow-run.{run.id}" for run in runs])),
             limit=1)
     return bool(page.events)
@@ -132,13 +134,6 @@ def busy_message(store_id: str, owners: list[Any], waited: float) -> str:
             f"{waited:.0f} s and changed nothing. Wait for that run to finish or cancel it, then "
             f"run again; a run whose process died frees the store within about "
             f"{DEAD_HOLDER_SECONDS} s")
-
-
-def this_flow_run() -> UUID | None:
-    """The id of the flow run this code runs in, if any."""
-    from prefect.runtime import flow_run
-
-    return UUID(flow_run.id) if flow_run.id else None
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import decide
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
-from tasks.slots import this_flow_run
+from tasks.run_health import this_flow_run
 
 STORE_DEPLOYMENT: Final = "store-rollout/store-rollout"  # prefect.yaml's store-rollout
 POLL_SECONDS: Final = 5.0  # how often the batch reads its scheduled runs' states

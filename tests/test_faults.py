@@ -501,11 +501,14 @@ def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
     other, waiting longer than the automation's window, stays Running and completes; the
     killed store's rerun resumes. Issue 29: killed once step 2 powered its host on, the rerun
     powers it no second time."""
-    from tasks.run_health import HEARTBEAT_SECONDS, ZOMBIE_AFTER_SECONDS
+    from store_rollout.settings import load_settings
+    from tasks.run_health import zombie_after
 
+    beat = load_settings(lab_env).heartbeat_seconds
+    zombie_after_seconds = zombie_after(beat)
     api, alive, killed = lab.prefect_api_url, "f-alive", "f-zombie"
     inv = write_inventory(tmp_path / "inv.yaml", [alive, killed], "52:54:00:f7:00", lab=lab)
-    faults("pxe", {"delay": ZOMBIE_AFTER_SECONDS + 20})  # step 3 waits that long
+    faults("pxe", {"delay": zombie_after_seconds + 20})  # step 3 waits that long
     logs = {sid: tmp_path / f"{sid}.log" for sid in (alive, killed)}
     procs = {sid: subprocess.Popen(  # logs to a file: a full stderr pipe would stall the run
         [str(VENV_BIN / "store-rollout"), "rollout", sid, "--inventory", str(inv), "--json"],
@@ -531,14 +534,14 @@ def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
         os.killpg(procs[killed].pid, signal.SIGKILL)
         procs[killed].wait()
     kill_time = time.monotonic()
-    bound = ZOMBIE_AFTER_SECONDS + HEARTBEAT_SECONDS + 30
+    bound = zombie_after_seconds + beat + 30
     state = wait_for(lambda: (s := run_state(runs[killed]["id"]))["type"] == "CRASHED" and s,
                      timeout=bound, interval=2, what=f"rollout-{killed} marked Crashed")
     print(f"killed rollout marked Crashed {time.monotonic() - kill_time:.0f} s after kill -9 "
           f"(bound {bound} s); {state['message']}")
     assert "no heartbeat" in state["message"] and "run the store again" in state["message"]
     # the live one has waited longer than the window and is not taken for dead
-    time.sleep(max(0.0, ZOMBIE_AFTER_SECONDS + 10 - (time.monotonic() - alive_since)))
+    time.sleep(max(0.0, zombie_after_seconds + 10 - (time.monotonic() - alive_since)))
     assert run_state(runs[alive]["id"])["type"] == "RUNNING"
     rerun = start_rollout(lab_env, killed, inv)
     out, _ = procs[alive].communicate(timeout=600)

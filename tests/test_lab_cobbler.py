@@ -30,7 +30,8 @@ from lab.procs import ProcessRecord
 from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import parse_inventory
-from store_rollout.settings import LEAP_UPDATE_REPOS, load_settings
+from store_rollout.settings import load_settings
+from store_rollout.update_repos import LEAP_UPDATE_REPOS
 from tests.helpers import BASE_ENV, cannot_run
 from tests.test_root_password import COBBLER_DEFAULT_HASH, glibc_crypt
 

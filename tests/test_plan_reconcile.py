@@ -1,7 +1,7 @@
 """Issue 18: `plan` and `reconcile` in the lab, on the real systems, through the CLI.
 
-One test walks two stores through the cases the issue names, interleaved so the 90 s the
-zombie automation needs for the killed run are spent on the other cases ((b) and (d) roll out
+One test walks two stores through the cases the issue names, interleaved so the time the
+zombie automation needs for the killed run (18 s in the lab) is spent on the other cases ((b) and (d) roll out
 side by side):
 - plan of a fresh store: all eight steps to do, and no system changes during any plan;
 - (d) the ERP notice missing (the ERP rejected it): reconcile says "resumes at step 7" (the
@@ -242,8 +242,8 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     wait_for(lambda: run_state(lab, f"rollout-{killed}") == "Crashed",
              timeout=max(10.0, 180 - (time.monotonic() - killed_at)), interval=2,
              what="the killed rollout marked Crashed")
-    # the 90 s the automation needs (3 missed heartbeats) bound this test when the cases
-    # between the kill and here take less: then a faster case only waits longer here
+    # the automation's window (3 missed heartbeats) bounds this test when the cases between
+    # the kill and here take less: then a faster case only waits longer here
     print(f"killed run Crashed {time.monotonic() - killed_at:.1f} s after the kill; the cases "
           f"in between took {waited_from - killed_at:.1f} s")
     master = SaltMasterClient(lab.salt_master_config)

@@ -17,7 +17,8 @@ from pydantic import SecretStr
 
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import Store, parse_inventory
-from store_rollout.settings import LEAP_UPDATE_REPOS, load_settings
+from store_rollout.settings import load_settings
+from store_rollout.update_repos import LEAP_UPDATE_REPOS
 from tasks.blocks import (
     ROOT_PASSWORD_ALPHABET,
     ROOT_PASSWORD_LENGTH,

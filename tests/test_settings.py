@@ -131,12 +131,9 @@ def test_cli_names_the_running_lab_and_still_refuses(tmp_path: Path,
     """Without settings, a lab running here is named as the line to paste, never used: the
     command exits 2 before touching anything."""
     from app.cli import app
-    from tasks.run_health import HEARTBEAT_ENV
 
     for key in [k for k in os.environ if k.startswith("STORE_ROLLOUT_")]:
         monkeypatch.delenv(key)
-    for key, value in HEARTBEAT_ENV.items():  # the CLI sets them in os.environ: restored after
-        monkeypatch.setenv(key, os.environ.get(key, value))
     monkeypatch.setattr(lab.state, "REPO_ROOT", tmp_path)  # where labs are looked for
     monkeypatch.chdir(tmp_path)
     me = psutil.Process()

@@ -1,0 +1,40 @@
+"""The update repositories a store host installs from and keeps (setting
+`hypervisor_update_repos`): their default and what a valid list is."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# openSUSE Leap 15.6's update repositories for what a Xen host installs: oss, SLE's updates of
+# the packages Leap takes from SLE (Xen, libvirt, Salt among them) and backports (non-oss has
+# nothing a hypervisor installs)
+LEAP_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/15.6/oss/",
+                     "https://download.opensuse.org/update/leap/15.6/sle/",
+                     "https://download.opensuse.org/update/leap/15.6/backports/")
+_REPO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>&\"']+")
+
+
+def repo_list(value: Any) -> Any:
+    """The environment's form, a JSON list or space-separated URLs, as a list."""
+    if isinstance(value, str):
+        if value.strip().startswith("["):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not a JSON list of URLs ({exc})") from None
+        return value.split()
+    return value
+
+
+def checked_repo_urls(value: list[str]) -> list[str]:
+    """`value` if every entry is a repository URL, once; they travel space-separated in
+    Cobbler's autoinstall_meta and land in the profile's XML."""
+    bad = [url for url in value if not _REPO_URL.fullmatch(url)]
+    if bad:
+        raise ValueError(f"{bad} not repository URLs: scheme://host/path, no spaces and none "
+                         "of <>&\"' (percent-encode them)")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{value} lists a repository twice")
+    return value

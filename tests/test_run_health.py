@@ -1,0 +1,112 @@
+"""The flows' own heartbeats and the automation that takes a silent run for dead
+(tasks/run_health.py); the lab tests kill real runs (test_plan_reconcile, test_faults)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from store_rollout.settings import SettingsError, setting_at_setup
+from tasks import run_health
+from tasks.run_health import HEARTBEAT_EVENT, heartbeats, zombie_after, zombie_automation
+
+
+class Beats:
+    """A fake `emit_event`: records each beat; fails the first `failures` calls."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.failures = failures
+
+    def __call__(self, **event: Any) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("events websocket closed")
+        self.sent.append(event)
+
+
+def beat_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("heartbeats-")]
+
+
+@pytest.fixture
+def in_a_run(monkeypatch: pytest.MonkeyPatch) -> str:
+    run_id = uuid4()
+    monkeypatch.setattr(run_health, "this_flow_run", lambda: run_id)
+    return str(run_id)
+
+
+def test_a_run_beats_at_once_then_every_interval_and_stops_when_it_ends(in_a_run: str) -> None:
+    beats = Beats()
+    with heartbeats(0.05, emit=beats):
+        time.sleep(0.32)
+    assert not beat_threads()  # stopped with the block, not after the interval
+    count = len(beats.sent)
+    assert 5 <= count <= 8, beats.sent
+    assert {b["event"] for b in beats.sent} == {HEARTBEAT_EVENT}
+    assert {b["resource"]["prefect.resource.id"] for b in beats.sent} == {
+        f"prefect.flow-run.{in_a_run}"}
+    time.sleep(0.15)
+    assert len(beats.sent) == count
+
+
+def test_a_long_interval_does_not_hold_up_the_end_of_the_run(in_a_run: str) -> None:
+    """Prefect's own loop sleeps in 1-s steps and the run's call returns only after the step
+    in progress; these beats end with the run."""
+    beats = Beats()
+    with heartbeats(30, emit=beats):
+        pass
+    assert not beat_threads()
+    assert len(beats.sent) == 1
+
+
+def test_a_lost_beat_does_not_fail_the_run_and_the_next_ones_go(in_a_run: str) -> None:
+    beats = Beats(failures=2)
+    with heartbeats(0.02, emit=beats):
+        time.sleep(0.2)
+    assert beats.sent and beats.failures == 0
+
+
+def test_outside_a_flow_run_nothing_beats() -> None:
+    beats = Beats()
+    with heartbeats(0.01, emit=beats):
+        time.sleep(0.05)
+    assert beats.sent == [] and not beat_threads()
+
+
+def test_the_automation_waits_three_intervals_for_the_flows_own_beat() -> None:
+    automation = zombie_automation(6)
+    trigger: Any = automation.trigger
+    assert trigger.within == timedelta(seconds=18) == timedelta(seconds=zombie_after(6))
+    assert trigger.after == {HEARTBEAT_EVENT}
+    assert HEARTBEAT_EVENT in trigger.expect and "prefect.flow-run.Completed" in trigger.expect
+    action: Any = automation.actions[0]
+    assert action.message.startswith("no heartbeat for 18 s")
+
+
+def test_setup_reads_the_heartbeat_without_the_other_settings() -> None:
+    """prefect-setup runs where the flows' other settings may not be given."""
+    assert setting_at_setup("heartbeat_seconds", {}) == 30.0
+    assert setting_at_setup("heartbeat_seconds", {"STORE_ROLLOUT_HEARTBEAT_SECONDS": "6"}) == 6.0
+    with pytest.raises(ValueError, match="greater than or equal to 4"):
+        setting_at_setup("heartbeat_seconds", {"STORE_ROLLOUT_HEARTBEAT_SECONDS": "2"})
+    with pytest.raises(SettingsError, match="heartbeat_seconds"):
+        from store_rollout.settings import load_settings
+
+        load_settings({"STORE_ROLLOUT_HEARTBEAT_SECONDS": "2"})
+
+
+def test_a_beating_flow_keeps_its_parameters_and_their_descriptions() -> None:
+    """`beating` sits under `@flow`: the UI's form and the API's schema still show the flow's
+    own parameters, typed and described."""
+    from flows.rollout import store_rollout
+
+    properties = store_rollout.parameters.properties
+    assert list(properties)[:2] == ["store_id", "inventory"]
+    assert "The store to roll out" in properties["store_id"]["description"]
+    assert properties["ignore_windows"]["type"] == "boolean"
