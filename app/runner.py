@@ -21,13 +21,22 @@ COMMAND_GROUP = "store_rollout.commands"
 
 def command_prefect_settings() -> Any:
     """The Prefect settings of a command's duration, whatever was imported before: with
-    STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL) the Prefect server that file names."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL) the Prefect server that file names.
+    Prefect's own flow-run heartbeat is off: the flows send theirs (tasks/run_health.py), and
+    Prefect's thread, sleeping in 1-s steps, held each run's return up to a second after it
+    was Completed."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_HOME,
+        temporary_settings,
+    )
 
     from store_rollout.settings import prefect_settings_of_file
 
     names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME}
-    return temporary_settings(updates={names[k]: v for k, v in prefect_settings_of_file().items()})
+    updates: dict[Any, Any] = {names[k]: v for k, v in prefect_settings_of_file().items()}
+    return temporary_settings(updates={**updates, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
 def validate_stores(store_ids: list[str], inventory: Path) -> None:

@@ -1,10 +1,12 @@
 """Per store: end-to-end wall time minus the time inside Salt, Cobbler, libvirt, ERP and KIWI
 calls and waiting for hardware events = what the pipeline itself adds. Prints one JSON object.
 
-The wall time ends when the flow call returns. Prefect's engine returns after the run is
-Completed (the UI, the API and a waiting batch already see it) and after its heartbeat thread
-stopped; that thread sleeps in 1-s steps, so the return comes 0-1 s after the Completed state.
-`exit_delay` is that part, and `overhead_until_completed` the overhead without it."""
+The wall time ends when the flow call returns, the flow run as `store-rollout rollout` runs it
+(app/runner.py's Prefect settings). Prefect's engine returns after the run is Completed (the UI,
+the API and a waiting batch already see it) and after its heartbeat thread stopped: Prefect's
+own, sleeping in 1-s steps, held the return 0-1 s; the commands turn it off, as the flows send
+their own (tasks/run_health.py). `exit_delay` is that part, and `overhead_until_completed` the
+overhead without it."""
 
 from __future__ import annotations
 

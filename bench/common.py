@@ -30,11 +30,15 @@ def lab_info() -> LabInfo:
 
 @contextmanager
 def prefect_on_lab(info: LabInfo) -> Iterator[None]:
+    """Prefect as `store-rollout`'s commands set it (app/runner.py), on the lab's server."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from app.runner import command_prefect_settings
 
     os.environ.setdefault("STORE_ROLLOUT_SETTINGS_FILE",
                           str(LabPaths(Path(info.state_dir)).settings_file))
-    with temporary_settings(updates={PREFECT_API_URL: info.prefect_api_url}):
+    with command_prefect_settings(), \
+            temporary_settings(updates={PREFECT_API_URL: info.prefect_api_url}):
         yield
 
 

@@ -101,6 +101,18 @@ def test_setup_reads_the_heartbeat_without_the_other_settings() -> None:
         load_settings({"STORE_ROLLOUT_HEARTBEAT_SECONDS": "2"})
 
 
+def test_the_commands_turn_prefects_own_heartbeat_off() -> None:
+    """Prefect beats every 180 s by default, from a thread that held each in-process run's
+    return for up to 1 s after it was Completed (docs/performance.md)."""
+    from prefect.settings import get_current_settings
+
+    from app.runner import command_prefect_settings
+
+    assert get_current_settings().flows.heartbeat_frequency is not None
+    with command_prefect_settings():
+        assert get_current_settings().flows.heartbeat_frequency is None
+
+
 def test_a_beating_flow_keeps_its_parameters_and_their_descriptions() -> None:
     """`beating` sits under `@flow`: the UI's form and the API's schema still show the flow's
     own parameters, typed and described."""
