@@ -387,12 +387,15 @@ class Lab:
         # the services, then the database the Prefect server used, then the network they all sat on
         # the simulated machines' minions go with the first tier: a salt-minion needs about 6 s
         # to leave on SIGTERM, so their grace ends in SIGKILL in any case
+        # a purged lab's state goes next: nothing a graceful stop would save is kept, but
+        # PostgreSQL still shuts down cleanly (a killed one leaves its System V segment)
         last = ("postgres", "store-network")
         stop_many([svc.record for name, svc in services.items() if name not in last]
-                  + self._simulated_minions())
+                  + self._simulated_minions(), grace=0.2 if purge else 3.0)
         for name in last:
             if name in services:
-                stop(services[name].record, grace=5.0 if name == "postgres" else 3.0)
+                stop(services[name].record,
+                     grace=5.0 if name == "postgres" else 0.2 if purge else 3.0)
         self._stop_simulated_minions()  # any the simulator started meanwhile
         self._stop_orphan_qemus()
         info = self.paths.load_info()

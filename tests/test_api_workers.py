@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ from tests.helpers import (
 
 pytestmark = pytest.mark.lab
 POOL = "test-workers-pool"
-WORKER_STOP_GRACE = 10.0  # seconds both workers get to stop, together
 
 
 def workers_that_took(api: str, run_ids: list[str], timeout: float = 30) -> dict[str, set[str]]:
@@ -106,17 +104,12 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
         states = [wait_state(api, run["id"], 900) for run in runs]
         assert states == ["COMPLETED"] * len(ids)
     finally:
+        # killed, not asked: Prefect 3.8.8's worker does not end on SIGTERM or SIGINT, even
+        # idle (it signals itself and is still running 15 s later; docs/production.md), and a
+        # grace only made the test wait for the SIGKILL; their runs have ended
         for proc in workers:
-            os.killpg(proc.pid, signal.SIGTERM)
-        # one grace for both: a loaded machine's worker sometimes never ends on SIGTERM (its
-        # wrapper forwards SIGINT and waits), and a wait of 30 s each cost a minute
-        deadline = time.monotonic() + WORKER_STOP_GRACE
-        for proc in workers:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     # Both workers see every scheduled run and race for it; the loser only logs "Aborted
     # submission", so the logs name runs a worker did not take. The server's own record of who
     # took a run is the worker's submitted-flow-run event (emitted after its Pending was accepted).

@@ -5,7 +5,7 @@ the same behaviour in the same lab: bench_overhead's one rollout under `measurin
 rollout's (tests/test_instrument.py shows the measured time follows the flow into its task
 runs); bench_resume's failed-at-step-6-then-resumed rollout is
 test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun (plus the resume checks
-of test_cancel.py and test_faults.py::test_flow_process_killed_mid_step5_then_rerun), and
+of test_cancel.py and test_plan_reconcile.py's rollout killed in step 5), and
 bench_batch's batches of 1 and 2 are test_rollout_e2e.py::test_one_store_then_two_at_once and
 test_batch.py; bench_plan_reconcile's plan and reconcile after a rollout are
 test_plan_reconcile.py. Their JSON shape is still checked whenever they run.

@@ -336,32 +336,6 @@ def test_erp_timeout_then_503_twice_then_201(lab: LabInfo, inprocess: Any, fault
     check_store(lab, "f-erp", result)
 
 
-def test_flow_process_killed_mid_step5_then_rerun(lab: LabInfo, lab_env: dict[str, str],
-                                                  tmp_path: Path) -> None:
-    import libvirt
-
-    inv = write_inventory(tmp_path / "inv.yaml", ["f-kill"], "52:54:00:f8:00", lab=lab)
-    proc = start_rollout(lab_env, "f-kill", inv)
-    conn = libvirt.open(lab.libvirt_uri)
-
-    def domain_defined() -> bool:
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        return "store-f-kill-vm" in [d.name() for d in conn.listAllDomains()]
-
-    try:
-        wait_for(domain_defined, timeout=300, interval=0.1, what="step 5 defining the domain")
-    finally:
-        conn.close()
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    result = finish(start_rollout(lab_env, "f-kill", inv))
-    # the rerun resumed: the installed hypervisor kept, the domain step 5 defined reused
-    assert result["hypervisor_reinstalled"] is False and result["vm"]["reused"] is True, result
-    assert result["hypervisor_power_actions"] == []
-    assert power_actions(lab, "store-f-kill-hv") == {"on": 1, "off": 0}  # one in all
-    check_store(lab, "f-kill", result)
-
-
 def test_a_wrong_bmc_password_fails_step2_before_anything_changes(
         lab: LabInfo, inprocess: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 2 asks the BMC for the host's power before it changes anything: a wrong login fails

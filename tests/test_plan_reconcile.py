@@ -11,7 +11,8 @@ side by side):
   restored (in Prefect, naming the store), and
 - (c) the VM destroyed by hand after it: plan lists only the VM and firstboot steps, reconcile
   says the VM is stopped, and the lifecycle event reaches Prefect naming the store;
-- (b) a rollout killed after step 5: reconcile names the run and where a rerun resumes;
+- (b) a rollout killed (kill -9) in step 5, its domain defined: reconcile names the run and
+  where a rerun resumes, and the rerun reuses that domain and powers nothing on again;
 and each fix it names, run, settles the store.
 """
 
@@ -40,7 +41,15 @@ from store_rollout.contracts import (
 )
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
-from tests.helpers import cli_in_process, finish, start_rollout, wait_for, write_inventory
+from tests.helpers import (
+    check_store,
+    cli_in_process,
+    finish,
+    power_actions,
+    start_rollout,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -141,9 +150,9 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     assert window["start_local"][11:] == "03:00:00+09:00" and window["start_utc"][11:16] == "18:00"
     assert reconciled(lab_env, inv, done)[done]["status"] == "not-started"
 
-    # (b) and (d) start at once (two stores at once, as a batch runs them): (b) is killed once
-    # step 5 started its VM (whose minion then goes through firstboot by itself); the
-    # automation marks the run Crashed within about 90 s, while the other cases run. (d): the
+    # (b) and (d) start at once (two stores at once, as a batch runs them): (b) is killed in
+    # the middle of step 5, once it defined the VM's domain; the automation marks the run
+    # Crashed while the other cases run, and its dead store slot expires. (d): the
     # ERP rejects the notice (400: not retried), so that run fails in step 7; the killed run
     # never reaches step 7, so the one rejection is (d)'s
     requests.post(f"{lab.erp_url}/_lab/faults", json={"status": 400, "count": 1}, timeout=5)
@@ -151,13 +160,13 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     rejected = start_rollout(lab_env, done, inv)
     conn = libvirt.open(lab.libvirt_uri)
 
-    def vm_started() -> bool:
+    def domain_defined() -> bool:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
-        return any(d.name() == f"store-{killed}-vm" and d.isActive()
-                   for d in conn.listAllDomains())
+        return f"store-{killed}-vm" in [d.name() for d in conn.listAllDomains()]
 
     try:
-        wait_for(vm_started, timeout=300, interval=0.2, what="step 5 starting the killed store's VM")
+        wait_for(domain_defined, timeout=300, interval=0.1,
+                 what="step 5 defining the killed store's domain")
     finally:
         conn.close()
     os.kill(proc.pid, signal.SIGKILL)
@@ -237,28 +246,32 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
                        what=f"the store.reconcile.mismatch event of store {done}'s stopped VM")
     assert [e["payload"]["previous"] for e in changed] == ["ok"], changed
 
-    # (b) once Prefect marked the killed run Crashed and its VM finished firstboot by itself
+    # (b) once Prefect marked the killed run Crashed
     waited_from = time.monotonic()
     wait_for(lambda: run_state(lab, f"rollout-{killed}") == "Crashed",
-             timeout=max(10.0, 180 - (time.monotonic() - killed_at)), interval=2,
+             timeout=max(10.0, 120 - (time.monotonic() - killed_at)), interval=2,
              what="the killed rollout marked Crashed")
     # the automation's window (3 missed heartbeats) bounds this test when the cases between
     # the kill and here take less: then a faster case only waits longer here
     print(f"killed run Crashed {time.monotonic() - killed_at:.1f} s after the kill; the cases "
           f"in between took {waited_from - killed_at:.1f} s")
-    master = SaltMasterClient(lab.salt_master_config)
-    wait_for(lambda: master.cmd(f"store-{killed}-vm", "grains.get", ["firstboot_stage"],
-                                timeout=5) == "done",
-             timeout=180, interval=2, what="the killed store's VM finishing firstboot")
     status = reconciled(lab_env, inv, killed)[killed]
     assert [m["code"] for m in status["mismatches"]] == ["run-not-completed"], status
     assert status["last_run"] == f"rollout-{killed} Crashed"
-    # the VM finished firstboot, but step 6 still has to retire its identity seed
+    # its VM never booted, so no key of it is accepted: step 4 issues its token again, and
+    # step 5 then reuses the domain
     assert status["mismatches"][0]["fix"] == (
-        f"`store-rollout rollout {killed}` resumes at step 6 (firstboot)")
+        f"`store-rollout rollout {killed}` resumes at step 4 (prepare_vm_keys)")
 
-    # each fix, run, settles its store
+    # each fix, run, settles its store; the killed store's rerun waits out its dead run's
+    # store slot, keeps the installed host and reuses the domain the killed step 5 defined
     reruns = [start_rollout(lab_env, sid, inv) for sid in (done, killed)]
-    assert [finish(proc)["state"] for proc in reruns] == ["Completed"] * 2
+    results = [finish(proc) for proc in reruns]
+    assert [r["state"] for r in results] == ["Completed"] * 2
+    resumed = results[1]
+    assert resumed["hypervisor_reinstalled"] is False and resumed["vm"]["reused"] is True, resumed
+    assert resumed["hypervisor_power_actions"] == []
+    assert power_actions(lab, f"store-{killed}-hv") == {"on": 1, "off": 0}  # one in all
+    check_store(lab, killed, resumed)
     statuses = reconciled(lab_env, inv, done, killed)
     assert {sid: s["status"] for sid, s in statuses.items()} == {done: "ok", killed: "ok"}, statuses

@@ -216,9 +216,10 @@ def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, st
     inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:e5:02", lab=lab)
     deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
-    # the owner's PXE install takes half a minute: it is still running (and beating) when the
-    # other run decides, as a rollout is while someone clicks again
-    requests.post(f"{lab.simulator_url}/faults/pxe", json={"delay": 30}, timeout=5)
+    # the owner's PXE install takes 20 s: it is still running (and beating, every 6 s in the
+    # lab) when the other run decides after its owner_wait_seconds (10), as a rollout is while
+    # someone clicks again
+    requests.post(f"{lab.simulator_url}/faults/pxe", json={"delay": 20}, timeout=5)
     try:
         runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
             "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
