@@ -102,10 +102,11 @@ def _dead_services(info: LabInfo) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _lab_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Around every lab test: every service alive and no fault knob set, before and after. A test
-    that kills a service for good or leaves a knob set fails itself, naming what it left; the lab
-    is then repaired (`up` restarts what died, the knobs are reset), so the next test on this
-    worker starts clean instead of failing for a reason that looks unrelated."""
+    """Around every lab test: every service alive and no fault knob set, before and after, and
+    no machine left running after it. A test that kills a service for good or leaves a knob set
+    fails itself, naming what it left; the lab is then repaired (`up` restarts what died, the
+    knobs are reset), so the next test on this worker starts clean instead of failing for a
+    reason that looks unrelated."""
     if "lab" not in request.fixturenames:
         yield
         return
@@ -119,6 +120,10 @@ def _lab_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     if knobs_set(info):
         reset_all(info)
     yield
+    # every lab test uses stores of its own: theirs are switched off, as idle machines (a
+    # salt-minion each, and on a host its libvirt events engine, which every domain change of
+    # the lab wakes) cost each later test on this worker CPU
+    services.switch_off_machines()
     left: list[str] = []
     dead = _dead_services(info)
     if dead:
