@@ -42,10 +42,6 @@ HOST_EXTMODS = "/var/cache/salt/minion/extmods/"
 # curl's exit status for a file the TFTP server does not have
 CURL_TFTP_NOT_FOUND = 68
 CONSOLE_POLL_SECONDS = 0.25
-# a reboot waits for the jobs the minion runs (the one that asked among them) at most this long
-REBOOT_AFTER_JOBS_SECONDS = 10.0
-# Salt removes a job's proc file as it sends the job's return: time for that to go out
-JOB_RETURN_SECONDS = 0.3
 
 # what the installer's curl does; run on the store network (StoreNetwork.run)
 _FETCH = ("import sys, urllib.request\n"
@@ -309,23 +305,13 @@ class Firmware:
         return proc.stdout
 
     # -- reboots -----------------------------------------------------------------------
-    def _let_jobs_return(self, minion_id: str) -> None:
-        """As `shutdown -r +1` (a minute on a store host) lets the state run that asked return
-        first: wait until the minion runs no job (Salt keeps a proc file per running job in its
-        cachedir), at most REBOOT_AFTER_JOBS_SECONDS, then the return's send."""
-        running = self.minions.root_dir(minion_id) / "cache" / "proc"
-        deadline = time.monotonic() + REBOOT_AFTER_JOBS_SECONDS
-        while time.monotonic() < deadline and any(running.glob("*")):
-            time.sleep(0.05)
-        time.sleep(JOB_RETURN_SECONDS)
-
     def reboot(self, minion_id: str) -> dict[str, Any]:
         self.minions.minion_dir(minion_id)  # validates the id
         threading.Thread(target=self._reboot, args=(minion_id,), daemon=True).start()
         return {"minion": minion_id, "rebooting": True}
 
     def _reboot(self, minion_id: str) -> None:
-        self._let_jobs_return(minion_id)
+        time.sleep(1.0)  # like `shutdown -r`: the state run that asked returns first
         # no grace: salt-minion takes about 6 s to leave on SIGTERM, so a grace only delayed
         # the SIGKILL it ended in anyway
         self.minions.stop(minion_id, "reboot", grace=0.0)

@@ -22,11 +22,11 @@ def _simulator_restart(reason):
 
 
 def reboot(reason="firstboot", delay_minutes=1):
-    """The simulator restarts this minion once its jobs returned, as `shutdown -r +1` lets them;
+    """The simulator restarts this minion after a second, as `shutdown -r` returns first;
     delay_minutes is the real machine's."""
     return _simulator_restart(reason)
 
 
 def restart_minion(reason="configuration changed", delay_seconds=20):
-    """The simulator restarts this minion once its jobs returned (the state run that asked)."""
+    """The simulator restarts this minion after a second (the state run returns first)."""
     return _simulator_restart(reason)
