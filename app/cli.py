@@ -19,6 +19,7 @@ from app.runner import (
     console,
     finished,
     recent_runs,
+    refuse_settings,
     run_batch,
     run_stores,
     validate_rollback,
@@ -151,20 +152,22 @@ def status(
 def prefect_setup() -> None:
     """Make the Prefect server ready for rollouts (idempotent): the `cobbler-sync` limit and
     the automation that marks dead flow runs Crashed. Run it once per server (lab up does)."""
-    from store_rollout.settings import setting_at_setup
+    from store_rollout.settings import SettingsError, setting_at_setup
     from tasks.notifications import ensure_notifications
     from tasks.run_health import AUTOMATION_NAME, ensure_zombie_automation, zombie_after
     from tasks.slots import COBBLER_SYNC_LIMIT, set_limit
 
+    try:  # all read before the server is changed
+        beat, notify_through, ready_within = (setting_at_setup(name) for name in (
+            "heartbeat_seconds", "notification_block", "hypervisor_ready_expected_seconds"))
+    except SettingsError as exc:
+        refuse_settings(exc)
     set_limit(COBBLER_SYNC_LIMIT, 1)
     console.print(f"global concurrency limit {COBBLER_SYNC_LIMIT}: 1 slot, active")
-    beat = setting_at_setup("heartbeat_seconds")
     console.print(f"automation {AUTOMATION_NAME!r}: {ensure_zombie_automation(beat)} (a flow run "
                   f"without a heartbeat for {zombie_after(beat):.0f} s is marked Crashed; the "
                   f"workers' STORE_ROLLOUT_HEARTBEAT_SECONDS must be {beat:g} too)")
-    notify_through = setting_at_setup("notification_block")
     if notify_through:
-        ready_within = setting_at_setup("hypervisor_ready_expected_seconds")
         for name, done in ensure_notifications(notify_through, ready_within).items():
             console.print(f"automation {name!r}: {done} (messages through {notify_through!r})")
     else:

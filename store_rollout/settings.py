@@ -255,7 +255,11 @@ def setting_at_setup(name: str, environ: dict[str, str] | None = None) -> Any:
         if given is None:
             return field.get_default(call_default_factory=True)
         typed: Any = Annotated[field.annotation, *field.metadata]
-        return TypeAdapter(typed).validate_python(given)
+        try:
+            return TypeAdapter(typed).validate_python(given)
+        except ValidationError as exc:
+            raise SettingsError(f"STORE_ROLLOUT_{name.upper()}={given!r}: "
+                                f"{exc.errors()[0]['msg']}") from None
 
 
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:

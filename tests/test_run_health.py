@@ -122,3 +122,21 @@ def test_a_beating_flow_keeps_its_parameters_and_their_descriptions() -> None:
     assert list(properties)[:2] == ["store_id", "inventory"]
     assert "The store to roll out" in properties["store_id"]["description"]
     assert properties["ignore_windows"]["type"] == "boolean"
+
+
+def test_prefect_setup_refuses_a_bad_heartbeat_before_touching_the_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exit 2 naming the variable, before the cobbler-sync limit or any automation is made
+    (no Prefect server is reachable here: a call would fail differently)."""
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    monkeypatch.delenv("STORE_ROLLOUT_SETTINGS_FILE", raising=False)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.setenv("STORE_ROLLOUT_HEARTBEAT_SECONDS", "2")
+    result = CliRunner().invoke(app, ["prefect-setup"])
+    assert result.exit_code == 2, result.output
+    assert "STORE_ROLLOUT_HEARTBEAT_SECONDS='2'" in result.output
+    assert "greater than or equal to 4" in result.output
+    assert "cobbler-sync" not in result.output
