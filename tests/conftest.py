@@ -174,14 +174,17 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def browser() -> Iterator[Any]:
     """Headless Chromium (Debian's package) driven by Playwright, for tests of what the UI
     shows (tests/test_ui.py's `Ui`)."""
-    from tests.test_ui import CHROMIUM, CHROMIUM_ARGS
+    from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, NO_TIMELINE_ARGS
 
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} missing: `make setup` installs Debian's chromium package")
     from playwright.sync_api import sync_playwright
 
+    shooting = bool(os.environ.get("STORE_ROLLOUT_UI_SCREENSHOTS"))
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS + ([] if shooting else NO_TIMELINE_ARGS))
         try:
             yield browser
         finally:

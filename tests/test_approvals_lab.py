@@ -56,7 +56,8 @@ def recreate_run(lab: LabInfo, inventory: Path, store_id: str, **extra: Any) -> 
     return str(created["id"])
 
 
-def answer_in_the_ui(ui: Ui, run_id: str, approve: bool, comment: str, shot: str) -> str:
+def answer_in_the_ui(lab: LabInfo, ui: Ui, run_id: str, approve: bool, comment: str,
+                     shot: str) -> str:
     """Open the paused run's page, read what it asks, answer in its form; returns the text the
     approver read."""
     ui.goto(f"/runs/flow-run/{run_id}")
@@ -97,7 +98,7 @@ def check_approvals(lab: LabInfo, ui: Ui, inventory: Path, store: str) -> None:
     said = wait_for(lambda: notifications(lab, f"rollout-{store}: waits for your approval"),
                     timeout=60, what="the approval's message")
     assert f"/runs/flow-run/{rejected}" in said[0]["body"], said
-    asked = answer_in_the_ui(ui, rejected, approve=False, comment="not during the sale",
+    asked = answer_in_the_ui(lab, ui, rejected, approve=False, comment="not during the sale",
                              shot="approval-form")
     assert f"recreate store-{store}-vm" in asked and "yes, destructive" in asked, asked
     end = ended(lab, rejected)
@@ -110,7 +111,7 @@ def check_approvals(lab: LabInfo, ui: Ui, inventory: Path, store: str) -> None:
 
     # approved: the VM is recreated and the store complete again, with a new ERP notice
     approved = recreate_run(lab, inventory, store)
-    answer_in_the_ui(ui, approved, approve=True, comment="approved by the store manager",
+    answer_in_the_ui(lab, ui, approved, approve=True, comment="approved by the store manager",
                      shot="approval-approved")
     assert ended(lab, approved)["state_name"] == "Completed"
     result = result_from_systems(lab, store)
