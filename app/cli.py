@@ -21,8 +21,8 @@ from app.runner import (
     recent_runs,
     refuse_settings,
     run_batch,
+    run_store_undo,
     run_stores,
-    validate_rollback,
     validate_stores,
 )
 from app.views import print_batch, print_plan, print_reconcile, print_runs, print_staged
@@ -179,14 +179,14 @@ def prefect_setup() -> None:
 @app.command("rollback")
 def rollback(store_id: str, inventory: Inventory = INVENTORY) -> None:
     """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
-    validate_rollback(store_id, inventory)
-    from flows.store_rollback import store_rollback
+    print(json.dumps(run_store_undo("rollback", store_id, inventory), indent=2, default=str))
 
-    state = store_rollback(store_id, str(inventory.resolve()), return_state=True)
-    if not state.is_completed():
-        console.print(f"[red]rollback of {store_id} {state.name}:[/] {state.message}")
-        raise typer.Exit(1)
-    print(json.dumps(state.result(), indent=2, default=str))
+
+@app.command("decommission")
+def decommission(store_id: str, inventory: Inventory = INVENTORY) -> None:
+    """Close a store: VM and disk removed, host and VM keys deleted, Cobbler record removed,
+    host powered off, the ERP told. A rerun finishes what a failed run left."""
+    print(json.dumps(run_store_undo("decommission", store_id, inventory), indent=2, default=str))
 
 
 @app.command("plan")

@@ -68,6 +68,21 @@ def validate_rollback(store_id: str, inventory: Path) -> None:
         refuse_settings(exc)
 
 
+def run_store_undo(what: str, store_id: str, inventory: Path) -> dict[str, Any]:
+    """`rollback` or `decommission` of one store in this process, refused before it starts
+    when the store or the settings are wrong; exits 1 naming the state when it fails."""
+    from flows.decommission import store_decommission
+    from flows.store_rollback import store_rollback
+
+    validate_rollback(store_id, inventory)
+    undo: Any = store_rollback if what == "rollback" else store_decommission
+    state = undo(store_id, str(inventory.resolve()), return_state=True)
+    if not state.is_completed():
+        console.print(f"[red]{what} of {store_id} {state.name}:[/] {state.message}")
+        raise typer.Exit(1)
+    return dict(state.result())
+
+
 def refuse(message: str, *more: str) -> NoReturn:
     """Exit 2 with the error as one line: rich would cut it at 80 columns where stderr is not a
     terminal (a log, a CI job); a terminal wraps it itself."""

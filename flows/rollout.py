@@ -148,6 +148,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         # what step 2 had the BMC do ([] when it found the host installed, or installing)
         "hypervisor_power_actions": install["power_actions"],
         "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
+        "hypervisor_serial": hv_wait["serial"],  # checked against the inventory's
         # a disruptive step (2 or 5) started outside a window by ignore_windows
         "window_overridden": bool((install.get("window") or {}).get("overridden")
                                   or vm["window_overridden"]),

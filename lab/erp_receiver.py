@@ -60,7 +60,7 @@ class ErpState:
         self.notices.setdefault(entry["erp_id"], {
             "id": entry["erp_id"], "idempotency_key": entry["idempotency_key"],
             "store_id": payload.get("store_id"), "received": entry["received"],
-            "vm_uuid": (payload.get("vm") or {}).get("uuid")})
+            "vm_uuid": (payload.get("vm") or {}).get("uuid"), "status": payload.get("status")})
 
     def notices_of(self, store_id: str) -> list[dict[str, Any]]:
         with self.lock:

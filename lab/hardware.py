@@ -44,16 +44,30 @@ class RackedHost:
     power_address: str
     power_port: int | None = None
     redfish_system_id: str | None = None
+    serial: str | None = None
 
     def inventory_fields(self) -> dict[str, Any]:
-        """The host's BMC fields of an inventory entry (`hypervisor.*`)."""
+        """The host's BMC fields and serial number of an inventory entry (`hypervisor.*`)."""
         fields = {"power_type": self.power_type, "power_address": self.power_address,
-                  "power_port": self.power_port, "redfish_system_id": self.redfish_system_id}
+                  "power_port": self.power_port, "redfish_system_id": self.redfish_system_id,
+                  "serial": self.serial}
         return {k: v for k, v in fields.items() if v is not None}
 
 
 def host_name(store_id: str) -> str:
     return f"store-{store_id}-hv"
+
+
+def lab_serial(mac: str) -> str:
+    """The serial number on a lab machine's label (and in its SMBIOS): one per box, from its
+    MAC, so a new box (a replacement) has another."""
+    return "LAB" + mac.lower().replace(":", "").upper()
+
+
+def smbios_serial(dom_xml: str) -> str | None:
+    """The SMBIOS system serial a domain's firmware hands its OS (`<sysinfo type='smbios'>`)."""
+    entry = ET.fromstring(dom_xml).find("./sysinfo[@type='smbios']/system/entry[@name='serial']")
+    return entry.text if entry is not None else None
 
 
 def _host_domain(name: str, store_id: str, mac: str, *, memory_mib: int, boot: str,
@@ -68,7 +82,14 @@ def _host_domain(name: str, store_id: str, mac: str, *, memory_mib: int, boot: s
   <metadata>
     <host:host xmlns:host='{HOST_NS}' store_id='{store_id}' mac='{mac}'/>
   </metadata>
-  <os><type arch='x86_64' machine='pc'>hvm</type>{boot}</os>
+  <sysinfo type='smbios'>
+    <system>
+      <entry name='manufacturer'>store-rollout lab</entry>
+      <entry name='product'>store host</entry>
+      <entry name='serial'>{lab_serial(mac)}</entry>
+    </system>
+  </sysinfo>
+  <os><type arch='x86_64' machine='pc'>hvm</type>{boot}<smbios mode='sysinfo'/></os>
   <on_poweroff>destroy</on_poweroff>
   <devices>{devices}
     <memballoon model='none'/>
@@ -138,18 +159,21 @@ def rack(info: LabInfo, store_id: str, mac: str, power_type: str) -> RackedHost:
                                                    info.vm_type))
             else:
                 conn.defineXML(host_xml(name, store_id, mac.lower()))
+        # the label of the box racked (a box racked before keeps its own)
+        serial = smbios_serial(conn.lookupByName(name).XMLDesc(0))
     finally:
         conn.close()
     if power_type == "redfish":
         return RackedHost(store_id, name, mac, power_type, info.redfish_url,
-                          redfish_system_id=name)
+                          redfish_system_id=name, serial=serial)
     port = vbmc_port(info, name)
     if port is None:
         port = _free_udp_port()
         _write_vbmc_config(info, name, port)
         _vbmcd(info, {"command": "start", "domain_names": [name]})
         _wait_answering(info, store_id, port)
-    return RackedHost(store_id, name, mac, power_type, BMC_ADDRESS, power_port=port)
+    return RackedHost(store_id, name, mac, power_type, BMC_ADDRESS, power_port=port,
+                      serial=serial)
 
 
 def unrack(info: LabInfo, store_id: str) -> None:

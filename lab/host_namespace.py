@@ -17,8 +17,9 @@ import ctypes
 import importlib.util
 import os
 import socket
+import struct
 import subprocess
-from typing import List
+from typing import List, Tuple
 
 MS_BIND = 4096
 
@@ -63,6 +64,37 @@ def hide(lab_dir: str, keep: List[str]) -> None:
         os.close(fd)
 
 
+def smbios_tables(serial: str) -> Tuple[bytes, bytes]:
+    """An SMBIOS 3.0 entry point and a structure table holding the machine's System Information
+    (type 1: maker, product, version, serial), as the kernel exports the firmware's."""
+    strings = ["store-rollout lab", "store host", "1", serial]
+    system = struct.pack("<BBHBBBB16sBBB", 1, 0x1B, 0x0100, 1, 2, 3, 4, bytes(16), 6, 0, 0)
+    table = system + b"\0".join(s.encode() for s in strings) + b"\0\0"
+    table += struct.pack("<BBH", 127, 4, 0xFEFF) + b"\0\0"  # end of table
+    entry = bytearray(struct.pack("<5sBBBBBBBIQ", b"_SM3_", 0, 0x18, 3, 0, 0, 1, 0, len(table), 0))
+    entry[5] = -sum(entry) & 0xFF  # the entry point's bytes sum to zero
+    return bytes(entry), table
+
+
+def serve_smbios(serial: str) -> None:
+    """The machine's firmware tables where Linux shows them (/sys/firmware/dmi/tables, read by
+    dmidecode, which Salt's core grains run when there is no /sys/class/dmi/id); a host whose
+    kernel also has /sys/class/dmi/id gets the serial there, which Salt reads first."""
+    entry, table = smbios_tables(serial)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=64k", "smbios", "/sys/firmware"],
+                   check=True)
+    os.makedirs("/sys/firmware/dmi/tables")
+    for name, data in (("smbios_entry_point", entry), ("DMI", table)):
+        with open(os.path.join("/sys/firmware/dmi/tables", name), "wb") as out:
+            out.write(data)
+    dmi_id = "/sys/devices/virtual/dmi/id"
+    if os.path.isdir(dmi_id):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=64k", "smbios-id", dmi_id],
+                       check=True)
+        with open(os.path.join(dmi_id, "product_serial"), "w") as out:
+            out.write(serial + "\n")
+
+
 def boot_units(root: str, start: bool) -> None:
     """The machine's init for its systemd units (the lab's `service` module: the same code
     the minion's service.start runs), on the machine's network, before its minion starts."""
@@ -89,6 +121,7 @@ def main() -> None:
     parser.add_argument("--hide", help="directory to replace by an empty tmpfs")
     parser.add_argument("--keep", action="append", default=[], help="path under it to keep")
     parser.add_argument("--boot-root", help="the machine's root: start its enabled units")
+    parser.add_argument("--smbios-serial", help="the serial the machine's firmware reports")
     parser.add_argument("--units-fail", action="store_true",
                         help="its enabled units fail to start at this boot (a lab fault)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -100,6 +133,8 @@ def main() -> None:
         join_network(args)
     if args.hide:
         hide(args.hide, args.keep)
+    if args.smbios_serial:
+        serve_smbios(args.smbios_serial)
     if args.boot_root:
         boot_units(args.boot_root, start=not args.units_fail)
     os.execvp(command[0], command)

@@ -60,6 +60,9 @@ HYPERVISOR_READY_GRAIN: Final = "store_rollout_hypervisor_ready"
 # The bridge addressing AutoYaST gave the hypervisor (its profile writes the grain; the
 # hypervisor formula's map.jinja reads it for its checks).
 BRIDGE_GRAIN: Final = "store_rollout_bridge"
+# Salt's core grain of the machine's SMBIOS serial number (sysfs or dmidecode): step 3 compares
+# it with the inventory's hypervisor.serial before anything else is done on the host.
+HARDWARE_SERIAL_GRAIN: Final = "serialnumber"
 
 # -- hypervisor domain events ----------------------------------------------------------------
 # The store_libvirt_events engine on each hypervisor (salt_states/_engines: Salt's libvirt_events
@@ -155,3 +158,10 @@ STEPS: Final = (STEP_IMAGE, STEP_PXE_INSTALL_HYPERVISOR, STEP_WAIT_FOR_HYPERVISO
 # hands it to `storegate.run` on the VM's minion.
 STORE_SERVER_CONFIG: Final = "etc/store-server/store.yaml"
 GO_LIVE_FUNCTION: Final = "storegate.run"
+
+# -- ERP notices -----------------------------------------------------------------------------
+# The `status` of each notice the pipeline posts to the ERP (tasks/erp.py; the lab's receiver
+# keeps it): the store server runs (step 7), the store is closed (decommission). A store whose
+# newest notice is ERP_STORE_DECOMMISSIONED is reconciled as decommissioned.
+ERP_STORE_SERVER_RUNNING: Final = "store-server-running"
+ERP_STORE_DECOMMISSIONED: Final = "store-decommissioned"

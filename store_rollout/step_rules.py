@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeGuard, TypeVar
 
-from store_rollout.contracts import FIRSTBOOT_STAGE_DONE
+from store_rollout.contracts import ERP_STORE_DECOMMISSIONED, FIRSTBOOT_STAGE_DONE
 
 T = TypeVar("T")
 Domain = dict[str, Any] | None  # storevirt.domain_summary's answer
@@ -33,6 +33,15 @@ def hypervisor_installed(key_state: str | None, ready: bool | Callable[[], bool]
     """Step 2 skips the PXE install (and step 3 its wait): the hypervisor's key is accepted and
     its highstate set the ready grain."""
     return key_state == KEY_ACCEPTED and bool(_now(ready))
+
+
+def hardware_matches(expected_serial: str | None, reported_serial: str | None) -> bool:
+    """Step 3 goes on with the installed host (and reconcile calls it the store's box): the
+    inventory names no serial, or the host's SMBIOS reports that one (case and surrounding blanks
+    aside, as labels and firmware differ in both)."""
+    if expected_serial is None:
+        return True
+    return (reported_serial or "").strip().casefold() == expected_serial.strip().casefold()
 
 
 def reinstall_due(installed: bool, power_cycled_at: datetime | None,
@@ -94,3 +103,15 @@ def erp_notice_for(notices: list[dict[str, Any]], vm_uuid: str | None) -> dict[s
     """The ERP's notice for the VM with this uuid (step 7 would replay it), or None: a notice
     of an earlier VM of the store does not count (its idempotency key has another uuid)."""
     return next((n for n in notices if vm_uuid and n.get("vm_uuid") == vm_uuid), None)
+
+
+def decommissioned(notices: list[dict[str, Any]]) -> bool:
+    """The store is closed: its newest ERP notice (the ERP lists them oldest first) says so. A
+    store rolled out again after its decommission has a newer notice, and counts again."""
+    return bool(notices) and notices[-1].get("status") == ERP_STORE_DECOMMISSIONED
+
+
+def decommission_key(store_id: str, hypervisor_mac: str) -> str:
+    """The decommission notice's identity: one per store and box, so a rerun replays it."""
+    digest = hashlib.sha256(f"{store_id}/decommission/{hypervisor_mac}".encode()).hexdigest()[:32]
+    return f"store-rollout-{store_id}-{digest}"

@@ -17,6 +17,7 @@ from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
 from store_rollout import step_rules
+from store_rollout.contracts import ERP_STORE_DECOMMISSIONED, ERP_STORE_SERVER_RUNNING
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
@@ -62,7 +63,24 @@ class ErpNotice:
         return {"store_id": self.store_id, "site_code": self.site_code,
                 "cost_center": self.cost_center, "hypervisor": self.hypervisor,
                 "vm": {"domain": self.vm_domain, "minion": self.vm_minion, "uuid": self.vm_uuid},
-                "status": "store-server-running"}
+                "status": ERP_STORE_SERVER_RUNNING}
+
+
+@dataclass(frozen=True)
+class DecommissionNotice:
+    """The store is closed: its server and host are gone from every system we drive."""
+
+    store_id: str
+    site_code: str
+    hypervisor: str
+    hypervisor_mac: str
+
+    def idempotency_key(self) -> str:
+        return step_rules.decommission_key(self.store_id, self.hypervisor_mac)
+
+    def payload(self) -> dict[str, Any]:
+        return {"store_id": self.store_id, "site_code": self.site_code,
+                "hypervisor": self.hypervisor, "status": ERP_STORE_DECOMMISSIONED}
 
 
 class ErpClient:
@@ -78,7 +96,7 @@ class ErpClient:
     def __repr__(self) -> str:
         return f"ErpClient(base_url={self.base_url!r})"
 
-    def notify(self, notice: ErpNotice) -> dict[str, Any]:
+    def notify(self, notice: ErpNotice | DecommissionNotice) -> dict[str, Any]:
         url = self.base_url + NOTICE_PATH
         headers = {"Authorization": f"Bearer {self._token.get_secret_value()}",
                    "Idempotency-Key": notice.idempotency_key()}
@@ -179,4 +197,17 @@ def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
     result = client.notify(notice)
     logger.info("store %s: ERP notified, id %s%s", store.store_id, result["erp_id"],
                 " (replayed)" if result["replay"] else "")
+    return result
+
+
+@task(name="notify_erp_decommissioned", task_run_name="notify-erp-decommissioned-{store.store_id}",
+      retries=ERP_RETRIES, retry_delay_seconds=ERP_RETRY_DELAYS,
+      retry_condition_fn=retry_on(ErpUnavailable))
+def notify_erp_decommissioned(store: Store) -> dict[str, Any]:
+    """Decommission: tell the ERP the store is closed (a rerun replays the same notice)."""
+    result = erp_client().notify(DecommissionNotice(
+        store_id=store.store_id, site_code=store.erp.site_code,
+        hypervisor=store.hypervisor_minion_id, hypervisor_mac=store.hypervisor.mac))
+    get_run_logger().info("store %s: ERP told of the decommission, id %s%s", store.store_id,
+                          result["erp_id"], " (replayed)" if result["replay"] else "")
     return result

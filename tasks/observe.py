@@ -16,7 +16,12 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from store_rollout import step_rules
-from store_rollout.contracts import FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_NEW, HYPERVISOR_READY_GRAIN
+from store_rollout.contracts import (
+    FIRSTBOOT_STAGE_GRAIN,
+    FIRSTBOOT_STAGE_NEW,
+    HARDWARE_SERIAL_GRAIN,
+    HYPERVISOR_READY_GRAIN,
+)
 from store_rollout.fleet.facts import LastRun, StoreFacts
 from store_rollout.fleet.reconcile import StoreStatus
 from store_rollout.inventory import Store
@@ -75,7 +80,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
     vms = [s.vm_minion_id for s in stores if vm_keys[s.store_id] == "accepted"]
     # one job reads both minions' grains of every store
     grains, _ = _answers(master, hypervisors + vms, "grains.item",
-                         [HYPERVISOR_READY_GRAIN, FIRSTBOOT_STAGE_GRAIN])
+                         [HYPERVISOR_READY_GRAIN, FIRSTBOOT_STAGE_GRAIN, HARDWARE_SERIAL_GRAIN])
     ready = {hv: (grains[hv] or {}).get(HYPERVISOR_READY_GRAIN) for hv in hypervisors
              if hv in grains}
     stages = {vm: (grains[vm] or {}).get(FIRSTBOOT_STAGE_GRAIN) for vm in vms if vm in grains}
@@ -126,7 +131,8 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             cobbler_changes=changes, power_cycled_at=power_cycled_at(record),
             host_powered_on=_host_on(store, settings, record, hv_keys[sid], ready.get(hv)),
             hypervisor_key=hv_keys[sid], hypervisor_answering=hv in ready,
-            hypervisor_ready=bool(ready.get(hv)),
+            hypervisor_ready=bool(ready.get(hv)), expected_serial=store.hypervisor.serial,
+            hypervisor_serial=str((grains.get(hv) or {}).get(HARDWARE_SERIAL_GRAIN) or "") or None,
             highstate_changes=tested.get(hv), highstate_note=note,
             base_image_on_hypervisor=(found.get("base_images") or {}).get(image["key"])
             if hv in inspected else None,

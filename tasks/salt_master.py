@@ -19,7 +19,7 @@ from tasks.retry import retry_on
 from tasks.salt import HypervisorReadyWatcher, SaltTransientError, master_client
 from tasks.salt.probes import domain_with_current_extensions
 
-__all__ = ["prepare_vm_keys", "remove_vm_key", "wait_for_hypervisor"]
+__all__ = ["prepare_vm_keys", "remove_store_keys", "remove_vm_key", "wait_for_hypervisor"]
 
 
 @task(name="wait_for_hypervisor",
@@ -34,14 +34,16 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
     install; that answer stands and no second probe is made. A hypervisor that has answered
     for `stall_timeout` seconds without getting ready and runs no state has its highstate
     applied again, once per attempt. The hypervisor's one-time autosign token is revoked once
-    it is ready (tasks/salt/watchers.py, `HypervisorReadyWatcher`).
+    it is ready, and a host whose SMBIOS serial is not the inventory's `hypervisor.serial`
+    fails the step before step 4 (tasks/salt/watchers.py, `HypervisorReadyWatcher`).
     """
     logger = get_run_logger()
     master = master_client(load_settings().salt_master_config)
     logger.info("store %s: waiting up to %.0fs for hypervisor %s", store.store_id, timeout,
                 store.hypervisor_minion_id)
     watcher = HypervisorReadyWatcher(master, store.store_id, store.hypervisor_minion_id,
-                                     timeout=timeout, stall_timeout=stall_timeout, logger=logger)
+                                     timeout=timeout, stall_timeout=stall_timeout, logger=logger,
+                                     serial=store.hypervisor.serial)
     ready = watcher.wait(already_ready)
     announce_hypervisor_ready(store.store_id, store.hypervisor_minion_id)
     return ready
@@ -86,3 +88,17 @@ def remove_vm_key(store: Store) -> dict[str, Any]:
               "token_revoked": master.revoke_token(minion)}
     get_run_logger().info("store %s: VM key removal %s", store.store_id, result)
     return result
+
+
+@task(name="remove_store_keys", task_run_name="remove-keys-{store.store_id}",
+      retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
+def remove_store_keys(store: Store) -> dict[str, Any]:
+    """Decommission: the host's and the VM's keys deleted in one call (the master rotates its
+    AES key once, not once per key) and their autosign tokens revoked."""
+    master = master_client(load_settings().salt_master_config)
+    minions = [store.hypervisor_minion_id, store.vm_minion_id]
+    revoked = [m for m in minions if master.revoke_token(m)]
+    deleted = master.delete_keys(minions)
+    get_run_logger().info("store %s: keys deleted: %s; tokens revoked: %s", store.store_id,
+                          deleted or "none left", revoked or "none left")
+    return {"keys_deleted": deleted, "tokens_revoked": revoked}

@@ -276,10 +276,18 @@ def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any
 
 @task(name="remove_vm", task_run_name="remove-vm-{store.store_id}",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
-def remove_vm(store: Store) -> dict[str, Any]:
-    """Rollback: destroy and undefine the store VM and delete its overlay disk."""
+def remove_vm(store: Store, host_may_be_gone: bool = False) -> dict[str, Any]:
+    """Rollback and decommission: destroy and undefine the store VM and delete its overlay
+    disk. `host_may_be_gone` (a decommission, maybe rerun): a host without an accepted key or
+    that does not answer (an earlier run powered it off) is not asked: its disk goes with it."""
     settings = load_settings()
     master = master_client(settings.salt_master_config)
-    removed = master.cmd(store.hypervisor_minion_id, "storevirt.remove_vm", [store.vm_name])
+    hv = store.hypervisor_minion_id
+    if host_may_be_gone and not (master.key_state(hv) == "accepted" and master.ping(hv)):
+        get_run_logger().warning("store %s: %s has no accepted key or does not answer (an "
+                                 "earlier decommission run, or never installed): its VM, if "
+                                 "any, stays on its disk", store.store_id, hv)
+        return {"name": store.vm_name, "host_gone": True}
+    removed = master.cmd(hv, "storevirt.remove_vm", [store.vm_name])
     get_run_logger().info("store %s: VM %s removed: %s", store.store_id, store.vm_name, removed)
     return dict(removed)

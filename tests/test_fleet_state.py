@@ -272,3 +272,38 @@ def test_previous_fingerprints_come_from_the_newest_reconcile_of_each_store(
     assert previous_reconcile("reconcile-under-test") == {
         "a": "mismatch/vm-stopped", "b": "ok", "other-inventory": "not-started"}
     assert previous_reconcile("no-such-key") == {}
+
+
+def test_a_decommissioned_store_is_reported_so_and_what_is_left_is_named() -> None:
+    closed = {"id": "ERP-2", "idempotency_key": "d", "vm_uuid": None,
+              "status": "store-decommissioned"}
+    gone = fresh(erp_notices=[*rolled_out().erp_notices, closed],
+                 last_run=LastRun(id="r1", name="rollout-0042", state="Completed"))
+    status = reconcile_store(gone, ZOMBIE)
+    assert (status.status, status.mismatches, status.real) == ("decommissioned", [],
+                                                               "decommissioned")
+    left = rolled_out(erp_notices=gone.erp_notices)
+    status = reconcile_store(left, ZOMBIE)
+    assert status.status == "mismatch"
+    assert [(m.code, m.fix) for m in status.mismatches] == [(
+        "decommission-incomplete", "`store-rollout decommission 0042` removes what is left")]
+    assert status.mismatches[0].what == (
+        "the ERP has the store's decommission, but Cobbler system store-0042-hv, the key of "
+        "store-0042-hv (accepted), the key of store-0042-vm (accepted), domain store-0042-vm "
+        "still exist")
+    # rolled out again after its decommission: its newer notice counts, not the old closing
+    reopened = rolled_out(erp_notices=[*gone.erp_notices, rolled_out().erp_notices[0]])
+    assert reconcile_store(reopened, ZOMBIE).status == "ok"
+
+
+def test_another_box_is_named_by_plan_and_reconcile() -> None:
+    other = rolled_out(expected_serial="CZ123", hypervisor_serial="LAB525400000001")
+    step3 = plan_store(other)[2]
+    assert step3.todo and step3.action == (
+        "fails: store-0042-hv reports serial 'LAB525400000001', the inventory's "
+        "hypervisor.serial is 'CZ123'")
+    assert [m.code for m in reconcile_store(other, ZOMBIE).mismatches] == ["wrong-hardware"]
+    same = rolled_out(expected_serial="lab525400000001", hypervisor_serial="LAB525400000001")
+    assert not plan_store(same)[2].todo and reconcile_store(same, ZOMBIE).status == "ok"
+    silent = rolled_out(expected_serial="CZ123", hypervisor_answering=False)
+    assert "wrong-hardware" not in [m.code for m in reconcile_store(silent, ZOMBIE).mismatches]

@@ -122,6 +122,23 @@ def test_csv_carries_each_hosts_bmc(tmp_path: Path) -> None:
         load_inventory(path)
 
 
+def test_a_hosts_serial_is_read_checked_and_unique(tmp_path: Path) -> None:
+    path = tmp_path / "serials.csv"
+    path.write_text("store_id,hv_hostname,hv_mac,erp_site_code,hv_serial\n"
+                    "s1,hv-s1.x.invalid,52:54:00:c1:00:01,S-1,CZ2345ABC\n"
+                    "s2,hv-s2.x.invalid,52:54:00:c1:00:02,S-2,\n")
+    inv = load_inventory(path)
+    assert (inv.get("s1").hypervisor.serial, inv.get("s2").hypervisor.serial) == ("CZ2345ABC", None)
+    with pytest.raises(InventoryError, match="store 's1': hypervisor.serial: .*invalid serial "
+                                             "number 'CZ 2345': the SMBIOS serial on the host's "
+                                             "label"):
+        parse_inventory(inventory(serial="CZ 2345"))
+    path.write_text(path.read_text().replace("S-2,", "S-2,CZ2345ABC"))
+    with pytest.raises(InventoryError, match="duplicate hypervisor.serial 'CZ2345ABC' in stores "
+                                             "'s1' and 's2'"):
+        load_inventory(path)
+
+
 def test_spreadsheet_leftovers_are_ignored_or_named(tmp_path: Path) -> None:
     # a cleared row stays behind as a row of empty cells; a formatted empty column as ';;'
     rows = [[*CSV_ROWS[0], "", ""], ["", "", "", "", "", "", ""]]

@@ -17,13 +17,13 @@ SURFACES = {
     "tasks.bmc": [
         "Bmc", "BmcAuthFailed", "BmcCredentials", "BmcError", "BmcRejected", "BmcUnreachable",
         "IpmiBmc", "RedfishBmc", "bmc_client", "bmc_credentials", "bmc_problems",
-        "power_cycle_for_install",
+        "power_cycle_for_install", "power_off_hypervisor",
     ],
     "tasks.cobbler": [
         "CobblerAuthError", "CobblerClient", "CobblerCredentials", "CobblerError",
         "CobblerNotFound", "CobblerRejected", "CobblerUnavailable", "SystemSpec",
-        "cobbler_client", "disable_hypervisor_netboot", "record_fields", "spec_fields",
-        "system_changes",
+        "cobbler_client", "disable_hypervisor_netboot", "record_fields",
+        "remove_hypervisor_record", "spec_fields", "system_changes",
     ],
     "tasks.kiwi": [
         "BUILD_PARAMS_FILE", "BuildOutput", "BuildParamsError", "IDENTITY_SCRIPT",

@@ -15,6 +15,7 @@ import pytest
 import requests
 import yaml
 
+from lab.hardware import lab_serial
 from lab.state import VENV_BIN, LabInfo, LabPaths
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from tasks.cobbler import CobblerClient
@@ -23,6 +24,7 @@ from tests.helpers import (
     bmc_power,
     check_store,
     cli_in_process,
+    created_erp_notices,
     finish,
     power_actions,
     pxe_config_name,
@@ -105,6 +107,104 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
     check_store(lab, "e2e1", again)
+    # every host reported the serial on its label (its domain's SMBIOS, read by Salt's grain)
+    assert [r["hypervisor_serial"] for r in (first, *results)] == [
+        lab_serial(s["hypervisor"]["mac"]) for s in raw[:3]]
+    check_another_box_stops_at_step_3(lab, lab_env, inventory, "e2e2")
+    check_decommission_leaves_nothing(lab, lab_env, inventory, "e2e3")
+
+
+def store_traces(lab: LabInfo, store_id: str, mac: str) -> dict[str, Any]:
+    """What Cobbler (its record, the DHCP server's configuration), Salt (keys in any state,
+    autosign tokens) and libvirt (the VM's domain and disk dir) hold of a store, and its host's
+    power."""
+    import libvirt
+
+    hv, vm = f"store-{store_id}-hv", f"store-{store_id}-vm"
+    master = SaltMasterClient(lab.salt_master_config)
+    keys = master.list_keys()
+    conn = libvirt.openReadOnly(lab.libvirt_uri)
+    try:
+        domains = [d.name() for d in conn.listAllDomains()]
+        host_on = bool(conn.lookupByName(hv).isActive())
+    finally:
+        conn.close()
+    dnsmasq = (LabPaths(Path(lab.state_dir)).cobbler / "etc" / "u" / "dnsmasq.conf").read_text()
+    return {
+        "cobbler": CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                                 password=lab.cobbler_password).get_system(hv) is not None,
+        "dhcp": [line for line in dnsmasq.splitlines() if mac in line],
+        "keys": {bucket: [m for m in ids if m in (hv, vm)] for bucket, ids in keys.items()
+                 if set(ids) & {hv, vm}},
+        "tokens": [m for m in (hv, vm) if master.token_for(m)],
+        "domain": vm in domains, "disk": (Path(lab.vm_images_dir) / vm).exists(),
+        "host_on": host_on}
+
+
+def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inventory: Path,
+                                      store_id: str) -> None:
+    """A rolled-out store closed: nothing of it left in Cobbler, Salt or libvirt, its host off,
+    the ERP told, reconcile says decommissioned; a second decommission changes nothing."""
+    mac = next(s["hypervisor"]["mac"] for s in yaml.safe_load(inventory.read_text())["stores"]
+               if s["store_id"] == store_id)
+    before = store_traces(lab, store_id, mac)
+    assert before["cobbler"] and before["dhcp"] and before["domain"] and before["host_on"], before
+    done = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory))
+    assert done.exit_code == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["vm"] == {"domain": True, "disk_dir": True}, result
+    assert result["keys"]["keys_deleted"] == [f"store-{store_id}-hv", f"store-{store_id}-vm"]
+    assert (result["cobbler"]["removed"], result["power"]["was"]) == (True, "on"), result
+    gone = {"cobbler": False, "dhcp": [], "keys": {}, "tokens": [], "domain": False,
+            "disk": False, "host_on": False}
+    assert store_traces(lab, store_id, mac) == gone
+    notice = [n for n in created_erp_notices(lab, store_id)
+              if n["payload"]["status"] == "store-decommissioned"]
+    assert [n["erp_id"] for n in notice] == [result["erp_id"]], notice
+    status = json.loads(cli_in_process(lab_env, "reconcile", store_id, "--inventory",
+                                       str(inventory), "--json").stdout)["stores"][store_id]
+    assert (status["status"], status["mismatches"]) == ("decommissioned", []), status
+    again = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory))
+    assert again.exit_code == 0, again.stderr[-3000:]
+    second = json.loads(again.stdout)
+    assert second["vm"]["host_gone"] and second["keys"]["keys_deleted"] == [], second
+    assert (second["cobbler"]["removed"], second["power"]["was"]) == (False, "off"), second
+    assert (second["erp_id"], second["erp_replayed"]) == (result["erp_id"], True), second
+    assert store_traces(lab, store_id, mac) == gone
+
+
+def check_another_box_stops_at_step_3(lab: LabInfo, lab_env: dict[str, str], inventory: Path,
+                                      store_id: str) -> None:
+    """The inventory names another serial than the installed host's: step 3 fails naming both,
+    step 4 never runs, and reconcile names the box."""
+    raw = yaml.safe_load(inventory.read_text())
+    entry = next(s for s in raw["stores"] if s["store_id"] == store_id)
+    label, entry["hypervisor"]["serial"] = entry["hypervisor"]["serial"], "CZ-OTHER-BOX"
+    other = inventory.with_name("other-box.yaml")
+    other.write_text(yaml.safe_dump(raw))
+    proc = start_rollout(lab_env, store_id, other)
+    _, err = proc.communicate(timeout=300)
+    said = " ".join(err.split())
+    assert proc.returncode == 1, err[-3000:]
+    assert (f"store {store_id}: hypervisor store-{store_id}-hv reports serial {label!r}, but the "
+            "inventory's hypervisor.serial is 'CZ-OTHER-BOX': this is not the store's box") in said
+    flow_run = requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": [f"rollout-{store_id}"]}}, "sort": "START_TIME_DESC",
+        "limit": 1}, timeout=10).json()[0]
+    assert flow_run["state_type"] == "FAILED"
+
+    def steps_recorded() -> dict[str, str] | None:
+        tasks = requests.post(f"{lab.prefect_api_url}/task_runs/filter", json={
+            "task_runs": {"flow_run_id": {"any_": [flow_run["id"]]}}}, timeout=10).json()
+        states = {t["name"].removesuffix(f"-{store_id}"): t["state_type"] for t in tasks}
+        return states if states.get("wait_for_hypervisor") == "FAILED" else None
+
+    states = wait_for(steps_recorded, timeout=30, interval=1,
+                      what=f"the failed step 3 of rollout-{store_id} in Prefect")
+    assert "prepare_vm_keys" not in states, states
+    status = json.loads(cli_in_process(lab_env, "reconcile", store_id, "--inventory", str(other),
+                                       "--json").stdout)["stores"][store_id]
+    assert "wrong-hardware" in [m["code"] for m in status["mismatches"]], status
 
 
 def check_store_comes_back_after_a_power_cut(lab: LabInfo, lab_env: dict[str, str],

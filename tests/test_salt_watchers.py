@@ -17,6 +17,7 @@ import pytest
 from store_rollout.contracts import (
     AUTOSIGN_REFUSED_TAG,
     FIRSTBOOT_STAGE_GRAIN,
+    HARDWARE_SERIAL_GRAIN,
     HYPERVISOR_READY_GRAIN,
     HYPERVISOR_READY_TAG,
 )
@@ -27,8 +28,10 @@ from tasks.salt import (
     HypervisorKeyContested,
     HypervisorMinionRefused,
     HypervisorReadyWatcher,
+    HypervisorWrongHardware,
     SaltEventTimeout,
     SaltMinionNoResponse,
+    SaltTransientError,
     VmNeverContacted,
 )
 from tasks.salt.masterlog import AuthRefusal
@@ -86,10 +89,10 @@ class FakeMaster:
     def __init__(self, clock: FakeClock, events: list[tuple[float, str, dict[str, Any]]], *,
                  grain: Answer, key: Answer = lambda t: "accepted", running: Answer = lambda t: [],
                  denied: bool = False, refusal_at: float | None = None,
-                 lost_subscriptions: int = 0) -> None:
+                 lost_subscriptions: int = 0, serial: str | None = None) -> None:
         self.clock, self.bus = clock, ScriptedBus(clock, events)
         self.grain, self.key, self.running, self.denied = grain, key, running, denied
-        self.refusal_at, self.lost = refusal_at, lost_subscriptions
+        self.refusal_at, self.lost, self.serial = refusal_at, lost_subscriptions, serial
         self.calls: list[tuple[str, str, list[Any]]] = []
         self.revoked: list[str] = []
         self.deleted: list[str] = []
@@ -107,6 +110,8 @@ class FakeMaster:
             kwarg: dict[str, Any] | None = None, timeout: float = 60,
             gather_job_timeout: float | None = None) -> Any:
         self.calls.append((minion_id, fun, list(arg)))
+        if fun == "grains.get" and list(arg) == [HARDWARE_SERIAL_GRAIN]:
+            return self.serial or ""
         if fun == "grains.get":
             answer = self.grain(self.clock.now)
             if isinstance(answer, BaseException):
@@ -156,9 +161,10 @@ def ready_from(when: float) -> Answer:
 
 
 def hv_watcher(master: FakeMaster, clock: FakeClock, timeout: float = 900,
-               stall_timeout: float = 300) -> HypervisorReadyWatcher:
+               stall_timeout: float = 300, serial: str | None = None) -> HypervisorReadyWatcher:
     return HypervisorReadyWatcher(master, "s1", HV, timeout=timeout, stall_timeout=stall_timeout,
-                                  logger=logging.getLogger("test.watchers"), clock=clock)
+                                  logger=logging.getLogger("test.watchers"), clock=clock,
+                                  serial=serial)
 
 
 # -- step 3 ------------------------------------------------------------------------------------
@@ -167,7 +173,8 @@ def test_hypervisor_ready_event_ends_the_wait_and_revokes_the_token() -> None:
     master = FakeMaster(clock, [(12.0, "salt/minion/other/start", {"id": "other"}),
                                 (40.0, HYPERVISOR_READY_TAG, {"id": HV})], grain=ready_from(1e9))
     result = hv_watcher(master, clock).wait()
-    assert result == {"minion": HV, "waited_seconds": 40.0, "highstate_reapplied": None}
+    assert result == {"minion": HV, "waited_seconds": 40.0, "highstate_reapplied": None,
+                      "serial": None}
     assert master.revoked == [HV]
     assert ("store-s1-hv", "grains.get", [HYPERVISOR_READY_GRAIN]) in master.calls
 
@@ -179,6 +186,47 @@ def test_a_ready_grain_counts_when_the_event_was_missed(caplog: pytest.LogCaptur
     result = hv_watcher(master, clock).wait()
     assert result["waited_seconds"] == 30.0  # the grain is checked after each 10 s without event
     assert master.revoked == [HV] and "already ready" not in caplog.text
+
+
+def test_the_store_box_goes_on_naming_its_serial(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    master = FakeMaster(clock, [(5.0, HYPERVISOR_READY_TAG, {"id": HV})], grain=ready_from(1e9),
+                        serial="LAB525400000001")
+    caplog.set_level(logging.INFO, "test.watchers")
+    assert hv_watcher(master, clock, serial="lab525400000001").wait()["serial"] == "LAB525400000001"
+    assert f"hypervisor {HV} is the store's box (serial LAB525400000001)" in caplog.text
+
+
+@pytest.mark.parametrize(("reported", "named"), [
+    ("LAB525400000009", "reports serial 'LAB525400000009'"),
+    (None, "reports no serial (its SMBIOS has none)"),
+])
+def test_another_box_fails_step_3_naming_both_serials(reported: str | None, named: str) -> None:
+    clock = FakeClock()
+    master = FakeMaster(clock, [], grain=silent, serial=reported)
+    with pytest.raises(HypervisorWrongHardware) as failed:
+        hv_watcher(master, clock, serial="LAB525400000001").wait(already_ready=True)
+    assert str(failed.value).startswith(
+        f"store s1: hypervisor {HV} {named}, but the inventory's hypervisor.serial is "
+        "'LAB525400000001': this is not the store's box. Nothing was done on it after its "
+        "install (no VM keys, no VM).")
+    assert (failed.value.expected, failed.value.reported) == ("LAB525400000001", reported)
+    assert not isinstance(failed.value, SaltTransientError)  # a retry finds the same box
+    # the one question asked of the host, after its token was revoked (nothing else done)
+    assert master.funs() == ["grains.get"] and master.revoked == [HV]
+
+
+def test_a_silent_host_leaves_its_serial_to_the_retry() -> None:
+    clock = FakeClock()
+    master = FakeMaster(clock, [], grain=silent)
+    master.serial = None
+
+    def no_answer(minion_id: str, fun: str, arg: Any = (), **_: Any) -> Any:
+        raise SaltMinionNoResponse(HV, fun, 5)
+
+    master.cmd = no_answer  # type: ignore[method-assign]
+    with pytest.raises(SaltTransientError):
+        hv_watcher(master, clock, serial="LAB525400000001").wait(already_ready=True)
 
 
 def test_already_ready_makes_no_probe(caplog: pytest.LogCaptureFixture) -> None:

@@ -32,13 +32,14 @@ from store_rollout.contracts import (
     STEP_NOTIFY_ERP,
     STEP_PREPARE_VM_KEYS,
     STEP_PXE_INSTALL_HYPERVISOR,
+    STEP_WAIT_FOR_HYPERVISOR,
 )
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.inventory import parse_inventory
 from tasks import erp, pxe_install, salt_master, virt
-from tasks.salt import SaltEventTimeout
+from tasks.salt import HypervisorReadyWatcher, HypervisorWrongHardware, SaltEventTimeout
 
 KEY = "ab" * 32
 UUID = "6f1c0d7e-0000-4000-8000-000000000042"
@@ -163,6 +164,15 @@ def test_start_needed(dom: dict[str, Any] | None, needed: bool) -> None:
 ])
 def test_firstboot_done(stage: str | None, done: bool) -> None:
     assert step_rules.firstboot_done(stage) is done
+
+
+@pytest.mark.parametrize(("expected", "reported", "matches"), [
+    (None, None, True), (None, "ANY", True),  # no serial in the inventory: any box
+    ("CZ123", "CZ123", True), ("cz123 ", "CZ123", True),  # labels and firmware differ in case
+    ("CZ123", "CZ124", False), ("CZ123", None, False), ("CZ123", "", False),
+])
+def test_hardware_matches(expected: str | None, reported: str | None, matches: bool) -> None:
+    assert step_rules.hardware_matches(expected, reported) is matches
 
 
 def test_erp_idempotency_key_is_one_per_store_and_vm() -> None:
@@ -443,6 +453,41 @@ def test_swapping_firstboot_done_flips_step_6_in_plan_and_watcher(
     assert wait() == "waited"
 
 
+def test_swapping_hardware_matches_flips_step_3_in_plan_and_watcher(
+        negate: Callable[[str], None]) -> None:
+    serials = {"expected_serial": "CZ123", "hypervisor_serial": "CZ123"}
+
+    class Master(FakeMaster):
+        def list_keys(self) -> dict[str, list[str]]:
+            return {"minions": list(self.keys)}
+
+        def revoke_token(self, minion: str) -> bool:
+            return True
+
+        def log_tail(self) -> Any:
+            return SimpleNamespace(auth_refusals=lambda minion: [])
+
+        def cmd(self, minion: str, fun: str, arg: Any = (), kwarg: Any = None,
+                timeout: float = 60, gather_job_timeout: float | None = None) -> Any:
+            return "CZ123" if fun == "grains.get" else super().cmd(minion, fun, arg, kwarg)
+
+    def watched() -> str:
+        watcher = HypervisorReadyWatcher(Master(HV_KEYS, domain()), "0042",
+                                         STORE.hypervisor_minion_id, timeout=60,
+                                         stall_timeout=60, logger=logging.getLogger("test"),
+                                         serial="CZ123")
+        try:
+            return str(watcher.wait(already_ready=True)["serial"])
+        except HypervisorWrongHardware:
+            return "refused"
+
+    assert not step(facts(**serials), STEP_WAIT_FOR_HYPERVISOR).todo
+    assert watched() == "CZ123"
+    negate("hardware_matches")
+    assert step(facts(**serials), STEP_WAIT_FOR_HYPERVISOR).action.startswith("fails: ")
+    assert watched() == "refused"
+
+
 def test_swapping_the_erp_rules_flips_plan_and_the_notice(
         monkeypatch: pytest.MonkeyPatch, negate: Callable[[str], None]) -> None:
     notice = erp.ErpNotice(store_id="0042", site_code="DE-0042", cost_center=None,
@@ -475,8 +520,12 @@ SITES: dict[str, list[tuple[str, str]]] = {
                      ("store_rollout/fleet/facts.py", "running")],
     "firstboot_done": [("tasks/salt/watchers.py", "wait"), ("tasks/salt/watchers.py", "_relevant"),
                        ("store_rollout/fleet/facts.py", "firstboot_done")],
+    "hardware_matches": [("tasks/salt/watchers.py", "_check_hardware"),
+                         ("store_rollout/fleet/facts.py", "wrong_hardware")],
     "erp_idempotency_key": [("tasks/erp.py", "idempotency_key")],
     "erp_notice_for": [("store_rollout/fleet/facts.py", "notice_for_vm")],
+    "decommissioned": [("store_rollout/fleet/facts.py", "decommissioned")],
+    "decommission_key": [("tasks/erp.py", "idempotency_key")],
 }
 CHECKED = ("store_rollout", "tasks", "flows", "app")
 

@@ -203,3 +203,18 @@ def test_minion_sockets_fit_the_kernels_limit_or_the_lab_dir_is_named(tmp_path: 
                     sock.bind(str(path))
     with pytest.raises(ValueError, match="is too deep.*use a shorter --state-dir"):
         minion_root_dir(Path("/" + "d" * 80) / "simulator", 1)
+
+
+def test_a_store_hosts_firmware_reports_its_serial_to_dmidecode() -> None:
+    """A store host's mount namespace shows the serial its domain's SMBIOS gives, where Linux
+    shows firmware tables; the real dmidecode (what Salt's `serialnumber` grain runs) reads it,
+    and the orchestrator's own /sys is untouched."""
+    host = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", sys.executable,
+         str(HOST_NAMESPACE), "--smbios-serial", "LAB525400C0FFEE", "--",
+         "dmidecode", "-s", "system-serial-number"],
+        capture_output=True, text=True, timeout=30)
+    assert (host.returncode, host.stdout.strip()) == (0, "LAB525400C0FFEE"), host.stderr
+    assert not Path("/sys/firmware/dmi/tables/smbios_entry_point").exists() or \
+        "LAB525400C0FFEE" not in subprocess.run(["dmidecode", "-s", "system-serial-number"],
+                                                capture_output=True, text=True).stdout

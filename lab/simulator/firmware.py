@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from lab.autoyast import parse_autoyast
+from lab.hardware import smbios_serial
 from lab.netboot import DISK_BOOT_MARKER, INSTALL_ID_FILE, host_files, read_install
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.minions import MinionManager
@@ -281,8 +282,18 @@ class Firmware:
             log.warning("fault knob: %s runs Salt 3006.0 on Python 3.6", system_name)
             salt_bin = HOST_PY36_SALT_BIN
         self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True,
-                             disk_files=extmods)
+                             disk_files=extmods, smbios_serial=self._smbios_serial(system_name))
         return minion_id
+
+    def _smbios_serial(self, system_name: str) -> str | None:
+        """The serial the machine's firmware reports (its domain's SMBIOS system entry)."""
+        import libvirt
+
+        conn = libvirt.openReadOnly(self.info.libvirt_uri)
+        try:
+            return smbios_serial(conn.lookupByName(system_name).XMLDesc(0))
+        finally:
+            conn.close()
 
     def _nopxe(self, url: str) -> None:
         """Cobbler's nopxe answers 200 with "True" or "False" (pxe_just_once off, no such

@@ -26,6 +26,8 @@ log = logging.getLogger("lab.simulator")
 
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 SALT_LONGEST_SOCKET_NAME = "minion_event_0123456789_pull.ipc"  # salt: sha256(id)[:10]
+# beside a store host's disk: what its firmware's SMBIOS says (lab/host_namespace.py serves it)
+SMBIOS_SERIAL_FILE = "smbios-serial"
 
 
 def clear_stale_pidfiles(root: Path) -> None:
@@ -89,10 +91,12 @@ class MinionManager:
 
     def install(self, minion_id: str, files: dict[str, str], extra: dict[str, Any],
                 salt_bin: Path = VENV_BIN, store_host: bool = False,
-                disk_files: dict[str, str] | None = None) -> Path:
+                disk_files: dict[str, str] | None = None,
+                smbios_serial: str | None = None) -> Path:
         """Lay down a fresh system disk: config dir with the given minion.d files, and the Salt
         installed on it (`salt_bin`: the bin dir of that Salt's venv); `disk_files`: other files
-        by their absolute path on a real machine, under the machine's root_dir (its "/")."""
+        by their absolute path on a real machine, under the machine's root_dir (its "/");
+        `smbios_serial`: the serial the machine's firmware reports (a store host's)."""
         if not (salt_bin / "salt-minion").exists():
             raise FileNotFoundError(f"{salt_bin / 'salt-minion'} missing: run `make setup`")
         with self.machine_lock(minion_id):
@@ -115,6 +119,8 @@ class MinionManager:
             (mdir / "salt-bin").write_text(str(salt_bin))
             if store_host:
                 (mdir / "store-host").write_text("runs in a mount namespace without the lab\n")
+            if smbios_serial:
+                (mdir / SMBIOS_SERIAL_FILE).write_text(smbios_serial)
             return mdir
 
     def _write_hardware_config(self, minion_id: str, root: Path, extra: dict[str, Any]) -> None:
@@ -220,6 +226,8 @@ class MinionManager:
                     Path(self.info.vm_images_dir)]
             unshare += ["--mount", "--propagation", "private"]
             options += ["--hide", str(self.paths.root), *[f"--keep={path}" for path in keep]]
+            if (mdir / SMBIOS_SERIAL_FILE).exists():
+                options += ["--smbios-serial", (mdir / SMBIOS_SERIAL_FILE).read_text()]
         return [*unshare, "--", str(salt_bin / "python"),
                 str(REPO_ROOT / "lab" / "host_namespace.py"), *options, "--", *argv]
 

@@ -51,6 +51,9 @@ class StoreFacts(BaseModel):
     hypervisor_key: str | None = None  # accepted, pending, rejected, denied, None
     hypervisor_answering: bool = False
     hypervisor_ready: bool = False
+    # the host's SMBIOS serial (None: none, or not answering) and the inventory's
+    hypervisor_serial: str | None = None
+    expected_serial: str | None = None
     highstate_changes: list[str] | None = None  # test=True; None: not checked
     highstate_note: str | None = None  # why it was not checked, or its error
     # libvirt, read through the hypervisor; None when the hypervisor did not answer
@@ -73,6 +76,12 @@ class StoreFacts(BaseModel):
         return step_rules.hypervisor_installed(self.hypervisor_key, self.hypervisor_ready)
 
     @property
+    def wrong_hardware(self) -> bool:
+        """The answering host is not the store's box (step 3 would fail on it)."""
+        return self.hypervisor_answering and not step_rules.hardware_matches(
+            self.expected_serial, self.hypervisor_serial)
+
+    @property
     def install_underway(self) -> bool:
         """Step 2 would leave the host to the install an earlier run powered it on into."""
         return step_rules.install_underway(self.power_cycled_at, datetime.now(UTC),
@@ -92,6 +101,19 @@ class StoreFacts(BaseModel):
     @property
     def domain_uuid(self) -> str | None:
         return None if self.domain is None else str(self.domain.get("uuid"))
+
+    @property
+    def decommissioned(self) -> bool:
+        """The ERP's newest notice of the store is its decommission."""
+        return step_rules.decommissioned(self.erp_notices)
+
+    def leftovers(self) -> list[str]:
+        """What Cobbler, Salt and libvirt still hold of the store."""
+        held = [(self.cobbler_record, f"Cobbler system {self.cobbler_system}"),
+                (self.hypervisor_key, f"the key of {self.hypervisor} ({self.hypervisor_key})"),
+                (self.vm_key, f"the key of {self.vm} ({self.vm_key})"),
+                (self.domain is not None, f"domain {self.domain_name}")]
+        return [what for there, what in held if there]
 
     def notice_for_vm(self) -> dict[str, Any] | None:
         """The ERP's notice for the VM that exists now (its uuid is in the idempotency key)."""

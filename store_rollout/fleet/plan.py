@@ -92,6 +92,11 @@ def _highstate_details(f: StoreFacts) -> list[str]:
 
 
 def _wait(f: StoreFacts) -> StepPlan:
+    if f.wrong_hardware:
+        return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=True,
+                        action=f"fails: {f.hypervisor} reports serial {f.hypervisor_serial!r}, "
+                        f"the inventory's hypervisor.serial is {f.expected_serial!r}",
+                        details=["steps 4 to 8 do not run on another box than the store's"])
     if f.installed:
         details = _highstate_details(f)
         if f.highstate_changes:

@@ -108,10 +108,25 @@ def _after_ended(f: StoreFacts, plan: list[StepPlan], name: str, state: str) -> 
     return [Mismatch(code="run-not-completed", what=what, fix=_resume(f, plan))]
 
 
+def _decommissioned(f: StoreFacts) -> StoreStatus:
+    """A closed store: nothing of it may be left anywhere."""
+    left = f.leftovers()
+    mismatches = [Mismatch(
+        code="decommission-incomplete", what=f"the ERP has the store's decommission, but "
+        f"{', '.join(left)} still exist", fix=f"`store-rollout decommission {f.store_id}` "
+        "removes what is left")] if left else []
+    return StoreStatus(store_id=f.store_id, status="mismatch" if left else "decommissioned",
+                       last_run=f"{f.last_run.name} {f.last_run.state}" if f.last_run else "none",
+                       real="decommissioned" + (f"; left: {', '.join(left)}" if left else ""),
+                       mismatches=mismatches)
+
+
 def reconcile_store(f: StoreFacts, zombie_after: float) -> StoreStatus:
     """Name each disagreement between the systems and Prefect's last rollout run of the store,
     with the command that settles it. `zombie_after`: seconds without a heartbeat after which a
     Running run's process is taken for dead."""
+    if f.decommissioned:
+        return _decommissioned(f)
     plan = plan_store(f)
     run = f.last_run
     mismatches: list[Mismatch] = []
@@ -146,6 +161,12 @@ def reconcile_store(f: StoreFacts, zombie_after: float) -> StoreStatus:
             code="netboot-on", what=f"Cobbler netboot is on for the installed host "
             f"{f.cobbler_system}: its next power cycle reinstalls it",
             fix=f"`cobbler system edit --name {f.cobbler_system} --netboot-enabled false`"))
+    if f.wrong_hardware:
+        mismatches.append(Mismatch(
+            code="wrong-hardware", what=f"hypervisor {f.hypervisor} reports serial "
+            f"{f.hypervisor_serial!r}, the inventory's hypervisor.serial is {f.expected_serial!r}",
+            fix="correct hypervisor.serial in the inventory if the box is the store's; else "
+            "rack the store's own box and roll out again with its MAC"))
     if mismatches:
         status = "mismatch"
     return StoreStatus(store_id=f.store_id, status=status,

@@ -62,6 +62,7 @@ CSV_COLUMNS = {
     "hv_redfish_system_id": ("hypervisor", "redfish_system_id"),
     "hv_bmc_credentials_block": ("hypervisor", "bmc_credentials_block"),
     "hv_ipmi_cipher_suite": ("hypervisor", "ipmi_cipher_suite"),
+    "hv_serial": ("hypervisor", "serial"),
     "vm_name": ("vm", "name"), "vm_vcpus": ("vm", "vcpus"), "vm_memory_mib": ("vm", "memory_mib"),
     "vm_disk_gib": ("vm", "disk_gib"), "vm_network": ("vm", "network"),
     "erp_site_code": ("erp", "site_code"), "erp_cost_center": ("erp", "cost_center"),

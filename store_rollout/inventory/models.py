@@ -68,6 +68,11 @@ class HypervisorSpec(_Strict):
         None, description="BMC Credentials Block of this host (default: settings)")
     ipmi_cipher_suite: int | None = Field(
         None, ge=0, le=17, description="IPMI cipher suite (default: the best the BMC offers)")
+    serial: Annotated[str | None, _spelled(
+        r"[A-Za-z0-9][A-Za-z0-9._/-]{0,63}", "serial number",
+        "the SMBIOS serial on the host's label: letters, digits, '.', '_', '/', '-'")] = Field(
+        None, description="the host's serial number (SMBIOS, as on its label): step 3 refuses "
+                          "a host that reports another, before anything is done on it")
 
     @model_validator(mode="before")
     @classmethod
@@ -248,11 +253,12 @@ class Inventory(_Strict):
                            ("hypervisor.mac", lambda s: s.hypervisor.mac),
                            ("hypervisor.hostname", lambda s: s.hypervisor.hostname),
                            ("hypervisor.ip", lambda s: s.hypervisor.ip),
+                           ("hypervisor.serial", lambda s: s.hypervisor.serial),
                            ("vm.name", lambda s: s.vm_name)):
             seen: dict[str, str] = {}
             for store in self.stores:
                 value = key(store)
-                if value == "dhcp":
+                if value in ("dhcp", None):
                     continue
                 if value in seen:
                     raise ValueError(f"duplicate {label} {value!r} in stores {seen[value]!r} "

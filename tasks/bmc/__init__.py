@@ -1,6 +1,6 @@
 """Store hosts' BMCs: the protocol every step uses (`client`), IPMI (`ipmi`, ipmitool) and Redfish
-(`redfish`, sushy), their errors, and the Block the login lives in (`blocks`). Import from
-`tasks.bmc`."""
+(`redfish`, sushy), their errors, the Block the login lives in (`blocks`) and the power-off task
+(`task`). Import from `tasks.bmc`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tasks.bmc.client import Bmc, power_cycle_for_install
 from tasks.bmc.errors import BmcAuthFailed, BmcError, BmcRejected, BmcUnreachable
 from tasks.bmc.ipmi import IpmiBmc
 from tasks.bmc.redfish import RedfishBmc
+from tasks.bmc.task import power_off_hypervisor
 
 __all__ = [
     "Bmc",
@@ -28,4 +29,5 @@ __all__ = [
     "bmc_credentials",
     "bmc_problems",
     "power_cycle_for_install",
+    "power_off_hypervisor",
 ]

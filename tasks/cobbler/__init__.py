@@ -17,6 +17,7 @@ from tasks.cobbler.task import (
     CobblerCredentials,
     cobbler_client,
     disable_hypervisor_netboot,
+    remove_hypervisor_record,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "cobbler_client",
     "disable_hypervisor_netboot",
     "record_fields",
+    "remove_hypervisor_record",
     "spec_fields",
     "system_changes",
 ]

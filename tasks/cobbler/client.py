@@ -233,6 +233,13 @@ class CobblerClient:
                         f"Cobbler's settings (restart cobblerd), or check the system exists "
                         f"(cobbler system report --name {name})", name)
 
+    def sync_dhcp(self) -> None:
+        """Rewrite the DHCP server's configuration from the records (a removed system's MAC
+        leaves it); no PXE file is touched, so no machine's network boot is cut short."""
+        tok = self.token()
+        self._confirmed("sync_dhcp", self._call("sync_dhcp", lambda: self._proxy.sync_dhcp(tok)),
+                        "the DHCP configuration was not rewritten; see Cobbler's log")
+
     def remove_system(self, name: str) -> bool:
         if self.get_system(name) is None:
             return False

@@ -1,5 +1,5 @@
 """Where tasks get Cobbler: the `CobblerCredentials` Prefect Block, `cobbler_client()` (a named
-Block, else the settings), and the rollback's netboot-off task."""
+Block, else the settings), the rollback's netboot-off task and the decommission's removal."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tasks.blocks import load_block
 from tasks.cobbler.client import DEFAULT_TIMEOUT, CobblerClient
 from tasks.cobbler.errors import CobblerUnavailable
 from tasks.retry import retry_on
+from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
 
 
 class CobblerCredentials(CredentialsBlock):
@@ -61,3 +62,17 @@ def disable_hypervisor_netboot(store: Store) -> dict[str, Any]:
     get_run_logger().info("store %s: Cobbler system %s netboot off (exists: %s)",
                           store.store_id, system, exists)
     return {"system": system, "exists": exists, "netboot": False}
+
+
+@task(name="remove_hypervisor_record", task_run_name="remove-cobbler-record-{store.store_id}",
+      retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
+def remove_hypervisor_record(store: Store) -> dict[str, Any]:
+    """Decommission: the host's Cobbler system removed (its PXE files with it) and its MAC out
+    of the DHCP configuration, under the fleet's one-sync-at-a-time slot."""
+    client = cobbler_client()
+    with fleet_slot(COBBLER_SYNC_LIMIT):
+        removed = client.remove_system(store.cobbler_system)
+        client.sync_dhcp()
+    get_run_logger().info("store %s: Cobbler system %s removed: %s; DHCP configuration rewritten",
+                          store.store_id, store.cobbler_system, removed)
+    return {"system": store.cobbler_system, "removed": removed}

@@ -24,7 +24,7 @@ from tasks.salt.errors import (
 from tasks.salt.events import EventBus, SaltEvent, next_event
 from tasks.salt.extensions import served_extension_hashes
 from tasks.salt.masterlog import MasterLogTail
-from tasks.salt.minions import check_minion_id, key_state_in, summarize_failure
+from tasks.salt.minions import check_minion_id, key_state_in, keys_of, summarize_failure
 from tasks.salt.runtime import SALT_LOADING, prepare_salt_runtime
 from tasks.salt.tokens import AutosignTokens
 
@@ -129,21 +129,21 @@ class SaltMasterClient:
 
     def delete_key(self, minion_id: str) -> bool:
         """Delete the key of exactly this id (key.delete_dict: no glob), in every state."""
-        check_minion_id(minion_id)
-        keys = self.list_keys()
-        found = {bucket: [minion_id] for bucket in
-                 ("minions", "minions_pre", "minions_rejected", "minions_denied")
-                 if minion_id in keys.get(bucket, [])}
-        if not found:
-            return False
-        self._wheel("key.delete_dict", match=found)
-        return True
+        return bool(self.delete_keys([minion_id]))
+
+    def delete_keys(self, minion_ids: list[str]) -> list[str]:
+        """Delete the keys of exactly these ids, in every state, in one `key.delete_dict` (the
+        master rotates its AES key once per deletion call: every minion re-authenticates).
+        Returns the ids that had a key."""
+        found = keys_of(self.list_keys(), [check_minion_id(m) for m in minion_ids])
+        if found:
+            self._wheel("key.delete_dict", match=found)
+        return [m for m in minion_ids if any(m in ids for ids in found.values())]
 
     def log_tail(self) -> MasterLogTail:
         """The master's log from now on; none when it logs to syslog or a socket."""
         log_file = str(self.opts.get("log_file") or "")
-        local = log_file and "://" not in log_file
-        return MasterLogTail(Path(log_file) if local else None)
+        return MasterLogTail(Path(log_file) if log_file and "://" not in log_file else None)
 
     def fingerprints(self, minion_id: str) -> dict[str, list[str]]:
         """The fingerprints of every key that claims this id, by state (`minions`,

@@ -91,6 +91,22 @@ class HypervisorKeyContested(SaltError):
         self.store_id, self.minion, self.fingerprints = store_id, minion, fingerprints
 
 
+class HypervisorWrongHardware(SaltError):
+    """The installed host reports another SMBIOS serial than the inventory gives: another box
+    than the store's. Nothing more is done on it (not retried)."""
+
+    def __init__(self, store_id: str, minion: str, expected: str, reported: str | None) -> None:
+        found = f"serial {reported!r}" if reported else "no serial (its SMBIOS has none)"
+        super().__init__(
+            f"store {store_id}: hypervisor {minion} reports {found}, but the inventory's "
+            f"hypervisor.serial is {expected!r}: this is not the store's box. Nothing was done "
+            "on it after its install (no VM keys, no VM). If the box is the store's, correct "
+            "hypervisor.serial in the inventory and roll out again; if not, rack the store's "
+            f"own box (serial {expected!r}) and roll out with its MAC",
+            operation="grains.get", minion_id=minion)
+        self.store_id, self.expected, self.reported = store_id, expected, reported
+
+
 class FirstbootFailed(Exception):
     """A firstboot state run on the VM failed; carries the failing states."""
 

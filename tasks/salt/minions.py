@@ -25,6 +25,14 @@ def key_state_in(keys: dict[str, list[str]], minion_id: str) -> str | None:
     return None
 
 
+def keys_of(keys: dict[str, list[str]], minion_ids: list[str]) -> dict[str, list[str]]:
+    """The buckets of a `key.list_all` answer that hold keys of these ids, with those ids only:
+    what `key.delete_dict` takes to delete exactly them, in every state."""
+    found = {bucket: [m for m in minion_ids if m in keys.get(bucket, [])] for bucket in
+             ("minions", "minions_pre", "minions_rejected", "minions_denied")}
+    return {bucket: ids for bucket, ids in found.items() if ids}
+
+
 def failed_states(ret: Any) -> list[dict[str, str]]:
     """States with result False in a state return: [{id, sls, comment}], in run order."""
     if not isinstance(ret, dict):

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from store_rollout.contracts import (
     FIRSTBOOT_STAGE_GRAIN,
     FIRSTBOOT_STAGE_NEW,
+    HARDWARE_SERIAL_GRAIN,
     HYPERVISOR_EXTENSION_FORMS,
     HYPERVISOR_READY_GRAIN,
 )
@@ -70,6 +71,14 @@ def hypervisor_state(master: MasterApi, minion_id: str) -> str:
 
 def hypervisor_ready(master: MasterApi, minion_id: str) -> bool:
     return hypervisor_state(master, minion_id) == "ready"
+
+
+def hardware_serial(master: MasterApi, minion_id: str) -> str | None:
+    """The machine's SMBIOS serial as its minion's core grain reports it (None: it has none);
+    a minion that does not answer raises SaltMinionNoResponse (transient)."""
+    serial = master.cmd(minion_id, "grains.get", [HARDWARE_SERIAL_GRAIN], timeout=PROBE_TIMEOUT,
+                        gather_job_timeout=PROBE_GATHER_TIMEOUT)
+    return str(serial).strip() or None if serial else None
 
 
 def reapply_highstate(master: MasterApi, minion_id: str) -> str | None:

@@ -22,6 +22,7 @@ from tasks.salt.errors import (
     FirstbootFailed,
     HypervisorKeyContested,
     HypervisorMinionRefused,
+    HypervisorWrongHardware,
     SaltEventTimeout,
     VmNeverContacted,
 )
@@ -31,6 +32,7 @@ from tasks.salt.probes import (
     MasterApi,
     contested_key,
     firstboot_stage,
+    hardware_serial,
     hypervisor_state,
     reapply_highstate,
     reset_vm,
@@ -55,11 +57,14 @@ class HypervisorReadyWatcher:
     (a master restart loses events). A hypervisor that has answered for `stall_timeout` seconds
     without getting ready and runs no state has its highstate applied again, once. Fails at
     once when the master log shows it refusing the minion's auth protocol, or when two keys
-    claim the minion's id. Once ready, the one-time autosign token is revoked."""
+    claim the minion's id. Once ready, the one-time autosign token is revoked, and a host
+    whose SMBIOS serial is not `serial` (the inventory's, when it gives one) fails: nothing more
+    is done on another box than the store's."""
 
     def __init__(self, master: MasterApi, store_id: str, minion: str, *, timeout: float,
-                 stall_timeout: float, logger: Logger, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.master, self.store_id, self.minion = master, store_id, minion
+                 stall_timeout: float, logger: Logger, clock: Clock = SYSTEM_CLOCK,
+                 serial: str | None = None) -> None:
+        self.master, self.store_id, self.minion, self.serial = master, store_id, minion, serial
         self.timeout, self.stall_timeout = timeout, stall_timeout
         self.logger, self.clock = logger, clock
         self.last: SaltEvent | None = None
@@ -90,7 +95,19 @@ class HypervisorReadyWatcher:
                          self.store_id, self.minion, self.clock.monotonic() - started, revoked)
         return {"minion": self.minion,
                 "waited_seconds": round(self.clock.monotonic() - started, 3),
-                "highstate_reapplied": self.reapplied}
+                "highstate_reapplied": self.reapplied, "serial": self._check_hardware()}
+
+    def _check_hardware(self) -> str | None:
+        """The host's serial, checked against the inventory's (None: the inventory gives none,
+        and the host is not asked)."""
+        if self.serial is None:
+            return None
+        reported = hardware_serial(self.master, self.minion)
+        if not step_rules.hardware_matches(self.serial, reported):
+            raise HypervisorWrongHardware(self.store_id, self.minion, self.serial, reported)
+        self.logger.info("store %s: hypervisor %s is the store's box (serial %s)",
+                         self.store_id, self.minion, reported)
+        return reported
 
     def _listen(self, deadline: float) -> bool:
         """One subscription: ready, or the deadline passed, or the bus went away (False)."""

@@ -1,0 +1,51 @@
+"""Close a store: its VM and disk, its two keys, its Cobbler record, its host's power, the ERP.
+
+Wiring only; every step is idempotent, so a rerun (or a run resumed after a failure) does what
+is left and replays the ERP's notice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, tags
+
+from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.step_timeouts import STEP_TIMEOUTS
+from tasks.bmc import power_off_hypervisor
+from tasks.cobbler import remove_hypervisor_record
+from tasks.erp import notify_erp_decommissioned
+from tasks.run_health import beating, this_flow_run
+from tasks.salt_master import remove_store_keys
+from tasks.slots import store_owner
+from tasks.virt import remove_vm
+
+
+@flow(name="store-decommission", flow_run_name="decommission-{store_id}")
+@beating
+def store_decommission(store_id: str, inventory: str = DEFAULT_INVENTORY,
+                       owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds
+                       ) -> dict[str, Any]:
+    """Close a store for good: nothing of it is left in libvirt, Salt or Cobbler, its host is
+    off and the ERP is told. `reconcile` then reports the store as decommissioned.
+
+    Args:
+        store_id: The store to close, as written in the inventory (e.g. 0001).
+        inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
+            the store-rollout checkout the worker runs in.
+        owner_wait_seconds: Seconds to wait while a rollout or rollback of this store runs; then
+            this run fails naming that run, having changed nothing.
+    """
+    store = load_inventory(inventory).get(store_id)
+    with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
+            tags(f"store-{store_id}", "store-decommission"):
+        # the VM while the host answers; the host off before its key goes (a running minion
+        # whose key is deleted signs in again, leaving a pending key); its record last
+        vm = remove_vm(store, host_may_be_gone=True)
+        power = power_off_hypervisor(store)
+        keys = remove_store_keys(store)
+        cobbler = remove_hypervisor_record(store)
+        erp = notify_erp_decommissioned(store)
+    return {"store_id": store_id, "state": "Decommissioned", "vm": vm, "keys": keys,
+            "cobbler": cobbler, "power": power, "erp_id": erp["erp_id"],
+            "erp_replayed": erp["replay"]}
