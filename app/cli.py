@@ -1,7 +1,7 @@
 """`store-rollout` command line: rollouts, batches, plan, reconcile, staging, status, rollback,
-vm-xml. How they run flows is app/runner.py; what they show, app/live.py and app/views.py.
-Sub-commands other packages register (entry point group `store_rollout.commands`, e.g. the
-lab's `store-rollout lab ...`) are added without this module importing them.
+decommission, replace (app/replace.py), vm-xml. How they run flows: app/runner.py; what they
+show: app/live.py, app/views.py. Other packages' sub-commands (entry point group
+`store_rollout.commands`, e.g. `store-rollout lab ...`) are added without importing them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from app.offline import INVENTORY, Inventory, vm_xml, windows
+from app.replace import replace
 from app.runner import (
     COMMAND_GROUP,
     command_prefect_settings,
@@ -46,6 +47,7 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
 # commands that only read the inventory (and settings) and print
 app.command("vm-xml")(vm_xml)
 app.command("windows")(windows)
+app.command("replace")(replace)
 
 
 def timeout_option(name: str) -> Any:
@@ -200,13 +202,16 @@ def plan(
         "--recreate-vm", help="plan a rollout that recreates the stores' VMs")] = False,
     reinstall_hypervisor: Annotated[bool, typer.Option(
         "--reinstall-hypervisor", help="plan a rollout that reinstalls the stores' hosts")] = False,
+    replace_mac: Annotated[str | None, typer.Option(
+        "--replace-mac", help="plan `replace` of the one store given onto this MAC's box")] = None,
 ) -> None:
     """What a rollout of each store would do now, step by step; changes nothing."""
     validate_stores(store_ids, inventory)
     from flows.plan import store_plan
 
-    result = finished(store_plan(store_ids, str(inventory.resolve()), highstate_test,
-                                 recreate_vm, reinstall_hypervisor, return_state=True), "plan")
+    box = {"mac": replace_mac} if replace_mac else None
+    result = finished(store_plan(store_ids, str(inventory.resolve()), highstate_test, recreate_vm,
+                                 reinstall_hypervisor, box, return_state=True), "plan")
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

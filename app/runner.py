@@ -115,7 +115,7 @@ def finished(state: Any, what: str, code: int = 1) -> Any:
 
 
 def run_stores(store_ids: list[str], inventory: Path, live: bool,
-               **params: float | bool) -> list[dict[str, object]]:
+               **params: Any) -> list[dict[str, object]]:
     """Run one flow per store, concurrently, in this process; returns one summary each."""
     import contextlib
     import contextvars

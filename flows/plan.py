@@ -14,8 +14,9 @@ from prefect.runtime import flow_run
 
 from store_rollout.fleet.plan import first_todo, plan_store
 from store_rollout.fleet.render import plan_markdown
-from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.inventory import DEFAULT_INVENTORY, InventoryError, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
+from store_rollout.inventory.replacement import with_new_box
 from tasks.observe import observe_stores
 from tasks.run_health import beating
 
@@ -31,7 +32,8 @@ def _run_name() -> str:
 @beating
 def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
                highstate_test: bool = True, recreate_vm: bool = False,
-               reinstall_hypervisor: bool = False) -> dict[str, Any]:
+               reinstall_hypervisor: bool = False,
+               replace_box: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a rollout of each store started now would do, without changing anything: Cobbler
     record (field by field), netboot and power cycle, the hypervisor's states in test=True,
     keys, domain, image and ERP notice.
@@ -47,10 +49,18 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
         reinstall_hypervisor: Plan a rollout that reinstalls each store's host
             (`rollout --reinstall-hypervisor`): its step 2 is destructive where the host is
             installed and ready.
+        replace_box: Plan moving the one store given to a new box (`store-rollout replace`):
+            the new box's fields, as that run takes them (`mac` at least).
     """
-    stores = load_inventory(inventory).select(store_ids)  # validated before any call
+    inv = load_inventory(inventory)
+    stores = inv.select(store_ids)  # validated before any call
+    if replace_box:
+        if len(stores) != 1:
+            raise InventoryError(f"replace_box: plan one store, not {len(stores)}")
+        stores = [with_new_box(inv, stores[0].store_id, replace_box)]
     facts = observe_stores(stores, highstate_test=highstate_test)
-    plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor) for sid, f in facts.items()}
+    plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor, bool(replace_box))
+             for sid, f in facts.items()}
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
                              description=f"rollout plan of {len(plans)} store(s)")
     now = datetime.now(UTC)

@@ -26,17 +26,18 @@ from store_rollout.contracts import (
     STEP_WAIT_FOR_HYPERVISOR,
 )
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.inventory.replacement import with_new_box
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
 from tasks.approvals import approve_rollout
-from tasks.erp import notify_erp
+from tasks.erp import notify_erp, notify_erp_replaced
 from tasks.firstboot import firstboot
 from tasks.go_live import go_live_gate
 from tasks.kiwi import ensure_image
 from tasks.notifications import notify_failure
 from tasks.preflight import preflight
-from tasks.pxe_install import pxe_install_hypervisor
+from tasks.pxe_install import pxe_install_hypervisor, retire_old_box
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, store_owner
@@ -65,7 +66,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   ignore_windows: bool = False, hold_fleet_slot: bool = False,
                   recreate_vm: bool = False, reinstall_hypervisor: bool = False,
                   approval_policy: str | None = None,
-                  approval_timeout: float | None = None) -> dict[str, Any] | State:
+                  approval_timeout: float | None = None,
+                  replace_box: dict[str, Any] | None = None) -> dict[str, Any] | State:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -105,11 +107,22 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             destructive (before destroying something that works) or always (before any
             change); empty: the approval_policy setting. A rejected run ends as Rejected,
             having changed nothing.
+        replace_box: The store's new box, replacing a broken one (`store-rollout replace`):
+            its `mac` and, where they differ, `power_type`, `power_address`, `power_port`,
+            `redfish_system_id`, `bmc_credentials_block`, `ipmi_cipher_suite`, `serial`. The
+            old box is powered off and the store's keys deleted, the Cobbler record moves to
+            the new MAC, the new box is installed and the store VM created on it from the
+            image; the ERP gets the new VM's notice and a "replaced" one. Destructive, so
+            approved first like reinstall_hypervisor. Then write the new box into the
+            inventory.
         approval_timeout: Seconds the run waits paused for the answer before it is parked
             (suspended, resumable from its page); empty: the approval_timeout_seconds setting.
     """
     # validated before any side effect
-    store = load_inventory(inventory).get(store_id)
+    stores = load_inventory(inventory)
+    old_box = store = stores.get(store_id)
+    if replace_box:
+        store = with_new_box(stores, store_id, replace_box)
     settings = load_settings()
     policy = check_policy(approval_policy or settings.approval_policy)
     preflight([store], settings)
@@ -120,12 +133,14 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         approval = approve_rollout(store, policy,
                                    approval_timeout or settings.approval_timeout_seconds,
                                    recreate_vm=recreate_vm,
-                                   reinstall_hypervisor=reinstall_hypervisor)
+                                   reinstall_hypervisor=reinstall_hypervisor,
+                                   replace_box=bool(replace_box))
         if not approval["approved"]:
             return Completed(name=REJECTED, message=f"store {store_id}: rejected by the "
                              f"approver ({approval['comment'] or 'no comment'}); nothing changed")
         image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
+        retired = retire_old_box(old_box, store) if replace_box else None
         install = run_in_window(store_id, lambda: clock.run(
             STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
             install_seconds=hypervisor_timeout, ignore_windows=ignore_windows,
@@ -141,6 +156,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                            stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
         go_live = clock.run(STEP_GO_LIVE, go_live_gate, store)
         erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
+        replaced = notify_erp_replaced(store, old_box.hypervisor.mac) if replace_box else None
     result = {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
@@ -160,6 +176,9 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
         "firstboot": {key: booted.get(key) for key in
                       ("stages", "minion_starts", "boot_ids", "boots_seen", "resets")},
         "go_live_checks": go_live["checks"],
+        # the old box's retirement and the ERP's "replaced" notice (replace_box)
+        "replaced": replaced and {**(retired or {}), "new_mac": store.hypervisor.mac,
+                                  "erp_id": replaced["erp_id"]},
         "step_seconds": clock.seconds,
     }
     create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),

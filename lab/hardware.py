@@ -29,6 +29,7 @@ from lab.bmc_service import BMC_ADDRESS
 from lab.netboot import HostFiles, host_files
 from lab.state import LabInfo
 from lab.store_network import BRIDGE
+from store_rollout.contracts import SEED_METADATA_NS
 
 HOST_NS = "https://store-rollout.invalid/lab/store-host"
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
@@ -141,13 +142,16 @@ def host_of(dom_xml: str) -> dict[str, str] | None:
     return dict(found.attrib) if found is not None else None
 
 
-def rack(info: LabInfo, store_id: str, mac: str, power_type: str) -> RackedHost:
-    """The store's host, defined (off) with its BMC; racking it again changes nothing."""
+def rack(info: LabInfo, store_id: str, mac: str, power_type: str,
+         name: str | None = None) -> RackedHost:
+    """The store's host, defined (off) with its BMC; racking it again changes nothing. `name`:
+    the box's own name for a second box of the store (a replacement; default: the store's
+    host name, which is also its Cobbler system and minion id)."""
     import libvirt
 
     if power_type not in POWER_TYPES:
         raise ValueError(f"power_type {power_type!r}: use one of {', '.join(POWER_TYPES)}")
-    name = host_name(store_id)
+    name = name or host_name(store_id)
     conn = libvirt.open(info.libvirt_uri)
     try:
         # asked by listing: a failed lookup has libvirt print an error on stderr
@@ -176,11 +180,50 @@ def rack(info: LabInfo, store_id: str, mac: str, power_type: str) -> RackedHost:
                       serial=serial)
 
 
-def unrack(info: LabInfo, store_id: str) -> None:
-    """The host off and gone, with its IPMI endpoint (a cleanup; nothing left is an error)."""
+def store_domains(info: LabInfo, store_id: str, active: bool) -> list[Any]:
+    """The store's VM domains (the lab's one libvirtd holds every host's): those seeded with
+    its identity; `active`: the running ones only."""
     import libvirt
 
-    name = host_name(store_id)
+    flag = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE if active else 0
+    conn = libvirt.open(info.libvirt_uri)
+    mine = []
+    for dom in conn.listAllDomains(flag):
+        with contextlib.suppress(libvirt.libvirtError, ET.ParseError):
+            seed = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).find(
+                f"./metadata/{{{SEED_METADATA_NS}}}seed")
+            if seed is not None and seed.get("store_id") == store_id:
+                mine.append(dom)
+    return mine
+
+
+def remove_domain(info: LabInfo, dom: Any) -> tuple[str, int]:
+    """A store VM gone with its host's disk: undefined, its disk files removed (the shared
+    base images kept). Returns its name and how many files went."""
+    import libvirt
+
+    images = Path(info.vm_images_dir).resolve()
+    xml = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    files = [Path(s.get("file", "")).resolve()
+             for s in xml.iterfind("./devices/disk/source") if s.get("file")]
+    with contextlib.suppress(libvirt.libvirtError):
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+    for path in files:
+        if path.is_relative_to(images) and "base" not in path.relative_to(images).parts:
+            path.unlink(missing_ok=True)
+    return dom.name(), len(files)
+
+
+def unrack(info: LabInfo, store_id: str, name: str | None = None) -> None:
+    """The host off and gone, with its IPMI endpoint (a cleanup, or a box destroyed: the store
+    VMs on its disk go with it; nothing left is an error)."""
+    import libvirt
+
+    name = name or host_name(store_id)
+    for dom in store_domains(info, store_id, active=False):
+        remove_domain(info, dom)
     if vbmc_port(info, name) is not None:
         _vbmcd(info, {"command": "delete", "domain_names": [name]})
     conn = libvirt.open(info.libvirt_uri)

@@ -161,7 +161,9 @@ GO_LIVE_FUNCTION: Final = "storegate.run"
 
 # -- ERP notices -----------------------------------------------------------------------------
 # The `status` of each notice the pipeline posts to the ERP (tasks/erp.py; the lab's receiver
-# keeps it): the store server runs (step 7), the store is closed (decommission). A store whose
+# keeps it): the store server runs (step 7), the store is closed (decommission), the store's
+# host is another box (replacement, after its step 7). A store whose
 # newest notice is ERP_STORE_DECOMMISSIONED is reconciled as decommissioned.
 ERP_STORE_SERVER_RUNNING: Final = "store-server-running"
 ERP_STORE_DECOMMISSIONED: Final = "store-decommissioned"
+ERP_STORE_HARDWARE_REPLACED: Final = "store-hardware-replaced"

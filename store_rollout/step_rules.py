@@ -111,7 +111,14 @@ def decommissioned(notices: list[dict[str, Any]]) -> bool:
     return bool(notices) and notices[-1].get("status") == ERP_STORE_DECOMMISSIONED
 
 
-def decommission_key(store_id: str, hypervisor_mac: str) -> str:
-    """The decommission notice's identity: one per store and box, so a rerun replays it."""
-    digest = hashlib.sha256(f"{store_id}/decommission/{hypervisor_mac}".encode()).hexdigest()[:32]
+def box_notice_key(store_id: str, kind: str, hypervisor_mac: str) -> str:
+    """The identity of a notice about a store's box (`kind`: decommissioned, replaced): one
+    per store, kind and box, so a rerun replays it."""
+    digest = hashlib.sha256(f"{store_id}/{kind}/{hypervisor_mac}".encode()).hexdigest()[:32]
     return f"store-rollout-{store_id}-{digest}"
+
+
+def old_box_retired(record_macs: list[str], new_mac: str) -> bool:
+    """A replacement's old box needs nothing more (a rerun): the store's Cobbler record holds
+    the new box's MAC, which step 2 wrote after the old box was retired."""
+    return new_mac.lower() in [str(mac).lower() for mac in record_macs]

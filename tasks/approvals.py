@@ -39,11 +39,12 @@ class Approval(RunInput):
 
 
 @task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
-def plan_for_approval(store: Store, recreate_vm: bool,
-                      reinstall_hypervisor: bool = False) -> list[StepPlan]:
+def plan_for_approval(store: Store, recreate_vm: bool, reinstall_hypervisor: bool = False,
+                      replace_box: bool = False) -> list[StepPlan]:
     """The store's plan as `store-rollout plan` makes it (its highstate not tested)."""
     facts = observe([store], load_settings())[store.store_id]
-    return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor)
+    return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
+                      replace_box=replace_box)
 
 
 def _parked_before() -> bool:
@@ -75,14 +76,14 @@ def ask(store_id: str, request: str, timeout: float) -> Approval:
 
 
 def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
-                    recreate_vm: bool = False,
-                    reinstall_hypervisor: bool = False) -> dict[str, Any]:
+                    recreate_vm: bool = False, reinstall_hypervisor: bool = False,
+                    replace_box: bool = False) -> dict[str, Any]:
     """Ask first when the policy wants it for this run: {"asked", "approved", "comment"}.
     Called from the flow itself (a task cannot pause its flow)."""
-    asked_to_destroy = recreate_vm or reinstall_hypervisor
+    asked_to_destroy = recreate_vm or reinstall_hypervisor or replace_box
     if policy == "never" or (policy == "destructive" and not asked_to_destroy):
         return {"asked": False, "approved": True, "comment": ""}  # nothing to destroy: no read
-    plan = plan_for_approval(store, recreate_vm, reinstall_hypervisor)
+    plan = plan_for_approval(store, recreate_vm, reinstall_hypervisor, replace_box)
     if not approval_needed(policy, plan):
         return {"asked": False, "approved": True, "comment": ""}
     answer = ask(store.store_id, approval_request(store.store_id, policy, plan), timeout)

@@ -17,7 +17,11 @@ from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
 from store_rollout import step_rules
-from store_rollout.contracts import ERP_STORE_DECOMMISSIONED, ERP_STORE_SERVER_RUNNING
+from store_rollout.contracts import (
+    ERP_STORE_DECOMMISSIONED,
+    ERP_STORE_HARDWARE_REPLACED,
+    ERP_STORE_SERVER_RUNNING,
+)
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
@@ -67,20 +71,27 @@ class ErpNotice:
 
 
 @dataclass(frozen=True)
-class DecommissionNotice:
-    """The store is closed: its server and host are gone from every system we drive."""
+class BoxNotice:
+    """About the store's box: closed (`ERP_STORE_DECOMMISSIONED`: its server and host are gone
+    from every system we drive) or replaced (`ERP_STORE_HARDWARE_REPLACED`: the store runs on
+    the box `hardware` describes, no longer on `old_mac`'s)."""
 
     store_id: str
     site_code: str
     hypervisor: str
     hypervisor_mac: str
+    status: str = ERP_STORE_DECOMMISSIONED
+    hardware: dict[str, Any] | None = None
+    old_mac: str | None = None
 
     def idempotency_key(self) -> str:
-        return step_rules.decommission_key(self.store_id, self.hypervisor_mac)
+        return step_rules.box_notice_key(self.store_id, self.status, self.hypervisor_mac)
 
     def payload(self) -> dict[str, Any]:
+        replaced = ({"hardware": self.hardware, "old_hardware": {"mac": self.old_mac}}
+                    if self.status == ERP_STORE_HARDWARE_REPLACED else {})
         return {"store_id": self.store_id, "site_code": self.site_code,
-                "hypervisor": self.hypervisor, "status": ERP_STORE_DECOMMISSIONED}
+                "hypervisor": self.hypervisor, "status": self.status, **replaced}
 
 
 class ErpClient:
@@ -96,7 +107,7 @@ class ErpClient:
     def __repr__(self) -> str:
         return f"ErpClient(base_url={self.base_url!r})"
 
-    def notify(self, notice: ErpNotice | DecommissionNotice) -> dict[str, Any]:
+    def notify(self, notice: ErpNotice | BoxNotice) -> dict[str, Any]:
         url = self.base_url + NOTICE_PATH
         headers = {"Authorization": f"Bearer {self._token.get_secret_value()}",
                    "Idempotency-Key": notice.idempotency_key()}
@@ -205,9 +216,26 @@ def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
       retry_condition_fn=retry_on(ErpUnavailable))
 def notify_erp_decommissioned(store: Store) -> dict[str, Any]:
     """Decommission: tell the ERP the store is closed (a rerun replays the same notice)."""
-    result = erp_client().notify(DecommissionNotice(
+    result = erp_client().notify(BoxNotice(
         store_id=store.store_id, site_code=store.erp.site_code,
         hypervisor=store.hypervisor_minion_id, hypervisor_mac=store.hypervisor.mac))
     get_run_logger().info("store %s: ERP told of the decommission, id %s%s", store.store_id,
                           result["erp_id"], " (replayed)" if result["replay"] else "")
+    return result
+
+
+@task(name="notify_erp_replaced", task_run_name="notify-erp-replaced-{store.store_id}",
+      retries=ERP_RETRIES, retry_delay_seconds=ERP_RETRY_DELAYS,
+      retry_condition_fn=retry_on(ErpUnavailable))
+def notify_erp_replaced(store: Store, old_mac: str) -> dict[str, Any]:
+    """Replacement, after step 7: tell the ERP the store runs on a new box (a rerun replays)."""
+    hv = store.hypervisor
+    hardware = {"mac": hv.mac, "serial": hv.serial, "power_type": hv.power_type,
+                "power_address": hv.power_address}
+    result = erp_client().notify(BoxNotice(
+        store_id=store.store_id, site_code=store.erp.site_code,
+        hypervisor=store.hypervisor_minion_id, hypervisor_mac=hv.mac,
+        status=ERP_STORE_HARDWARE_REPLACED, hardware=hardware, old_mac=old_mac))
+    get_run_logger().info("store %s: ERP told of the new box %s, id %s%s", store.store_id,
+                          hv.mac, result["erp_id"], " (replayed)" if result["replay"] else "")
     return result

@@ -28,7 +28,7 @@ from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.blocks import store_root_password
-from tasks.bmc import Bmc, BmcUnreachable, bmc_client, power_cycle_for_install
+from tasks.bmc import Bmc, BmcError, BmcUnreachable, bmc_client, power_cycle_for_install
 from tasks.cobbler import (
     CobblerClient,
     CobblerRejected,
@@ -170,6 +170,37 @@ def pxe_install_hypervisor(store: Store,
     announce_install_started(store.store_id, minion, settings.hypervisor_ready_expected_seconds,
                              install_seconds)
     return {**result, "created": created, "power_actions": actions, "window": asdict(window)}
+
+
+@task(name="retire_old_box", task_run_name="retire-old-box-{old.store_id}", retries=2,
+      retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(CobblerUnavailable))
+def retire_old_box(old: Store, new: Store) -> dict[str, Any]:
+    """A replacement, before step 2: the old box powered off through its BMC (a BMC that does
+    not answer, a destroyed box, is logged and left), then the store's host and VM keys deleted
+    in one call, so the new box's install and VM sign in afresh. Nothing when the store's
+    record already holds the new box's MAC (a rerun: step 2 moved it)."""
+    logger = get_run_logger()
+    settings = load_settings()
+    record = cobbler_client(settings).get_system(old.cobbler_system) or {}
+    macs = [i.get("mac_address") for i in record.get("interfaces", {}).values()]
+    if step_rules.old_box_retired([m for m in macs if m], new.hypervisor.mac):
+        logger.info("store %s: its record is on the new box %s already", old.store_id,
+                    new.hypervisor.mac)
+        return {"old_mac": old.hypervisor.mac, "retired_before": True}
+    try:
+        bmc = bmc_client(old, settings)
+        if bmc.power_state() == "on":
+            bmc.power_off()
+        power = "off"
+    except BmcError as exc:
+        logger.warning("store %s: the old box's BMC: %s; taken for gone", old.store_id, exc)
+        power = "unreachable"
+    master = master_client(settings.salt_master_config)
+    deleted = master.delete_keys([old.hypervisor_minion_id, old.vm_minion_id])
+    logger.info("store %s: old box %s %s; keys deleted: %s", old.store_id, old.hypervisor.mac,
+                power, deleted or "none")
+    return {"old_mac": old.hypervisor.mac, "retired_before": False, "power": power,
+            "keys_deleted": deleted}
 
 
 def installed_already(store: Store, master: Any, client: CobblerClient,

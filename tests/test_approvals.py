@@ -63,6 +63,24 @@ def test_when_a_run_asks() -> None:
            "store-0042-hv" in request, request
 
 
+def test_moving_a_store_to_a_new_box_is_destructive_even_when_the_old_box_is_dead() -> None:
+    """A replacement's facts are the store's with the new box's fields: the old box no longer
+    answers, so a plain plan would install without asking; `replace_box` asks first."""
+    dead_box = rolled_out(hypervisor_answering=False, hypervisor_ready=False, domain=None,
+                          domain_known=False, vm_answering=False, firstboot_stage=None,
+                          cobbler_changes=["mac: '52:54:00:00:00:01' -> '52:54:00:00:00:02'"])
+    assert not approval_needed("destructive", plan_store(dead_box))
+    plan = plan_store(dead_box, replace_box=True)
+    assert approval_needed("destructive", plan)
+    new_box = plan[1]
+    assert new_box.destructive and new_box.todo
+    assert new_box.action.startswith("retire the old box, install the new one: update Cobbler "
+                                     "system store-0042-hv (1 fields)"), new_box.action
+    assert new_box.details[0].startswith("the old box powered off through its BMC")
+    assert "mac: '52:54:00:00:00:01' -> '52:54:00:00:00:02'" in new_box.details
+    assert [p.step for p in plan if p.todo][1:] == [p.step for p in plan[1:]]
+
+
 def test_the_approver_reads_why_and_the_plan() -> None:
     text = approval_request("0042", "destructive", plan_store(rolled_out(), recreate_vm=True))
     assert text.startswith("**Store 0042: this rollout waits for your approval**, because it "

@@ -26,6 +26,7 @@ import libvirt
 import pytest
 import yaml
 
+from lab.hardware import lab_serial
 from lab.manager import Lab
 from lab.netboot import DISK_BOOT_MARKER, INSTALLER_DONE_MARKER, host_files
 from lab.state import REPO_ROOT, LabInfo, LabPaths
@@ -165,6 +166,9 @@ def test_two_stores_boot_the_real_image(full_lab: LabInfo, rollouts: dict[str, O
     for sid, result in results.items():
         vm = f"store-{sid}-vm"
         check_store(full_lab, sid, result, booted_guest=True)
+        # the serial on the host's label (its domain's SMBIOS), checked in step 3
+        mac = f"52:54:00:fb:01:{GOOD.index(sid) + 1:02x}"  # as inventory() racks them
+        assert result["hypervisor_serial"] == lab_serial(mac), result
         assert guest(master, vm, "grains.get", "id") == vm
         assert guest(master, vm, "grains.get", "firstboot_stage") == "done"
         # the real disk: the bootstrap files are gone, the grains survived two reboots

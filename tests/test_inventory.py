@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from store_rollout.inventory import InventoryError, load_inventory, parse_inventory
+from store_rollout.inventory.replacement import with_new_box
 
 
 def inventory(**hypervisor: str) -> dict[str, Any]:
@@ -137,6 +138,28 @@ def test_a_hosts_serial_is_read_checked_and_unique(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="duplicate hypervisor.serial 'CZ2345ABC' in stores "
                                              "'s1' and 's2'"):
         load_inventory(path)
+
+
+def test_a_new_box_is_checked_like_the_inventory_and_keeps_what_it_does_not_change() -> None:
+    inv = parse_inventory({"stores": [
+        inventory(power_address="10.1.0.5", serial="CZ1")["stores"][0],
+        {**inventory()["stores"][0], "store_id": "s2",
+         "hypervisor": {"hostname": "hv-s2.example", "mac": "52:54:00:00:00:02"}}]})
+    moved = with_new_box(inv, "s1", {"mac": "52-54-00-00-00-0A", "power_port": 6230})
+    hv = moved.hypervisor
+    assert (hv.mac, hv.power_address, hv.power_port, hv.serial) == (
+        "52:54:00:00:00:0a", "10.1.0.5", 6230, None)  # the old box's serial is not the new one's
+    assert moved.hypervisor.hostname == "hv-s1.example" and moved.erp == inv.get("s1").erp
+    for box, message in (
+            ({"power_port": 1}, r"replace_box: mac missing \(store s1\); give the new "
+                                r"box's mac"),
+            ({"mac": "52:54:00:00:00:0a", "color": "red"}, "replace_box: unknown color"),
+            ({"mac": "ff:ff:ff:ff:ff:ff"},
+             "replace_box of store s1: hypervisor.mac: MAC 'ff:ff:ff:ff:ff:ff' is the broadcast"),
+            ({"mac": "52:54:00:00:00:02"},
+             "replace_box.mac 52:54:00:00:00:02: the MAC of store s2's host")):
+        with pytest.raises(InventoryError, match=message):
+            with_new_box(inv, "s1", box)
 
 
 def test_spreadsheet_leftovers_are_ignored_or_named(tmp_path: Path) -> None:

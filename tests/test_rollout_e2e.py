@@ -112,6 +112,57 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
         lab_serial(s["hypervisor"]["mac"]) for s in raw[:3]]
     check_another_box_stops_at_step_3(lab, lab_env, inventory, "e2e2")
     check_decommission_leaves_nothing(lab, lab_env, inventory, "e2e3")
+    check_a_destroyed_box_is_replaced(lab, lab_env, inventory, "e2e2")
+
+
+def check_a_destroyed_box_is_replaced(lab: LabInfo, lab_env: dict[str, str], inventory: Path,
+                                      store_id: str) -> None:
+    """The store's host destroyed (its domain and its Redfish system gone), a new box racked
+    with another MAC: `replace` installs it, creates the store VM on it, moves the one Cobbler
+    record, replaces the old key, tells the ERP; reconcile with the new box written in is ok."""
+    from lab.hardware import rack, unrack
+
+    hv = f"store-{store_id}-hv"
+    raw = yaml.safe_load(inventory.read_text())
+    entry = next(s for s in raw["stores"] if s["store_id"] == store_id)
+    old_mac, new_mac = entry["hypervisor"]["mac"], "52:54:00:e2:0a:02"
+    master = SaltMasterClient(lab.salt_master_config)
+    old_key = master.fingerprints(hv)["minions"]
+    unrack(lab, store_id)
+    box = rack(lab, store_id, new_mac, "redfish", name=f"{hv}-new")
+    fields = {"mac": new_mac, **box.inventory_fields()}
+    options = {"mac": "--mac", "power_type": "--power-type", "power_address": "--bmc-address",
+               "redfish_system_id": "--redfish-system-id", "serial": "--serial"}
+    args = [arg for field, value in fields.items() for arg in (options[field], str(value))]
+    # asked first under the lab's "destructive" policy (tests/test_step_rules.py); not here
+    done = cli_in_process(lab_env, "replace", store_id, *args, "--inventory", str(inventory),
+                          "--json", settings={"STORE_ROLLOUT_APPROVAL_POLICY": "never"})
+    assert done.exit_code == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["state"] == "Completed", result
+    assert f"write hypervisor.mac: {new_mac}" in " ".join(done.stderr.split())
+    assert {k: result["replaced"][k] for k in ("old_mac", "new_mac", "power")} == {
+        "old_mac": old_mac, "new_mac": new_mac, "power": "unreachable"}, result["replaced"]
+    assert result["hypervisor_reinstalled"] and result["hypervisor_serial"] == box.serial
+    assert power_actions(lab, f"{hv}-new") == {"on": 1, "off": 0}
+    # one record, on the new MAC; a new key for the host; the store VM on the new box
+    cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                            password=lab.cobbler_password)
+    assert cobbler.find_systems(name=f"store-{store_id}-*") == [hv]
+    assert cobbler.find_systems(mac_address=old_mac) == []
+    assert cobbler.find_systems(mac_address=new_mac) == [hv]
+    assert master.fingerprints(hv)["minions"] not in ([], old_key)
+    check_store(lab, store_id, result, vms=2)
+    replaced = [n for n in created_erp_notices(lab, store_id)
+                if n["payload"]["status"] == "store-hardware-replaced"]
+    assert [(n["erp_id"], n["payload"]["hardware"]["mac"]) for n in replaced] == [
+        (result["replaced"]["erp_id"], new_mac)], replaced
+    entry["hypervisor"].update(fields)
+    moved = inventory.with_name("moved.yaml")
+    moved.write_text(yaml.safe_dump(raw))
+    status = json.loads(cli_in_process(lab_env, "reconcile", store_id, "--inventory", str(moved),
+                                       "--json").stdout)["stores"][store_id]
+    assert (status["status"], status["mismatches"]) == ("ok", []), status
 
 
 def store_traces(lab: LabInfo, store_id: str, mac: str) -> dict[str, Any]:

@@ -166,6 +166,24 @@ def test_wheel_master_down_is_transient_then_renewed() -> None:
     assert master.key_state("vm") == "pending"
 
 
+def test_a_stores_two_keys_go_in_one_deletion_whatever_their_state() -> None:
+    """One `key.delete_dict` for both minions (the master rotates its AES key once per
+    deletion call), naming exactly their ids in the buckets they are in; nothing to delete
+    makes no call."""
+    wheel = FakeClient({"minions": ["store-a-hv", "store-ab-hv"], "minions_pre": ["store-a-vm"],
+                        "minions_denied": ["store-a-hv"]}, True,
+                       {"minions": ["store-ab-hv"]})
+    master = master_with(wheel, wheel=True)
+    assert master.delete_keys(["store-a-hv", "store-a-vm"]) == ["store-a-hv", "store-a-vm"]
+    assert [call[0] for call in wheel.calls] == ["key.list_all", "key.delete_dict"]
+    assert wheel.options[1]["kwarg"] == {"match": {"minions": ["store-a-hv"],
+                                                   "minions_pre": ["store-a-vm"],
+                                                   "minions_denied": ["store-a-hv"]}}
+    assert master.delete_keys(["store-a-hv", "store-a-vm"]) == []
+    assert [call[0] for call in wheel.calls] == ["key.list_all", "key.delete_dict",
+                                                 "key.list_all"]
+
+
 class FakeBus:
     def __init__(self, *events: dict[str, Any]) -> None:
         self.events = list(events)

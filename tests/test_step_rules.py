@@ -175,6 +175,20 @@ def test_hardware_matches(expected: str | None, reported: str | None, matches: b
     assert step_rules.hardware_matches(expected, reported) is matches
 
 
+def test_old_box_retired_once_the_record_holds_the_new_mac() -> None:
+    assert step_rules.old_box_retired(["52:54:00:00:00:0A"], "52:54:00:00:00:0a")
+    assert not step_rules.old_box_retired(["52:54:00:00:00:01"], "52:54:00:00:00:0a")
+    assert not step_rules.old_box_retired([], "52:54:00:00:00:0a")  # no record yet
+
+
+def test_a_box_notice_is_one_per_store_kind_and_box() -> None:
+    key = step_rules.box_notice_key("0042", "store-decommissioned", "52:54:00:00:00:01")
+    assert key == step_rules.box_notice_key("0042", "store-decommissioned", "52:54:00:00:00:01")
+    assert key != step_rules.box_notice_key("0042", "store-hardware-replaced",
+                                            "52:54:00:00:00:01")
+    assert key != step_rules.box_notice_key("0042", "store-decommissioned", "52:54:00:00:00:02")
+
+
 def test_erp_idempotency_key_is_one_per_store_and_vm() -> None:
     key = step_rules.erp_idempotency_key("0042", UUID)
     assert key.startswith("store-rollout-0042-") and len(key) == len("store-rollout-0042-") + 32
@@ -525,7 +539,8 @@ SITES: dict[str, list[tuple[str, str]]] = {
     "erp_idempotency_key": [("tasks/erp.py", "idempotency_key")],
     "erp_notice_for": [("store_rollout/fleet/facts.py", "notice_for_vm")],
     "decommissioned": [("store_rollout/fleet/facts.py", "decommissioned")],
-    "decommission_key": [("tasks/erp.py", "idempotency_key")],
+    "box_notice_key": [("tasks/erp.py", "idempotency_key")],
+    "old_box_retired": [("tasks/pxe_install.py", "retire_old_box")],
 }
 CHECKED = ("store_rollout", "tasks", "flows", "app")
 

@@ -17,19 +17,17 @@ import re
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from lab.autoyast import parse_autoyast
-from lab.hardware import smbios_serial
+from lab.hardware import host_of, remove_domain, smbios_serial, store_domains
 from lab.netboot import DISK_BOOT_MARKER, INSTALL_ID_FILE, host_files, read_install
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.minions import MinionManager
 from lab.state import HOST_PY36_SALT_BIN, HOST_SALT_BIN, LabInfo, LabPaths
-from store_rollout.contracts import SEED_METADATA_NS
 
 if TYPE_CHECKING:
     from lab.simulator.vm_boot import VmBoot
@@ -78,11 +76,6 @@ class Firmware:
         if minion_id and self.minions.installed(minion_id):
             self.minions.start(minion_id, f"{system_name} is on")
 
-    def _cobbler(self) -> Any:
-        import xmlrpc.client
-
-        return xmlrpc.client.ServerProxy(self.info.cobbler_url, allow_none=True)
-
     def _system_minion(self, system_name: str) -> str | None:
         marker = self.paths.simulator / "systems" / f"{system_name}.minion"
         return marker.read_text().strip() if marker.exists() else None
@@ -100,42 +93,17 @@ class Firmware:
     def _host_domains(self, system_name: str, active: bool) -> list[Any]:
         """The domains that run on this store host (the lab's one libvirtd holds every host's):
         those seeded with its store's identity."""
-        import libvirt
-
         marker = self.paths.simulator / "systems" / f"{system_name}.store"
         if not marker.exists():
             return []
-        store_id = marker.read_text().strip()
-        flag = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE if active else 0
-        conn = libvirt.open(self.info.libvirt_uri)
-        mine = []
-        for dom in conn.listAllDomains(flag):
-            with contextlib.suppress(libvirt.libvirtError, ET.ParseError):
-                seed = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).find(
-                    f"./metadata/{{{SEED_METADATA_NS}}}seed")
-                if seed is not None and seed.get("store_id") == store_id:
-                    mine.append(dom)
-        return mine
+        return store_domains(self.info, marker.read_text().strip(), active)
 
     def _wipe_disk(self, system_name: str) -> None:
         """An install formats the host's disk: the store VMs defined on it and their disks are
         gone (the base images in the lab's shared images dir are every host's: kept)."""
-        import libvirt
-
-        images = Path(self.info.vm_images_dir).resolve()
         for dom in self._host_domains(system_name, active=False):
-            xml = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-            files = [Path(s.get("file", "")).resolve()
-                     for s in xml.iterfind("./devices/disk/source") if s.get("file")]
-            with contextlib.suppress(libvirt.libvirtError):
-                if dom.isActive():
-                    dom.destroy()
-                dom.undefine()
-            for path in files:
-                if path.is_relative_to(images) and "base" not in path.relative_to(images).parts:
-                    path.unlink(missing_ok=True)
             log.info("install of %s wipes its disk: domain %s and %d disk files gone",
-                     system_name, dom.name(), len(files))
+                     system_name, *remove_domain(self.info, dom))
 
     def _autostart_domains(self, system_name: str) -> None:
         """What the host's libvirt does at boot: start its domains marked autostart."""
@@ -217,13 +185,8 @@ class Firmware:
     def _boot_system(self, system_name: str) -> None:
         try:
             self._stop_system(system_name)  # a power cycle kills the running OS
-            system = self._cobbler().get_system(system_name)
-            if not isinstance(system, dict):
-                log.warning("power on %s: unknown to Cobbler, nothing boots", system_name)
-                return
-            macs = [i.get("mac_address") for i in system.get("interfaces", {}).values()
-                    if i.get("mac_address")]
-            pxe = self._pxe_config(macs[0]) if macs else None
+            # the firmware asks for its own NIC's PXE configuration, whatever record holds it
+            pxe = self._pxe_config(self._box_mac(system_name))
             match = re.search(r"autoyast=(\S+)", pxe or "")
             if match:
                 self._install(system_name, match.group(1))
@@ -284,6 +247,19 @@ class Firmware:
         self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True,
                              disk_files=extmods, smbios_serial=self._smbios_serial(system_name))
         return minion_id
+
+    def _box_mac(self, system_name: str) -> str:
+        """The MAC of the box's PXE NIC (its domain's, as racked)."""
+        import libvirt
+
+        conn = libvirt.openReadOnly(self.info.libvirt_uri)
+        try:
+            box = host_of(conn.lookupByName(system_name).XMLDesc(0))
+        finally:
+            conn.close()
+        if box is None:
+            raise RuntimeError(f"firmware: {system_name} is not a racked store host")
+        return box["mac"]
 
     def _smbios_serial(self, system_name: str) -> str | None:
         """The serial the machine's firmware reports (its domain's SMBIOS system entry)."""

@@ -199,11 +199,14 @@ def _erp(f: StoreFacts) -> StepPlan:
 
 
 def plan_store(f: StoreFacts, recreate_vm: bool = False,
-               reinstall_hypervisor: bool = False) -> list[StepPlan]:
+               reinstall_hypervisor: bool = False, replace_box: bool = False) -> list[StepPlan]:
     """What a rollout of this store started now would do, step by step; with `recreate_vm`,
     one that recreates the store's VM (step 5 removes the domain there, then goes on as for
     a store without one); with `reinstall_hypervisor`, one that reinstalls its host (step 2,
-    then everything on the new install: a new VM, its key, its notice)."""
+    then everything on the new install: a new VM, its key, its notice); with `replace_box`
+    (`f` observed with the new box's fields), one that moves the store to a new box."""
+    if replace_box:
+        return _replace(f)
     if reinstall_hypervisor and step_rules.reinstall_due(f.installed, f.power_cycled_at,
                                                          datetime.now(UTC)):
         return _reinstall(f)
@@ -229,6 +232,20 @@ def _reinstall(f: StoreFacts) -> list[StepPlan]:
                  *pxe.details, f"delete hypervisor key {f.hypervisor} ({f.hypervisor_key})"]))
     return [_image(wiped), reinstall, _wait(wiped), _keys(wiped), _create_vm(wiped),
             _firstboot(wiped), _go_live(wiped), _erp(wiped)]
+
+
+def _replace(f: StoreFacts) -> list[StepPlan]:
+    """Step 2 retires the old box and installs the new one, then everything on the new box."""
+    steps = _reinstall(f)
+    install = _pxe(f.model_copy(update=dict(hypervisor_key=None, hypervisor_ready=False,
+                                            power_cycled_at=None)))
+    new_box = steps[1].model_copy(update=dict(
+        action=f"retire the old box, install the new one: {install.action}",
+        details=["the old box powered off through its BMC (if it answers); the keys of "
+                 f"{f.hypervisor} and {f.vm} deleted in one call",
+                 *[d for d in steps[1].details if not d.startswith(f"{f.hypervisor} is ")
+                   and not d.startswith("delete hypervisor key")]]))
+    return [steps[0], new_box, *steps[2:]]
 
 
 def _keys_kept_for_recreation(f: StoreFacts) -> StepPlan:
