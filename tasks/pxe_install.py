@@ -39,7 +39,7 @@ from tasks.cobbler import (
 from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
 from tasks.run_health import run_started_at
-from tasks.salt import hypervisor_ready, master_client
+from tasks.salt import SaltTransientError, hypervisor_ready, master_client
 from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
 
 # Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
@@ -173,7 +173,8 @@ def pxe_install_hypervisor(store: Store,
 
 
 @task(name="retire_old_box", task_run_name="retire-old-box-{old.store_id}", retries=2,
-      retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(CobblerUnavailable))
+      retry_delay_seconds=[2, 5],
+      retry_condition_fn=retry_on(CobblerUnavailable, SaltTransientError))
 def retire_old_box(old: Store, new: Store) -> dict[str, Any]:
     """A replacement, before step 2: the old box powered off through its BMC (a BMC that does
     not answer, a destroyed box, is logged and left), then the store's host and VM keys deleted
