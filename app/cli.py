@@ -20,12 +20,12 @@ from app.runner import (
     console,
     finished,
     recent_runs,
-    refuse_settings,
     run_batch,
     run_store_undo,
     run_stores,
     validate_stores,
 )
+from app.setup import prefect_setup
 from app.views import print_batch, print_plan, print_reconcile, print_runs, print_staged
 from store_rollout.step_timeouts import STEP_TIMEOUTS, StepTimeouts
 
@@ -48,6 +48,7 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
 app.command("vm-xml")(vm_xml)
 app.command("windows")(windows)
 app.command("replace")(replace)
+app.command("prefect-setup")(prefect_setup)
 
 
 def timeout_option(name: str) -> Any:
@@ -124,7 +125,7 @@ def batch(
     if stage_only:
         stage(list(store or []), inventory, as_json)
         return
-    validate_stores(list(store or []), inventory)
+    validate_stores(list(store or []), inventory, dispatched=True)
     state = run_batch(inventory, list(store or []), show_progress=not as_json, canary=canary,
                       wave_size=wave_size, max_in_flight=max_in_flight,
                       halt_failure_ratio=halt_threshold, ignore_windows=now)
@@ -148,34 +149,6 @@ def status(
         print(json.dumps(rows, indent=2))
         return
     print_runs(rows)
-
-
-@app.command("prefect-setup")
-def prefect_setup() -> None:
-    """Make the Prefect server ready for rollouts (idempotent): the `cobbler-sync` limit and
-    the automation that marks dead flow runs Crashed. Run it once per server (lab up does)."""
-    from store_rollout.settings import SettingsError, setting_at_setup
-    from tasks.notifications import ensure_notifications
-    from tasks.run_health import AUTOMATION_NAME, ensure_zombie_automation, zombie_after
-    from tasks.slots import COBBLER_SYNC_LIMIT, set_limit
-
-    try:  # all read before the server is changed
-        beat, notify_through, ready_within = (setting_at_setup(name) for name in (
-            "heartbeat_seconds", "notification_block", "hypervisor_ready_expected_seconds"))
-    except SettingsError as exc:
-        refuse_settings(exc)
-    set_limit(COBBLER_SYNC_LIMIT, 1)
-    console.print(f"global concurrency limit {COBBLER_SYNC_LIMIT}: 1 slot, active")
-    console.print(f"automation {AUTOMATION_NAME!r}: {ensure_zombie_automation(beat)} (a flow run "
-                  f"without a heartbeat for {zombie_after(beat):.0f} s is marked Crashed; the "
-                  f"workers' STORE_ROLLOUT_HEARTBEAT_SECONDS must be {beat:g} too)")
-    if notify_through:
-        for name, done in ensure_notifications(notify_through, ready_within).items():
-            console.print(f"automation {name!r}: {done} (messages through {notify_through!r})")
-    else:
-        console.print("no notification block set (STORE_ROLLOUT_NOTIFICATION_BLOCK): failures "
-                      "and waits are seen in the UI only")
-    console.print("keep the server's concurrency leases across restarts (docs/reliability.md)")
 
 
 @app.command("rollback")

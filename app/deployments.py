@@ -98,6 +98,16 @@ def deployment(name: str, path: Path = PREFECT_YAML) -> DeploymentSpec:
     raise DeploymentConfigError(f"{path.name} has no deployment {name!r}")
 
 
+# deployments that serve the whole chain (their runs dispatch to the regions'); every other one
+# drives a region's systems, so each region has its copy in its own work pool
+CHAIN_DEPLOYMENTS = frozenset({"batch-rollout"})
+
+
+def regional_specs(path: Path = PREFECT_YAML) -> list[DeploymentSpec]:
+    """The deployments each region has a copy of (`<name>-<region>`, in its work pool)."""
+    return [spec for spec in load_deployments(path) if spec.name not in CHAIN_DEPLOYMENTS]
+
+
 def work_pools(path: Path = PREFECT_YAML) -> set[str]:
     return {spec.work_pool for spec in load_deployments(path) if spec.work_pool}
 

@@ -32,24 +32,36 @@ def command_prefect_settings() -> Any:
         temporary_settings,
     )
 
-    from store_rollout.settings import prefect_settings_of_file
+    from store_rollout.settings_outside import prefect_settings_of_file
 
     names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME}
     updates: dict[Any, Any] = {names[k]: v for k, v in prefect_settings_of_file().items()}
     return temporary_settings(updates={**updates, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
-def validate_stores(store_ids: list[str], inventory: Path) -> None:
-    """Inventory, store ids and settings, checked before anything is touched."""
+def validate_stores(store_ids: list[str], inventory: Path, dispatched: bool = False) -> None:
+    """Inventory, store ids and settings, checked before anything is touched. `dispatched`
+    (a batch): when its stores span regions, each is a run in its region's pool whose worker
+    checks it against its region's systems (one region's master down fails that region's
+    runs, not the others'); here each store's region must be known."""
     from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.regions import RegionsError
     from store_rollout.settings import load_settings
     from tasks.preflight import PreflightError, preflight
 
     try:
-        preflight(load_inventory(inventory).select(store_ids), load_settings())
+        stores, settings = load_inventory(inventory).select(store_ids), load_settings()
+        if dispatched:
+            regions = settings.regions()
+            for store in stores:
+                regions.spec(store.region, f"store {store.store_id}: region")
+            if any(store.region != settings.region for store in stores):
+                stores = []
+        if stores:
+            preflight(stores, settings)
     except SettingsError as exc:
         refuse_settings(exc)
-    except (InventoryError, PreflightError) as exc:
+    except (InventoryError, PreflightError, RegionsError) as exc:
         refuse(str(exc))
 
 

@@ -11,10 +11,13 @@ from rich.table import Table
 
 def print_batch(rows: list[dict[str, Any]]) -> None:
     table = Table(title="batch")
-    for col in ("store", "state", "step reached", "seconds", "error"):
+    for col in ("store", "region", "state", "step reached", "seconds", "error or note"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["store_id"], r["state"], r["step_reached"], str(r["seconds"]), r["error"][:80])
+        earlier = r.get("earlier_run")
+        table.add_row(r["store_id"], r.get("region", ""), r["state"], r["step_reached"],
+                      str(r["seconds"]), f"already rolled out by {earlier}"[:100] if earlier
+                      else r["error"][:80])
     Console(width=160).print(table)
 
 

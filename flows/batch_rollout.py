@@ -1,9 +1,11 @@
-"""A batch of stores in waves: canary first, bounded stores in flight, halt on failures.
+"""A batch of stores in waves: canary first, bounded stores in flight, halt on failures, each
+region on its own.
 
 Wiring only: each store is the `store-rollout` flow. When the stores have calendars, each
 store's run is a run of the `store-rollout` deployment Scheduled for its store's next
-maintenance window (tasks/store_runs.py); otherwise, or with `ignore_windows`, a subflow run
-started at once.
+maintenance window (tasks/store_runs.py); when they span regions, each is a run of its
+region's copy of that deployment, in the region's work pool; otherwise, or with
+`ignore_windows`, a subflow run started at once.
 """
 
 from __future__ import annotations
@@ -23,19 +25,28 @@ from flows.rollout import store_rollout
 from store_rollout import steps
 from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.regions import regional_deployment, regional_limit
 from store_rollout.settings import load_settings
-from store_rollout.waves import plan_waves, runs_of_their_own, should_halt
+from store_rollout.waves import plan_region_waves, runs_of_their_own, should_halt
 from tasks.run_health import beating
-from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, set_limit
-from tasks.store_runs import STORE_DEPLOYMENT, check_deployment, schedule_store_run, wait_for_store_runs
+from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, in_flight_slots, set_limit
+from tasks.store_runs import (
+    STORE_DEPLOYMENT,
+    check_deployment,
+    rolled_out_stores,
+    schedule_store_run,
+    wait_for_store_runs,
+)
 
 # threads are cheap waiters; the real bound is the IN_FLIGHT_LIMIT concurrency limit
 STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
 
 
 @task(name="rollout_store", task_run_name="store-{store_id}")
-def rollout_store(store_id: str, inventory: str, params: dict[str, Any]) -> dict[str, Any]:
-    """One store as a subflow run, holding a fleet-wide in-flight slot; never raises."""
+def rollout_store(store_id: str, inventory: str, params: dict[str, Any],
+                  region: str) -> dict[str, Any]:
+    """One store as a subflow run, holding a chain-wide and a regional in-flight slot; never
+    raises."""
     reached: dict[str, str] = {}
 
     def listen(sid: str, step: str, state: str, _s: float) -> None:
@@ -45,14 +56,14 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, Any]) -> dict
     steps.add_listener(listen)
     started = time.monotonic()
     try:
-        with fleet_slot(IN_FLIGHT_LIMIT):
+        with fleet_slot(in_flight_slots(region)):
             waited = time.monotonic() - started
             began = time.time()
             state = store_rollout(store_id, inventory, return_state=True, **params)
             ended = time.time()
     finally:
         steps.remove_listener(listen)
-    row: dict[str, Any] = {"store_id": store_id, "state": state.name,
+    row: dict[str, Any] = {"store_id": store_id, "region": region, "state": state.name,
                            "step_reached": reached.get("step", "validation"),
                            "seconds": round(time.monotonic() - started - waited, 1),
                            "queued_seconds": round(waited, 1), "error": "",
@@ -75,73 +86,108 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
                   store_params: dict[str, float] = {},  # noqa: B006
                   ignore_windows: bool = False,
                   store_deployment: str = STORE_DEPLOYMENT,
-                  approval_policy: str = "") -> list[dict[str, Any]]:
-    """Canary wave, then waves of `wave_size`; at most `max_in_flight` stores at once
-    (fleet-wide); the remaining waves are skipped once failed/finished > halt_failure_ratio.
+                  approval_policy: str = "", max_in_flight_per_region: int = 0,
+                  rerun_completed: bool = False) -> list[dict[str, Any]]:
+    """Per region, a canary wave, then waves of `wave_size`, the regions side by side; at most
+    `max_in_flight` stores at once (chain-wide) and `max_in_flight_per_region` in a region; a
+    region's remaining waves are skipped once its failed/finished > halt_failure_ratio. Stores
+    whose newest rollout run Completed are left as they are (unless `rerun_completed`).
 
     Args:
         inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
             the store-rollout checkout the worker runs in.
         store_ids: Only these stores of the inventory, in this order (empty: every store).
-        canary: Stores in the first wave, which runs alone before any other store starts.
+        canary: Stores in a region's first wave, which runs before any other store of the
+            region starts.
         wave_size: Stores per wave after the canary wave.
         max_in_flight: Stores rolled out at once, fleet-wide (a Prefect global concurrency limit).
-        halt_failure_ratio: Skip the remaining waves once failed/finished stores exceed this
-            ratio (0.2: more than one store in five failed).
+        halt_failure_ratio: Skip a region's remaining waves once its failed/finished stores
+            exceed this ratio (0.2: more than one store in five failed).
         store_params: Step timeouts passed to every store's rollout, e.g.
             {"hypervisor_timeout": 3600}.
         ignore_windows: Emergency: every store starts now and its disruptive steps start
             outside its maintenance windows (each run says so). Without it, stores with a
             calendar are scheduled into their windows.
         store_deployment: The deployment whose runs roll the stores out when they are
-            scheduled into their windows (a worker of its pool must be running).
+            scheduled into their windows or belong to another region than the batch's worker
+            (a store of region r: its copy `<store_deployment>-r` in r's work pool; a worker
+            of each pool must be running).
         approval_policy: When each store's run asks for an approval on its page first: never,
             destructive or always; empty: the approval_policy setting. Under "always" every
             store is a run of `store_deployment` (a paused run must be a run of its own).
+        max_in_flight_per_region: Stores rolled out at once in each region (its Salt master
+            and Cobbler); 0: as max_in_flight.
+        rerun_completed: Roll out again the stores whose newest rollout run Completed; without
+            it they are left as they are (a rerun of a batch goes on with the rest).
     """
     logger = get_run_logger()
-    policy = check_policy(approval_policy or load_settings().approval_policy)
+    settings = load_settings()
+    policy = check_policy(approval_policy or settings.approval_policy)
     stores = {s.store_id: s for s in load_inventory(inventory).select(list(store_ids))}
+    regions = settings.regions()
+    for store in stores.values():  # before any side effect: every store's region is known
+        regions.spec(store.region, f"store {store.store_id}: region")
     selected = list(stores)
+    rows: dict[str, dict[str, Any]] = {} if rerun_completed else {
+        sid: {**row, "region": stores[sid].region}
+        for sid, row in rolled_out_stores(selected).items()}
+    todo = [sid for sid in selected if sid not in rows]
     calendars = any(s.calendar for s in stores.values())
     follow_windows = calendars and not ignore_windows
-    as_deployment_runs = runs_of_their_own(policy, ignore_windows, calendars)
-    if as_deployment_runs:  # before any side effect: a deployment that a worker runs
-        check_deployment(store_deployment)
-    waves = plan_waves(selected, canary, wave_size)
+    in_regions = sorted({stores[sid].region for sid in todo})
+    as_deployment_runs = runs_of_their_own(policy, ignore_windows, calendars,
+                                           other_regions=in_regions not in ([], [settings.region]))
+    if as_deployment_runs:  # before any side effect: each region's deployment has a worker
+        for region in in_regions:
+            check_deployment(regional_deployment(store_deployment, region))
+    rounds = plan_region_waves({sid: stores[sid].region for sid in todo}, canary, wave_size)
     set_limit(IN_FLIGHT_LIMIT, max_in_flight)
-    progress_id: Any = create_progress_artifact(progress=0.0, key="batch-progress",
+    for region in in_regions:
+        set_limit(regional_limit(IN_FLIGHT_LIMIT, region), max_in_flight_per_region or max_in_flight)
+    progress_id: Any = create_progress_artifact(progress=100.0 * len(rows) / max(len(selected), 1),
+                                                key="batch-progress",
                                                 description=f"{len(selected)} stores")
-    rows: dict[str, dict[str, Any]] = {}
-    halted_after: int | None = None
-    for number, wave in enumerate(waves):
-        if halted_after is not None:
-            for sid in wave:
-                rows[sid] = {"store_id": sid, "state": "Skipped", "step_reached": "-",
-                             "seconds": 0, "queued_seconds": 0, "began": None, "ended": None,
-                             "error": f"batch halted after wave {halted_after}"}
+    halted_after: dict[str, int] = {}  # region -> the wave after which it halted
+    asked = {"approval_policy": approval_policy} if approval_policy else {}
+    for number, by_region in enumerate(rounds):
+        wave = []
+        for region, ids in by_region.items():
+            if region not in halted_after:
+                wave += ids
+                continue
+            for sid in ids:
+                rows[sid] = {"store_id": sid, "region": region, "state": "Skipped",
+                             "step_reached": "-", "seconds": 0, "queued_seconds": 0,
+                             "began": None, "ended": None,
+                             "error": f"batch halted after wave {halted_after[region]} in "
+                                      f"region {region}"}
+        if not wave:
             continue
-        asked = {"approval_policy": approval_policy} if approval_policy else {}
-        if as_deployment_runs:  # each run takes its in-flight slot itself when it starts
+        if as_deployment_runs:  # each run takes its in-flight slots itself when it starts
             entries = [schedule_store_run(stores[sid], inventory,
                                           {**store_params, **asked, "hold_fleet_slot": True,
                                            "ignore_windows": ignore_windows},
-                                          store_deployment, follow_windows) for sid in wave]
+                                          regional_deployment(store_deployment,
+                                                              stores[sid].region),
+                                          follow_windows) for sid in wave]
             finished = wait_for_store_runs(entries, wave_name=f"wave-{number}")
         else:
             params = {**store_params, **asked, "ignore_windows": ignore_windows}
-            futures = [rollout_store.submit(sid, inventory, params) for sid in wave]
+            futures = [rollout_store.submit(sid, inventory, params, stores[sid].region)
+                       for sid in wave]
             finished = [future.result() for future in futures]
         for row in finished:
             rows[row["store_id"]] = row
         update_progress_artifact(artifact_id=progress_id, progress=100.0 * len(rows) / len(selected))
-        failed = sum(1 for r in rows.values() if r["state"] != "Completed")
-        logger.info("wave %d done: %d/%d finished, %d failed", number, len(rows), len(selected),
-                    failed)
-        if should_halt(failed, len(rows), halt_failure_ratio):
-            halted_after = number
-            logger.warning("halting: failure ratio %d/%d > %.2f", failed, len(rows),
-                           halt_failure_ratio)
+        for region in by_region:
+            ended = [r for r in rows.values() if r["region"] == region]
+            failed = sum(1 for r in ended if r["state"] != "Completed")
+            logger.info("wave %d done in region %s: %d finished, %d failed", number, region,
+                        len(ended), failed)
+            if region not in halted_after and should_halt(failed, len(ended), halt_failure_ratio):
+                halted_after[region] = number
+                logger.warning("halting region %s: failure ratio %d/%d > %.2f", region, failed,
+                               len(ended), halt_failure_ratio)
     update_progress_artifact(artifact_id=progress_id, progress=100.0)
     table = [rows[sid] for sid in selected]
     create_table_artifact(key="batch-stores", table=table,

@@ -40,7 +40,7 @@ from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor, retire_old_box
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
-from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, store_owner
+from tasks.slots import fleet_slot, in_flight_slots, store_owner
 from tasks.virt import create_vm
 from tasks.windows import run_in_window
 
@@ -92,8 +92,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             windows (an emergency); the run logs it and its result says so. Without it, a
             disruptive step that cannot finish before the window closes waits for the next
             window (the run's state AwaitingWindow says until when), then goes on.
-        hold_fleet_slot: Take one of the fleet's stores-in-flight slots before starting (how
-            a batch bounds the runs it scheduled into the stores' windows).
+        hold_fleet_slot: Take one of the fleet's stores-in-flight slots, and one of the
+            store's region's, before starting (how a batch bounds the runs it dispatched).
         recreate_vm: Remove the store's VM, if it exists, and create it anew on the current
             image (in step 5, in a maintenance window): destructive, so approved first under
             the "destructive" and "always" policies.
@@ -127,7 +127,7 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
     policy = check_policy(approval_policy or settings.approval_policy)
     preflight([store], settings)
     clock = StepClock(store_id)
-    with fleet_slot(IN_FLIGHT_LIMIT) if hold_fleet_slot else nullcontext(), \
+    with fleet_slot(in_flight_slots(store.region)) if hold_fleet_slot else nullcontext(), \
             store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
         approval = approve_rollout(store, policy,

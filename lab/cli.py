@@ -50,17 +50,26 @@ def lab_up(
         "--full/--simulated-guest",
         help="store VMs boot the real KIWI-built image under QEMU and run their own firstboot "
              "(default: as this lab was; a new lab simulates the guest)")] = None,
+    regions: Annotated[int | None, typer.Option(
+        "--regions", min=1, max=2,
+        help="2: a second region (r2) with its own Salt master and worker on work pool "
+             "rollout-r2 (default: as this lab was; a new lab has one)")] = None,
 ) -> None:
     """Start (or repair) the lab; prints where lab.json is."""
     lab = Lab.at(state_dir)
     try:
-        info = lab.up(progress=lambda m: console.print(f"[dim]lab:[/] {m}"), full=full)
+        info = lab.up(progress=lambda m: console.print(f"[dim]lab:[/] {m}"), full=full,
+                      regions=regions)
     except Exception as exc:
         console.print(f"[red]lab up failed:[/] {exc}\nlogs: {lab.paths.logs}")
         raise typer.Exit(1) from exc
     if info.full:
         console.print(f"full lab: store VMs boot the image ({info.vm_type}); store inventory "
                       f"entries need vm.network {BRIDGE} for the guest to reach the master")
+    if info.regions == 2:
+        console.print(f"two regions (regions file {info.regions_file}): default, and r2 with "
+                      f"its own Salt master ({info.region2_salt_master_config}) and worker; "
+                      "inventory entries of r2's stores need `region: r2`")
     console.print(
         f"lab ready: {lab.paths.lab_json}\n"
         "to run rollouts against it (the CLI never picks a lab by itself):\n"

@@ -31,6 +31,7 @@ from lab import (
     prefect_server,
     salt_master,
 )
+from lab import regions as lab_regions
 from lab.procs import ProcessRecord, spawn, stop, stop_many, tree_rss, wait_until
 from lab.state import (
     COBBLER_VENV,
@@ -45,9 +46,10 @@ from lab.state import (
 from lab.store_network import GATEWAY, StoreNetwork, machine_address
 
 # start order; `down` stops in reverse (dependants first)
-SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master", "libvirtd",
-                 "cobblerd", "cobbler-http", "cobbler-dnsmasq", "erp-receiver",
-                 "webhook-receiver", "vbmcd", "redfish-bmc", "simulator", "prefect-worker"]
+SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master",
+                 lab_regions.SECOND_MASTER, "libvirtd", "cobblerd", "cobbler-http",
+                 "cobbler-dnsmasq", "erp-receiver", "webhook-receiver", "vbmcd", "redfish-bmc",
+                 "simulator", "prefect-worker", lab_regions.SECOND_WORKER]
 
 
 @dataclass
@@ -115,14 +117,21 @@ class Lab:
 
     # -- up ----------------------------------------------------------------------------
     def up(self, progress: Callable[[str], None] = lambda _m: None,
-           full: bool | None = None) -> LabInfo:
-        """`full`: boot the real image for store VMs (None: as this lab was before)."""
+           full: bool | None = None, regions: int | None = None) -> LabInfo:
+        """`full`: boot the real image for store VMs; `regions`: 1, or 2 for a second region
+        with its own Salt master and worker (None: as this lab was before)."""
         started = time.monotonic()
         recorded = self.paths.load_info()
         if full is None:
             full = recorded.full if recorded else False
+        if regions is None:
+            regions = recorded.regions if recorded else 1
         services = {name: svc for name, svc in self.recorded_services().items()
                     if svc.record.alive()}
+        if regions == 1:  # a second region no longer wanted
+            for name in (lab_regions.SECOND_WORKER, lab_regions.SECOND_MASTER):
+                if name in services:
+                    stop(services.pop(name).record)
         if "store-network" not in services:
             # the machines' links died with the old gateway: the simulator restarts them, and
             # libvirtd (whose VMs' taps were there) starts on the new network
@@ -132,6 +141,7 @@ class Lab:
         self._clear_stale(services)
         info = self.base_info(services)
         info.full = full
+        lab_regions.describe(info, self.paths, self.ports, regions)
         self.paths.write_info(info)  # the simulator and fixtures read it while we start
         p = self.ports
         logs = self.paths.logs
@@ -163,6 +173,10 @@ class Lab:
         postgres.prepare(self.paths.postgres, self.secrets.postgres_password)
         salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret,
                                  prefect_api_url=info.prefect_api_url)
+        if regions == 2:
+            salt_master.write_config(self.paths.salt_region2, p.region2_salt_publish,
+                                     p.region2_salt_ret, prefect_api_url=info.prefect_api_url,
+                                     master_id=lab_regions.SECOND_MASTER_ID)
         store_network = StoreNetwork.load(network_state)
         libvirt_service.prepare(self.paths.libvirt, store_network.url(p.simulator))
         cob = self.cobbler_config()
@@ -180,6 +194,11 @@ class Lab:
                lambda: postgres.start(self.paths.postgres, p.postgres, logs / "postgres.log"), noop)
         ensure("salt-master", f"127.0.0.1:{p.salt_ret}",
                lambda: salt_master.start(self.paths.salt, logs / "salt-master.log"), noop)
+        if regions == 2:
+            ensure(lab_regions.SECOND_MASTER,
+                   f"127.0.0.1:{p.region2_salt_ret} (region {lab_regions.SECOND_REGION})",
+                   lambda: salt_master.start(self.paths.salt_region2,
+                                             logs / f"{lab_regions.SECOND_MASTER}.log"), noop)
         ensure("libvirtd", info.libvirt_uri,
                lambda: libvirt_service.start(self.paths.libvirt, logs / "libvirtd.log",
                                              store_network), noop)
@@ -242,6 +261,8 @@ class Lab:
                lambda: cobbler_dhcp.wait_ready(cob, services["cobbler-dnsmasq"].record))
         wait_until(lambda: _http_ok(f"{info.erp_url}/_lab/health"), 20, "ERP receiver")
         salt_master.wait_ready(self.paths.master_config)
+        if regions == 2:
+            salt_master.wait_ready(Path(info.region2_salt_master_config))
         prefect_server.wait_ready(p.prefect)
         self._prefect_setup(info)
         worker_env = prefect_server.client_env(p.prefect, self.paths.root / "prefect-worker-home",
@@ -249,6 +270,13 @@ class Lab:
         ensure("prefect-worker", f"work pool {prefect_server.work_pool()}",
                lambda: prefect_server.start_worker(worker_env, logs / "prefect-worker.log"),
                lambda: prefect_server.wait_worker_online(p.prefect))
+        if regions == 2:
+            pool, name = lab_regions.SECOND_POOL, f"lab-worker-{lab_regions.SECOND_REGION}"
+            ensure(lab_regions.SECOND_WORKER, f"work pool {pool}",
+                   lambda: prefect_server.start_worker(
+                       {**worker_env, "STORE_ROLLOUT_REGION": lab_regions.SECOND_REGION},
+                       logs / f"{lab_regions.SECOND_WORKER}.log", pool=pool, name=name),
+                   lambda: prefect_server.wait_worker_online(p.prefect, pool=pool, name=name))
         probed.result(timeout=120)
         dead = [name for name, svc in services.items() if not svc.record.alive()]
         if dead:
@@ -262,10 +290,12 @@ class Lab:
 
     def _forwarded(self) -> list[int]:
         """The orchestrator's ports a store host reaches (at the gateway): the master, Cobbler's
-        HTTP side (profiles, nopxe), the image server and the simulated hardware's API (the
-        lab's stand-in for a reboot)."""
+        HTTP side (profiles, nopxe), the image server, the simulated hardware's API (the
+        lab's stand-in for a reboot) and the second region's master (in any lab: a second
+        region then comes up without a new gateway)."""
         p = self.ports
-        return [p.salt_publish, p.salt_ret, p.cobbler_http, p.image_server, p.simulator]
+        return [p.salt_publish, p.salt_ret, p.cobbler_http, p.image_server, p.simulator,
+                p.region2_salt_publish, p.region2_salt_ret]
 
     def _prefect_setup(self, info: LabInfo) -> None:
         """Server-side objects the flows rely on (idempotent): the Cobbler sync limit and the
@@ -301,10 +331,10 @@ class Lab:
             pid = self.paths.postgres / "data" / "postmaster.pid"
             if pid.exists():
                 pid.unlink()
-        if "salt-master" not in alive:
-            pidfile = self.paths.salt / "root" / "master" / "salt-master.pid"
-            if pidfile.exists():
-                pidfile.unlink()
+        for name, salt_dir in (("salt-master", self.paths.salt),
+                               (lab_regions.SECOND_MASTER, self.paths.salt_region2)):
+            if name not in alive:  # a stale pidfile stops salt-master from starting
+                (salt_dir / "root" / "master" / "salt-master.pid").unlink(missing_ok=True)
         if "simulator" not in alive:
             self._stop_simulated_minions()
 

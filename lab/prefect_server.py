@@ -139,18 +139,23 @@ def register_deployments(env: dict[str, str], log: Path) -> None:
         raise RuntimeError(f"prefect deploy --all of {PREFECT_YAML} failed; see {log}")
 
 
-def start_worker(env: dict[str, str], log: Path, limit: int = 10) -> ProcessRecord:
-    """A process worker on the deployments' pool; it polls every 2 s so a UI click starts soon."""
-    argv = [str(VENV_BIN / "prefect"), "worker", "start", "--pool", work_pool(),
-            "--name", "lab-worker", "--limit", str(limit), "--type", "process"]
+def start_worker(env: dict[str, str], log: Path, limit: int = 10, pool: str | None = None,
+                 name: str = "lab-worker") -> ProcessRecord:
+    """A process worker on the deployments' pool (or a region's `pool`); it polls every 2 s
+    so a UI click starts soon."""
+    argv = [str(VENV_BIN / "prefect"), "worker", "start", "--pool", pool or work_pool(),
+            "--name", name, "--limit", str(limit), "--type", "process"]
     return spawn(argv, log, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2"}, cwd=REPO_ROOT)
 
 
-def wait_worker_online(port: int, timeout: float = 60) -> None:
+def wait_worker_online(port: int, timeout: float = 60, pool: str | None = None,
+                       name: str = "lab-worker") -> None:
+    pool = pool or work_pool()
+
     def online() -> bool:
-        resp = requests.post(f"{api_url(port)}/work_pools/{work_pool()}/workers/filter",
+        resp = requests.post(f"{api_url(port)}/work_pools/{pool}/workers/filter",
                              json={}, timeout=5)
         return resp.status_code == 200 and any(
-            w["name"] == "lab-worker" and w["status"] == "ONLINE" for w in resp.json())
+            w["name"] == name and w["status"] == "ONLINE" for w in resp.json())
 
-    wait_until(online, timeout, f"Prefect worker on pool {work_pool()}", interval=0.5)
+    wait_until(online, timeout, f"Prefect worker {name} on pool {pool}", interval=0.5)

@@ -36,7 +36,7 @@ def reactor_config() -> list[dict[str, list[str]]]:
 
 
 def write_config(salt_dir: Path, publish_port: int, ret_port: int,
-                 prefect_api_url: str | None = None) -> Path:
+                 prefect_api_url: str | None = None, master_id: str = "lab-master") -> Path:
     root = salt_dir / "root" / "master"
     conf_dir = salt_dir / "etc" / "master"
     pillar = salt_dir / "pillar"
@@ -63,7 +63,7 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
             "api_url": prefect_api_url,
             "prefixes": ["store/", "salt/key", "salt/minion/store-"]}})
     config = {
-        "id": "lab-master",
+        "id": master_id,
         "user": "root",
         "interface": "127.0.0.1",
         "publish_port": publish_port,

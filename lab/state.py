@@ -68,6 +68,10 @@ class LabPorts(BaseModel):
     vbmcd: int = 0  # VirtualBMC's control port
     redfish: int = 0  # the Redfish BMC emulator
     webhook: int = 0  # the lab's chat channel (lab/webhook_receiver.py)
+    # the second region's Salt master (`lab up --regions 2`): allocated, and forwarded to the
+    # store network, in every lab, so a second region comes up without a new gateway
+    region2_salt_publish: int = 0
+    region2_salt_ret: int = 0
 
 
 class LabSecrets(BaseModel):
@@ -132,6 +136,12 @@ class LabInfo(BaseModel):
     # the host offers it, vm_type "kvm"; else TCG, "qemu") and runs its own minion and firstboot
     full: bool = False
     vm_type: str = "qemu"
+    # `lab up --regions 2`: a second region (lab/regions.py), its own Salt master and worker
+    regions: int = 1
+    regions_file: str = ""
+    region2_salt_master_config: str = ""
+    region2_salt_publish_port: int = 0
+    region2_salt_ret_port: int = 0
     services: dict[str, ServiceInfo] = Field(default_factory=dict)
 
 
@@ -149,6 +159,8 @@ class LabPaths:
         self.postgres = root / "postgres"
         self.prefect_home = root / "prefect-home"
         self.salt = root / "salt"
+        self.salt_region2 = root / "salt-region2"
+        self.regions_file = root / "regions.yaml"
         self.cobbler = root / "cobbler"
         self.libvirt = root / "libvirt"
         self.erp = root / "erp"
@@ -271,6 +283,9 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
                                                   "SALT_MASTER_PORT": str(info.salt_ret_port)}),
         "PREFECT_API_URL": info.prefect_api_url,
         "PREFECT_HOME": str(root / "prefect-client-home"),
+        # the lab's regions (a second one with `lab up --regions 2`); a process serves the
+        # default region unless its STORE_ROLLOUT_REGION names another
+        **({"STORE_ROLLOUT_REGIONS_FILE": info.regions_file} if info.regions_file else {}),
     }
 
 

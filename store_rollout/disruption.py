@@ -82,3 +82,14 @@ def check_window(step: str, store: Store, disruption_seconds: dict[str, float],
 def _span(delta: timedelta) -> str:
     minutes = int(delta.total_seconds() // 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def checked_disruptions(value: dict[str, float]) -> dict[str, float]:
+    unknown = sorted(set(value) - set(DEFAULT_DISRUPTION_SECONDS))
+    if unknown:
+        raise ValueError(f"disruption_seconds: unknown step(s) {unknown}; the disruptive steps "
+                         f"are {sorted(DEFAULT_DISRUPTION_SECONDS)}")
+    bad = sorted(k for k, v in value.items() if not 0 < v <= 7 * 24 * 3600)
+    if bad:
+        raise ValueError(f"disruption_seconds: {bad} must be seconds above 0 and at most a week")
+    return {**DEFAULT_DISRUPTION_SECONDS, **value}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, TypeAdapter, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -34,7 +34,15 @@ from store_rollout.approvals import (
     DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     ApprovalPolicy,
 )
-from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
+from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS, checked_disruptions
+from store_rollout.regions import (
+    DEFAULT_COBBLER_SYNC_LIMIT,
+    DEFAULT_REGION,
+    REGION_RE,
+    Regions,
+    RegionsError,
+    load_regions,
+)
 from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
 from store_rollout.update_repos import LEAP_UPDATE_REPOS, checked_repo_urls, repo_list
 
@@ -47,17 +55,6 @@ RETIRED = ("STORE_ROLLOUT_POWER_USER", "STORE_ROLLOUT_POWER_PASSWORD",
 BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user", "cobbler_password"),
                   "erp_credentials_block": ("erp_url", "erp_token")}
 _REPLACED_BY = {name: block for block, names in BLOCK_REPLACES.items() for name in names}
-
-
-def _known_disruptions(value: dict[str, float]) -> dict[str, float]:
-    unknown = sorted(set(value) - set(DEFAULT_DISRUPTION_SECONDS))
-    if unknown:
-        raise ValueError(f"disruption_seconds: unknown step(s) {unknown}; the disruptive steps "
-                         f"are {sorted(DEFAULT_DISRUPTION_SECONDS)}")
-    bad = sorted(k for k, v in value.items() if not 0 < v <= 7 * 24 * 3600)
-    if bad:
-        raise ValueError(f"disruption_seconds: {bad} must be seconds above 0 and at most a week")
-    return {**DEFAULT_DISRUPTION_SECONDS, **value}
 
 
 class SettingsError(ValueError):
@@ -88,6 +85,15 @@ class RolloutSettings(BaseSettings):
     cobbler_user: str = Field("", validate_default=True)
     cobbler_password: SecretStr = Field(SecretStr(""), validate_default=True)
     cobbler_allow_default_credentials: bool = False
+    # Cobbler syncs never overlap on one Cobbler: a region with its own names its own limit
+    cobbler_sync_limit: str = Field(DEFAULT_COBBLER_SYNC_LIMIT, pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+                                    description="the Prefect global concurrency limit (1 slot) "
+                                    "serialising this Cobbler's syncs")
+    # the region this process serves (store_rollout/regions.py): the regions file's settings of
+    # that region are applied over the others
+    region: str = Field(DEFAULT_REGION, pattern=REGION_RE,
+                        description="the region (Salt master) this worker serves")
+    regions_file: str = Field("", description="YAML file naming the chain's regions")
     salt_master_config: str = Field(description="path of the master config file on this host")
     salt_master_address: str = Field(description="address minions use to reach the master")
     salt_publish_port: int = 4505
@@ -141,7 +147,7 @@ class RolloutSettings(BaseSettings):
     @field_validator("disruption_seconds")
     @classmethod
     def _disruptions(cls, value: dict[str, float]) -> dict[str, float]:
-        return _known_disruptions(value)
+        return checked_disruptions(value)
 
     @field_validator(*_REPLACED_BY, mode="after")
     @classmethod
@@ -169,6 +175,10 @@ class RolloutSettings(BaseSettings):
     def _repo_urls(cls, value: list[str]) -> list[str]:
         return checked_repo_urls(value)
 
+    def regions(self) -> Regions:
+        """The chain's regions (one, `default`, without a regions file)."""
+        return load_regions(self.regions_file)
+
     def public(self) -> dict[str, Any]:
         """For logs and artifacts: secrets masked."""
         data = self.model_dump(mode="json")
@@ -181,18 +191,6 @@ def settings_file(environ: dict[str, str] | None = None) -> Path | None:
     """The settings file STORE_ROLLOUT_SETTINGS_FILE names, else None."""
     named = (os.environ if environ is None else environ).get(SETTINGS_FILE_ENV)
     return Path(named) if named else None
-
-
-def prefect_settings_of_file(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """PREFECT_API_URL and PREFECT_HOME of the settings file (the Prefect server its flows use),
-    for the CLI to apply; the environment's own win, none apply when it sets PREFECT_API_URL."""
-    env = os.environ if environ is None else environ
-    path = settings_file(dict(env))
-    if path is None or "PREFECT_API_URL" in env or not path.is_file():
-        return {}
-    given = dotenv_values(path)
-    return {name: env.get(name) or str(given[name]) for name in ("PREFECT_API_URL", "PREFECT_HOME")
-            if given.get(name)}
 
 
 class _Environ(EnvSettingsSource):
@@ -244,22 +242,20 @@ def _refuse_retired(env: dict[str, str], path: Path | None) -> None:
             "(hypervisor.power_address); remove these variables")
 
 
-def setting_at_setup(name: str, environ: dict[str, str] | None = None) -> Any:
-    """One setting for `prefect-setup`, which may run where the others are not given: from the
-    settings if they load, else its own variable, else its default."""
+def _region_settings(env: dict[str, str], path: Path | None) -> dict[str, Any]:
+    """The settings the regions file gives this process's region (STORE_ROLLOUT_REGION)."""
+    given = dotenv_values(path) if path is not None else {}
+
+    def setting(name: str) -> str:
+        variable = f"STORE_ROLLOUT_{name.upper()}"
+        return env.get(variable) or given.get(variable) or ""
+
     try:
-        return getattr(load_settings(environ), name)
-    except SettingsError:
-        field = RolloutSettings.model_fields[name]
-        given = (os.environ if environ is None else environ).get(f"STORE_ROLLOUT_{name.upper()}")
-        if given is None:
-            return field.get_default(call_default_factory=True)
-        typed: Any = Annotated[field.annotation, *field.metadata]
-        try:
-            return TypeAdapter(typed).validate_python(given)
-        except ValidationError as exc:
-            raise SettingsError(f"STORE_ROLLOUT_{name.upper()}={given!r}: "
-                                f"{exc.errors()[0]['msg']}") from None
+        regions = load_regions(setting("regions_file"))
+        region = setting("region") or DEFAULT_REGION
+        return dict(regions.spec(region, "region (STORE_ROLLOUT_REGION)").settings)
+    except RegionsError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
@@ -271,9 +267,10 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
         raise SettingsError(f"{SETTINGS_FILE_ENV}={path}: no such file (name a settings file of "
                             "STORE_ROLLOUT_* lines, or unset it)")
     _refuse_retired(env, path)
+    regional = _region_settings(env, path)
     token = _SOURCES.set((env, path))
     try:
-        return RolloutSettings.model_validate(_Sourced(**blocks).model_dump())
+        return RolloutSettings.model_validate(_Sourced(**regional, **blocks).model_dump())
     except ValidationError as exc:
         problems, missing, invalid = [], [], []
         for err in exc.errors():

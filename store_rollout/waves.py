@@ -16,14 +16,30 @@ def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[li
     return [w for w in waves if w]
 
 
+def plan_region_waves(regions: dict[str, str], canary: int,
+                      wave_size: int) -> list[dict[str, list[str]]]:
+    """Waves per region, run side by side: round k holds each region's wave k ({region:
+    stores}). `regions`: store -> its region, in batch order. Each region has its own canary
+    and halts on its own failures: one region's broken master does not stop the others."""
+    per_region: dict[str, list[str]] = {}
+    for store_id, region in regions.items():
+        per_region.setdefault(region, []).append(store_id)
+    planned = {region: plan_waves(ids, canary, wave_size) for region, ids in per_region.items()}
+    rounds = max((len(waves) for waves in planned.values()), default=0)
+    return [{region: waves[number] for region, waves in planned.items() if number < len(waves)}
+            for number in range(rounds)]
+
+
 def should_halt(failed: int, finished: int, threshold: float) -> bool:
     """Halt the remaining waves when failed / finished is strictly above the threshold."""
     return finished > 0 and failed / finished > threshold
 
 
-def runs_of_their_own(approval_policy: str, ignore_windows: bool, calendars: bool) -> bool:
+def runs_of_their_own(approval_policy: str, ignore_windows: bool, calendars: bool,
+                      other_regions: bool = False) -> bool:
     """Whether a batch's stores are runs of the store-rollout deployment instead of subflows of
-    the batch: when they wait for their windows (`calendars`, not overridden) or may ask for an
+    the batch: when they wait for their windows (`calendars`, not overridden), may ask for an
     approval before any change (a subflow inside the batch's task can neither pause nor be
-    parked)."""
-    return (calendars and not ignore_windows) or approval_policy == "always"
+    parked) or belong to other regions than the batch's process (`other_regions`: only a
+    worker of their region reaches their Salt master)."""
+    return (calendars and not ignore_windows) or approval_policy == "always" or other_regions

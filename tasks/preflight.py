@@ -10,13 +10,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
+from store_rollout.regions import RegionsError, wrong_region
 from store_rollout.settings import RolloutSettings
 from tasks.bmc import bmc_problems
 from tasks.cobbler import CobblerClient, CobblerError, cobbler_client
 from tasks.erp import erp_client
 from tasks.kiwi import KiwiDescriptionError, resolve_description
 from tasks.salt import master_client
-from tasks.slots import COBBLER_SYNC_LIMIT, limit_problem
+from tasks.slots import limit_problem
 
 
 class PreflightError(ValueError):
@@ -101,9 +102,34 @@ def autosign_guard_problem(master_opts: dict[str, Any]) -> str | None:
             "restart it (docs/production.md, item 6)")
 
 
+def master_problem(settings: RolloutSettings, opts: dict[str, Any]) -> str | None:
+    """The master of this worker's region must answer on its ret port (the worker runs on the
+    master's host): a stopped master fails the rollout here, naming it, not in step 2 after
+    the host was wiped."""
+    host = str(opts.get("interface") or "127.0.0.1")
+    address = ("127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host,
+               int(opts.get("ret_port") or 4506))
+    try:
+        with socket.create_connection(address, timeout=3):
+            return None
+    except OSError as exc:
+        return (f"salt_master_config: the Salt master of region {settings.region!r} "
+                f"({settings.salt_master_config}, id {opts.get('id')!r}) does not answer at "
+                f"{address[0]}:{address[1]} ({exc.strerror or exc}): start it, then run again")
+
+
+def region_problems(stores: list[Store], settings: RolloutSettings) -> list[str]:
+    try:
+        regions = settings.regions()
+    except RegionsError as exc:
+        return [str(exc)]
+    found = [wrong_region(s.store_id, s.region, settings.region, regions) for s in stores]
+    return [problem for problem in found if problem]
+
+
 def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     """Raise PreflightError listing every problem; touches nothing."""
-    problems: list[str] = []
+    problems: list[str] = region_problems(stores, settings)
     try:
         desc_dir = resolve_description(settings.image_description)
         image_mib = declared_disk_mib(desc_dir)
@@ -120,9 +146,13 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
         problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "
                         "(set STORE_ROLLOUT_SALT_MASTER_CONFIG)")
     else:
-        guard = autosign_guard_problem(master_client(settings.salt_master_config).opts)
+        opts = master_client(settings.salt_master_config).opts
+        guard = autosign_guard_problem(opts)
         if guard:
             problems.append(f"salt_master_config: {settings.salt_master_config}: {guard}")
+        down = master_problem(settings, opts)
+        if down:
+            problems.append(down)
     client: CobblerClient | None = None
     try:
         client = cobbler_client(settings)  # the URL and login the tasks will use (Block or env)
@@ -147,7 +177,7 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
                     problems.append(f"store(s) {users}: {root_problem}")
         except CobblerError as exc:
             problems.append(f"cobbler: {exc}")
-    slot = limit_problem(COBBLER_SYNC_LIMIT, 1)
+    slot = limit_problem(settings.cobbler_sync_limit, 1)
     if slot:
         problems.append(slot)
     if problems:

@@ -40,7 +40,7 @@ from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
 from tasks.run_health import run_started_at
 from tasks.salt import SaltTransientError, hypervisor_ready, master_client
-from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
+from tasks.slots import fleet_slot
 
 # Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
 # segment of the URL, as download.opensuse.org and its mirrors lay them out
@@ -245,7 +245,7 @@ def reinstall(store: Store, settings: RolloutSettings, master: Any, client: Cobb
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")
-    with fleet_slot(COBBLER_SYNC_LIMIT):
+    with fleet_slot(settings.cobbler_sync_limit):
         client.sync_system(system)
 
     def mark_power_on() -> None:  # the evidence a rerun reads: written before the host is on

@@ -26,9 +26,10 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalC
 from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
+from store_rollout.regions import DEFAULT_COBBLER_SYNC_LIMIT, regional_limit
 from tasks.run_health import HEARTBEAT_EVENT
 
-COBBLER_SYNC_LIMIT = "cobbler-sync"  # Cobbler syncs never overlap (limit 1)
+COBBLER_SYNC_LIMIT = DEFAULT_COBBLER_SYNC_LIMIT  # the default region's Cobbler (settings.cobbler_sync_limit)
 IN_FLIGHT_LIMIT = "stores-in-flight"  # stores rolled out at once, fleet-wide (batch-rollout)
 # Prefect's minimum: the shortest time a dead holder keeps a slot
 LEASE_SECONDS = 60
@@ -70,9 +71,9 @@ def set_limit(name: str, limit: int, *, update: bool = True) -> None:
 
 
 @contextmanager
-def fleet_slot(name: str, timeout_seconds: float | None = None) -> Iterator[None]:
-    """Hold one slot of the global limit `name` under a renewed lease; a dead holder's slot
-    comes back within about LEASE_SECONDS + 45 s."""
+def fleet_slot(name: str | list[str], timeout_seconds: float | None = None) -> Iterator[None]:
+    """Hold one slot of the global limit `name` (of each limit named, taken together) under a
+    renewed lease; a dead holder's slot comes back within about LEASE_SECONDS + 45 s."""
     with concurrency(name, occupy=1, timeout_seconds=timeout_seconds, strict=True,
                      lease_duration=LEASE_SECONDS):
         yield
@@ -80,6 +81,12 @@ def fleet_slot(name: str, timeout_seconds: float | None = None) -> Iterator[None
 
 class StoreBusy(RuntimeError):
     """Another rollout or rollback of the store is running: one owner per store."""
+
+
+def in_flight_slots(region: str) -> list[str]:
+    """What a batch's store run holds while it runs: a slot of the chain's stores in flight
+    and one of its region's, taken together (a run waiting for one holds neither)."""
+    return [IN_FLIGHT_LIMIT, regional_limit(IN_FLIGHT_LIMIT, region)]
 
 
 def store_limit(store_id: str) -> str:

@@ -19,16 +19,20 @@ from uuid import UUID
 from prefect import get_run_logger, task
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
     FlowRunFilter,
     FlowRunFilterId,
+    FlowRunFilterName,
     TaskRunFilter,
     TaskRunFilterFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun
-from prefect.client.schemas.sorting import TaskRunSort
+from prefect.client.schemas.sorting import FlowRunSort, TaskRunSort
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
+from store_rollout.approvals import REJECTED
 from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import decide
 from store_rollout.inventory import Store
@@ -89,7 +93,8 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
     now = datetime.now(UTC)
     start, reason = start_time(store, now, settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR]
                                ) if follow_windows else (now, "started now (ignore_windows)")
-    row: dict[str, Any] = {"store_id": store.store_id, "window": reason, "flow_run_id": None,
+    row: dict[str, Any] = {"store_id": store.store_id, "region": store.region,
+                           "window": reason, "flow_run_id": None,
                            "scheduled_start": start.isoformat() if start else None}
     if start is None:
         return {**row, "state": "Failed", "step_reached": "-", "seconds": 0,
@@ -104,6 +109,44 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
     get_run_logger().info("store %s: run %s scheduled for %s UTC (%s)", store.store_id, run.name,
                           f"{start:%Y-%m-%d %H:%M:%S}", reason)
     return {**row, "state": "Scheduled", "flow_run_id": str(run.id), "error": ""}
+
+
+def newest_rollout_runs(client: Any, store_ids: list[str], page: int = 200) -> dict[str, Any]:
+    """Each store's newest run of the store-rollout flow (UI, API, batch or CLI), if any."""
+    wanted = {f"rollout-{sid}": sid for sid in store_ids}
+    found: dict[str, Any] = {}
+    for start in range(0, len(store_ids), page):  # a filter of a few hundred names per call
+        names = list(wanted)[start:start + page]
+        offset = 0
+        while True:
+            runs = client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["store-rollout"])),
+                flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=names)),
+                sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=page, offset=offset)
+            for run in runs:
+                found.setdefault(wanted[run.name], run)
+            if len(runs) < page or all(wanted[n] in found for n in names):
+                break
+            offset += page
+    return found
+
+
+@task(name="find_rolled_out_stores")
+def rolled_out_stores(store_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The batch rows of the stores whose newest rollout run Completed: a batch leaves them be
+    (a rerun of a batch goes on with the stores it did not finish)."""
+    with get_client(sync_client=True) as client:
+        newest = newest_rollout_runs(client, store_ids)
+    done = {sid: run for sid, run in newest.items()
+            if run.state and run.state.is_completed() and run.state.name != REJECTED}
+    if done:
+        get_run_logger().info("already rolled out, left as they are: %s", ", ".join(
+            f"{sid} ({run.name}, {run.end_time:%Y-%m-%d %H:%M} UTC)" for sid, run in done.items()))
+    return {sid: {"store_id": sid, "state": "Completed", "step_reached": "-", "seconds": 0,
+                  "queued_seconds": 0, "began": None, "ended": None, "flow_run_id": str(run.id),
+                  "error": "",
+                  "earlier_run": f"{run.name}, ended {run.end_time:%Y-%m-%d %H:%M} UTC"}
+            for sid, run in done.items()}
 
 
 def _step_reached(client: Any, run_id: UUID, store_id: str) -> str:

@@ -120,11 +120,11 @@ def wait_state(api: str, run_id: str, timeout: float) -> str:
 
 
 def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:00", *,
-                    lab: LabInfo | None = None) -> Path:
+                    lab: LabInfo | None = None, regions: dict[str, str] | None = None) -> Path:
     """An inventory of test stores; with `lab`, each store's host racked in it (a domain and its
     BMC): the odd ones (1st, 3rd...) behind IPMI, the even ones behind Redfish, so every test
-    with two stores or more drives both protocols."""
-    stores = [{"store_id": sid,
+    with two stores or more drives both protocols. `regions`: store id -> its region."""
+    stores = [{"store_id": sid, **({"region": (regions or {})[sid]} if sid in (regions or {}) else {}),
                "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"{mac_prefix}:{n:02x}"},
                "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 2, "network": "none"},
                "erp": {"site_code": f"E2E-{sid}"}} for n, sid in enumerate(ids, start=1)]

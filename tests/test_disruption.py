@@ -105,7 +105,7 @@ def test_now_is_the_window_override(command: list[str], monkeypatch: pytest.Monk
         asked.append(waves)
         raise SystemExit(0)
 
-    monkeypatch.setattr(app.cli, "validate_stores", lambda *args: None)
+    monkeypatch.setattr(app.cli, "validate_stores", lambda *args, **kwargs: None)
     monkeypatch.setattr(app.cli, "run_stores", run_stores)
     monkeypatch.setattr(app.cli, "run_batch", run_batch)
     inventory = ["--inventory", str(tmp_path / "inv.yaml")]

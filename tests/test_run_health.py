@@ -11,7 +11,8 @@ from uuid import uuid4
 
 import pytest
 
-from store_rollout.settings import SettingsError, setting_at_setup
+from store_rollout.settings import SettingsError
+from store_rollout.settings_outside import setting_at_setup
 from tasks import run_health
 from tasks.run_health import HEARTBEAT_EVENT, heartbeats, zombie_after, zombie_automation
 

@@ -17,6 +17,7 @@ import psutil
 import yaml
 
 from lab.procs import ProcessRecord, spawn, stop
+from lab.regions import publish_port_of
 from lab.salt_master import daemon_paths
 from lab.simulator.faults import FaultKnobs
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo, LabPaths
@@ -115,7 +116,7 @@ class MinionManager:
                 target = root / path.lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
-            self._write_hardware_config(minion_id, root, extra)
+            self._write_hardware_config(minion_id, root, extra, files)
             (mdir / "salt-bin").write_text(str(salt_bin))
             if store_host:
                 (mdir / "store-host").write_text("runs in a mount namespace without the lab\n")
@@ -123,17 +124,21 @@ class MinionManager:
                 (mdir / SMBIOS_SERIAL_FILE).write_text(smbios_serial)
             return mdir
 
-    def _write_hardware_config(self, minion_id: str, root: Path, extra: dict[str, Any]) -> None:
+    def _write_hardware_config(self, minion_id: str, root: Path, extra: dict[str, Any],
+                               files: dict[str, str]) -> None:
         """`root`: the machine's disk, root_dir() (short, by machine number: Salt puts the
-        event sockets under root_dir and their path must fit the kernel's limit)."""
+        event sockets under root_dir and their path must fit the kernel's limit); `files`:
+        its minion.d, whose master port (its region's master) is kept."""
         mdir = self.minion_dir(minion_id)
+        ret_port, publish_port = publish_port_of(self.paths.load_or_create_ports(),
+                                                 _master_port(files))
         hardware = {
             # what differs between a lab process and a real machine: paths, ports, virt URI
             "id": minion_id,
             "user": "root",
             **daemon_paths(root, "minion"),
-            "master_port": self.info.salt_ret_port,
-            "publish_port": self.info.salt_publish_port,
+            "master_port": ret_port,
+            "publish_port": publish_port,
             "acceptance_wait_time": 1,
             "acceptance_wait_time_max": 2,
             "random_reauth_delay": 0,
@@ -254,3 +259,16 @@ class MinionManager:
     def status(self) -> dict[str, Any]:
         with self.lock:
             return {mid: {"pid": rec.pid, "alive": rec.alive()} for mid, rec in self.procs.items()}
+
+
+def _master_port(files: dict[str, str]) -> int | None:
+    """The master port a machine's minion.d files set (the last file's that sets one)."""
+    port = None
+    for name in sorted(files):
+        try:
+            conf = yaml.safe_load(files[name])
+        except yaml.YAMLError:
+            continue
+        if isinstance(conf, dict) and str(conf.get("master_port", "")).isdigit():
+            port = int(conf["master_port"])
+    return port

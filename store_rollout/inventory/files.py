@@ -53,7 +53,7 @@ def parse_inventory(raw: Any, source: str = "inventory") -> Inventory:
 
 
 CSV_COLUMNS = {
-    "store_id": ("store_id",), "hv_hostname": ("hypervisor", "hostname"),
+    "store_id": ("store_id",), "region": ("region",), "hv_hostname": ("hypervisor", "hostname"),
     "hv_mac": ("hypervisor", "mac"), "hv_ip": ("hypervisor", "ip"),
     "hv_netmask": ("hypervisor", "netmask"), "hv_gateway": ("hypervisor", "gateway"),
     "cobbler_profile": ("hypervisor", "cobbler_profile"),

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from store_rollout.inventory.calendar_spec import CalendarSpec, with_default_calendar
+from store_rollout.regions import DEFAULT_REGION, REGION_RE
 
 STORE_ID_RE = r"^[a-z0-9][a-z0-9-]{0,23}$"
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -200,6 +201,9 @@ class ErpSpec(_Strict):
 
 class Store(_Strict):
     store_id: str = Field(pattern=STORE_ID_RE, description="lowercase letters, digits, '-'")
+    # the Salt master, Cobbler and work pool that roll the store out (store_rollout/regions.py)
+    region: str = Field(DEFAULT_REGION, pattern=REGION_RE,
+                        description="the store's region, as the regions file names it")
     hypervisor: HypervisorSpec
     vm: VmSpec = Field(default_factory=lambda: VmSpec.model_validate({}))
     erp: ErpSpec

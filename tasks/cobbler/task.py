@@ -15,7 +15,7 @@ from tasks.blocks import load_block
 from tasks.cobbler.client import DEFAULT_TIMEOUT, CobblerClient
 from tasks.cobbler.errors import CobblerUnavailable
 from tasks.retry import retry_on
-from tasks.slots import COBBLER_SYNC_LIMIT, fleet_slot
+from tasks.slots import fleet_slot
 
 
 class CobblerCredentials(CredentialsBlock):
@@ -70,7 +70,7 @@ def remove_hypervisor_record(store: Store) -> dict[str, Any]:
     """Decommission: the host's Cobbler system removed (its PXE files with it) and its MAC out
     of the DHCP configuration, under the fleet's one-sync-at-a-time slot."""
     client = cobbler_client()
-    with fleet_slot(COBBLER_SYNC_LIMIT):
+    with fleet_slot(load_settings().cobbler_sync_limit):
         removed = client.remove_system(store.cobbler_system)
         client.sync_dhcp()
     get_run_logger().info("store %s: Cobbler system %s removed: %s; DHCP configuration rewritten",
