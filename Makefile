@@ -143,7 +143,7 @@ test-full: setup
 
 test-fleet: setup
 	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/test_slots.py tests/test_faults.py tests/test_bench.py \
-	  tests/test_windows_lab.py tests/test_approvals_lab.py
+	  tests/test_windows_lab.py tests/test_approvals_lab.py tests/test_regions_lab.py
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up

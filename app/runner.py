@@ -41,11 +41,11 @@ def command_prefect_settings() -> Any:
 
 def validate_stores(store_ids: list[str], inventory: Path, dispatched: bool = False) -> None:
     """Inventory, store ids and settings, checked before anything is touched. `dispatched`
-    (a batch): when its stores span regions, each is a run in its region's pool whose worker
+    (a batch): in a chain of regions each store is a run in its region's pool whose worker
     checks it against its region's systems (one region's master down fails that region's
     runs, not the others'); here each store's region must be known."""
     from store_rollout.inventory import InventoryError, load_inventory
-    from store_rollout.regions import RegionsError
+    from store_rollout.regions import RegionsError, runs_in_region_pools
     from store_rollout.settings import load_settings
     from tasks.preflight import PreflightError, preflight
 
@@ -55,7 +55,7 @@ def validate_stores(store_ids: list[str], inventory: Path, dispatched: bool = Fa
             regions = settings.regions()
             for store in stores:
                 regions.spec(store.region, f"store {store.store_id}: region")
-            if any(store.region != settings.region for store in stores):
+            if runs_in_region_pools(regions, settings.region, [s.region for s in stores]):
                 stores = []
         if stores:
             preflight(stores, settings)

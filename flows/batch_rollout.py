@@ -25,7 +25,7 @@ from flows.rollout import store_rollout
 from store_rollout import steps
 from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
-from store_rollout.regions import regional_deployment, regional_limit
+from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
 from store_rollout.waves import plan_region_waves, runs_of_their_own, should_halt
 from tasks.run_health import beating
@@ -135,8 +135,9 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
     calendars = any(s.calendar for s in stores.values())
     follow_windows = calendars and not ignore_windows
     in_regions = sorted({stores[sid].region for sid in todo})
-    as_deployment_runs = runs_of_their_own(policy, ignore_windows, calendars,
-                                           other_regions=in_regions not in ([], [settings.region]))
+    as_deployment_runs = runs_of_their_own(
+        policy, ignore_windows, calendars,
+        other_regions=runs_in_region_pools(regions, settings.region, in_regions))
     if as_deployment_runs:  # before any side effect: each region's deployment has a worker
         for region in in_regions:
             check_deployment(regional_deployment(store_deployment, region))

@@ -124,6 +124,14 @@ def regional_limit(limit: str, region: str) -> str:
     return f"{limit}-{region}"
 
 
+def runs_in_region_pools(regions: Regions, serving: str, store_regions: list[str]) -> bool:
+    """Whether a batch's stores run as runs of their regions' deployments, each in its region's
+    work pool, not inside the batch's process: always in a chain of several regions (every
+    store's run is then where its region's runs are, whichever stores a rerun has left), and
+    for a store of another region than the process's."""
+    return len(regions.regions) > 1 or any(region != serving for region in store_regions)
+
+
 def wrong_region(store_id: str, store_region: str, serving: str, regions: Regions) -> str | None:
     """Why a process of region `serving` must not roll out a store of `store_region`, or None.
     Its master holds neither the store's keys nor its events: a run there would register the

@@ -151,10 +151,19 @@ def test_each_region_waves_on_its_own_side_by_side() -> None:
     assert plan_region_waves({}, canary=1, wave_size=2) == []
 
 
-def test_stores_of_another_region_are_runs_of_their_own() -> None:
+def test_stores_of_a_chain_of_regions_are_runs_in_their_region_s_pool(tmp_path: Path) -> None:
+    from store_rollout.regions import runs_in_region_pools
+
     assert runs_of_their_own("never", ignore_windows=True, calendars=False, other_regions=True)
     assert not runs_of_their_own("never", ignore_windows=True, calendars=False,
                                  other_regions=False)
+    two = load_regions(regions_file(tmp_path, {"default": {"work_pool": "rollout-pool"},
+                                               "north": NORTH}))
+    assert not runs_in_region_pools(ONE_REGION, "default", ["default", "default"])
+    # in a chain of regions, even a batch of the process's own region's stores (a rerun that
+    # left only those) runs them in their pool
+    assert runs_in_region_pools(two, "default", ["default"])
+    assert runs_in_region_pools(ONE_REGION, "default", ["north"])
 
 
 class FakeRuns:

@@ -17,7 +17,6 @@ import pytest
 import requests
 
 from lab.state import VENV_BIN, LabInfo
-from tasks.salt import SaltMasterClient
 from tests.helpers import (
     check_store,
     created_erp_notices,
@@ -25,6 +24,7 @@ from tests.helpers import (
     result_from_systems,
     write_inventory,
 )
+from tests.test_api_workers import workers_that_took
 
 pytestmark = [pytest.mark.lab, pytest.mark.fleet]
 
@@ -39,6 +39,15 @@ def batch(lab_env: dict[str, str], inventory: Path) -> dict[str, dict[str, Any]]
                           env=lab_env, capture_output=True, text=True, timeout=600)
     assert done.stdout.strip(), done.stderr[-3000:]
     return {row["store_id"]: row for row in json.loads(done.stdout)}
+
+
+def accepted_keys(master_config: str) -> dict[str, list[str]]:
+    """Every key a master holds, by state, as `salt-key -L` lists them (a process of its own:
+    Salt's wheel modules in one process share one master's options)."""
+    listed = subprocess.run([str(VENV_BIN / "salt-key"), "-c", str(Path(master_config).parent),
+                             "--list", "all", "--out", "json"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    return dict(json.loads(listed.stdout))
 
 
 def runs_of(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
@@ -79,15 +88,23 @@ def test_two_regions_each_on_its_own_master(lab: LabInfo, lab_dir: Path,
             assert second[sid]["earlier_run"].startswith(f"rollout-{sid}, ended "), second[sid]
             assert (power_actions(info, f"store-{sid}-hv"), len(created_erp_notices(info, sid)),
                     len(runs_of(info, sid))) == b_before[sid]
-        masters = {"default": SaltMasterClient(info.salt_master_config),
-                   "r2": SaltMasterClient(info.region2_salt_master_config)}
+        keys = {"default": accepted_keys(info.salt_master_config),
+                "r2": accepted_keys(info.region2_salt_master_config)}
         for sid in A_STORES + B_STORES:
             own, other = ("r2", "default") if sid in B_STORES else ("default", "r2")
             pool = "rollout-r2" if own == "r2" else "rollout-pool"
-            assert {run["work_pool_name"] for run in runs_of(info, sid)} == {pool}
+            runs = runs_of(info, sid)
+            assert {run["work_pool_name"] for run in runs} == {pool}
+            worker = "lab-worker-r2" if own == "r2" else "lab-worker"
+            taken = workers_that_took(info.prefect_api_url, [r["id"] for r in runs])
+            assert all(names == {f"prefect.worker.process.{worker}"}
+                       for names in taken.values()), taken
             for minion in (f"store-{sid}-hv", f"store-{sid}-vm"):
-                assert masters[own].key_state(minion) == "accepted"
-                assert masters[other].key_state(minion) is None
-            check_store(view[sid], sid, result_from_systems(view[sid], sid))
+                assert minion in keys[own]["minions"], (own, minion, keys[own])
+                assert not any(minion in names for names in keys[other].values()), (other, minion)
+            erp = created_erp_notices(info, sid)
+            assert len(erp) == 1, erp
+            check_store(view[sid], sid, {**result_from_systems(view[sid], sid),
+                                         "erp_id": erp[0]["erp_id"]})
     finally:
         instance.up(regions=1)
