@@ -179,7 +179,7 @@ def plan(
         "--replace-mac", help="plan `replace` of the one store given onto this MAC's box")] = None,
 ) -> None:
     """What a rollout of each store would do now, step by step; changes nothing."""
-    validate_stores(store_ids, inventory)
+    validate_stores(store_ids, inventory, dispatched=True)
     from flows.plan import store_plan
 
     box = {"mac": replace_mac} if replace_mac else None
@@ -200,7 +200,7 @@ def reconcile(
 ) -> None:
     """Every store's real state against its last rollout run; each mismatch with its fix.
     Exits 1 when any store has a mismatch."""
-    validate_stores(store_ids or [], inventory)
+    validate_stores(store_ids or [], inventory, dispatched=True)
     from flows.reconcile import store_reconcile
 
     result = finished(store_reconcile(str(inventory.resolve()), store_ids or None,

@@ -27,7 +27,7 @@ from store_rollout.approvals import REJECTED, check_policy
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
-from store_rollout.waves import plan_region_waves, runs_of_their_own, should_halt
+from store_rollout.waves import plan_region_waves, regions_to_halt, runs_of_their_own
 from tasks.run_health import beating
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, in_flight_slots, set_limit
 from tasks.store_runs import (
@@ -180,15 +180,14 @@ def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...]
         for row in finished:
             rows[row["store_id"]] = row
         update_progress_artifact(artifact_id=progress_id, progress=100.0 * len(rows) / len(selected))
-        for region in by_region:
-            ended = [r for r in rows.values() if r["region"] == region]
-            failed = sum(1 for r in ended if r["state"] != "Completed")
-            logger.info("wave %d done in region %s: %d finished, %d failed", number, region,
-                        len(ended), failed)
-            if region not in halted_after and should_halt(failed, len(ended), halt_failure_ratio):
-                halted_after[region] = number
-                logger.warning("halting region %s: failure ratio %d/%d > %.2f", region, failed,
-                               len(ended), halt_failure_ratio)
+        logger.info("wave %d done: %d/%d finished, %d failed", number, len(rows), len(selected),
+                    sum(1 for r in rows.values() if r["state"] != "Completed"))
+        going = [region for region in by_region if region not in halted_after]
+        for region, (failed, ended) in regions_to_halt(list(rows.values()), going,
+                                                       halt_failure_ratio).items():
+            halted_after[region] = number
+            logger.warning("halting region %s: failure ratio %d/%d > %.2f", region, failed,
+                           ended, halt_failure_ratio)
     update_progress_artifact(artifact_id=progress_id, progress=100.0)
     table = [rows[sid] for sid in selected]
     create_table_artifact(key="batch-stores", table=table,

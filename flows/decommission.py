@@ -15,6 +15,7 @@ from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.bmc import power_off_hypervisor
 from tasks.cobbler import remove_hypervisor_record
 from tasks.erp import notify_erp_decommissioned
+from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_store_keys
 from tasks.slots import store_owner
@@ -37,6 +38,7 @@ def store_decommission(store_id: str, inventory: str = DEFAULT_INVENTORY,
             this run fails naming that run, having changed nothing.
     """
     store = load_inventory(inventory).get(store_id)
+    check_region(store)
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-decommission"):
         # the VM while the host answers; the host off before its key goes (a running minion

@@ -12,12 +12,14 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from store_rollout.fleet.plan import first_todo, plan_store
+from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
 from store_rollout.fleet.render import plan_markdown
 from store_rollout.inventory import DEFAULT_INVENTORY, InventoryError, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
 from store_rollout.inventory.replacement import with_new_box
+from store_rollout.settings import load_settings
 from tasks.observe import observe_stores
+from tasks.region_runs import publish_result, run_in_region, split_by_region
 from tasks.run_health import beating
 
 ARTIFACT_KEY = "store-plan"
@@ -36,7 +38,8 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
                replace_box: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a rollout of each store started now would do, without changing anything: Cobbler
     record (field by field), netboot and power cycle, the hypervisor's states in test=True,
-    keys, domain, image and ERP notice.
+    keys, domain, image and ERP notice. Stores of other regions are planned by runs of their
+    region's copy of this deployment (subflow runs of this one), from their own systems.
 
     Args:
         store_ids: Stores to plan, as written in the inventory (e.g. ["0001", "0002"]).
@@ -58,16 +61,27 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
         if len(stores) != 1:
             raise InventoryError(f"replace_box: plan one store, not {len(stores)}")
         stores = [with_new_box(inv, stores[0].store_id, replace_box)]
-    facts = observe_stores(stores, highstate_test=highstate_test)
+    own, others = split_by_region(stores, load_settings().region)
+    remote = [run_in_region.submit("store-plan", region, {
+        "store_ids": ids, "inventory": inventory, "highstate_test": highstate_test,
+        "recreate_vm": recreate_vm, "reinstall_hypervisor": reinstall_hypervisor,
+        "replace_box": replace_box}) for region, ids in others.items()]
+    facts = observe_stores(own, highstate_test=highstate_test) if own else {}
     plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor, bool(replace_box))
              for sid, f in facts.items()}
+    for part in remote:
+        plans.update({sid: [StepPlan.model_validate(step) for step in planned["steps"]]
+                      for sid, planned in part.result().items()})
+    plans = {store.store_id: plans[store.store_id] for store in stores}  # the inventory's order
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
                              description=f"rollout plan of {len(plans)} store(s)")
     now = datetime.now(UTC)
     calendars = {store.store_id: store.calendar for store in stores}
-    return {sid: {"todo": [p.step for p in plan if p.todo],
-                  "resumes_at": (first_todo(plan) or (None, None))[1],
-                  "destructive": [p.step for p in plan if p.destructive],
-                  "next_window": next_window_of(calendars[sid], now),
-                  "steps": [p.model_dump() for p in plan]}
-            for sid, plan in plans.items()}
+    result = {sid: {"todo": [p.step for p in plan if p.todo],
+                    "resumes_at": (first_todo(plan) or (None, None))[1],
+                    "destructive": [p.step for p in plan if p.destructive],
+                    "next_window": next_window_of(calendars[sid], now),
+                    "steps": [p.model_dump(mode="json") for p in plan]}
+              for sid, plan in plans.items()}
+    publish_result("store-plan", result)
+    return result

@@ -12,11 +12,12 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from store_rollout.fleet.reconcile import reconcile_store
+from store_rollout.fleet.reconcile import StoreStatus, reconcile_store
 from store_rollout.fleet.render import reconcile_table
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.settings import load_settings
 from tasks.observe import emit_store_changes, observe_stores, previous_reconcile
+from tasks.region_runs import publish_result, run_in_region, split_by_region
 from tasks.run_health import beating, zombie_after
 
 ARTIFACT_KEY = "store-reconcile"
@@ -27,7 +28,8 @@ ARTIFACT_KEY = "store-reconcile"
 def store_reconcile(inventory: str = DEFAULT_INVENTORY,
                     store_ids: list[str] | None = None) -> dict[str, Any]:
     """Compare every store of the inventory (or `store_ids`) on the real systems with its last
-    rollout run in Prefect, and say how to settle each difference.
+    rollout run in Prefect, and say how to settle each difference. Stores of other regions are
+    read by runs of their region's copy of this deployment (subflow runs of this one).
 
     Args:
         inventory: Inventory file (YAML or CSV) on the worker's host; a relative path is read from
@@ -35,10 +37,20 @@ def store_reconcile(inventory: str = DEFAULT_INVENTORY,
         store_ids: Only these stores (default: every store of the inventory).
     """
     stores = load_inventory(inventory).select(store_ids)
-    facts = observe_stores(stores, last_runs=True)
-    silent_for = zombie_after(load_settings().heartbeat_seconds)
-    statuses = [reconcile_store(facts[s.store_id], silent_for) for s in stores]
-    changed = emit_store_changes(statuses, previous_reconcile(ARTIFACT_KEY))
+    settings = load_settings()
+    own, others = split_by_region(stores, settings.region)
+    remote = [run_in_region.submit("store-reconcile", region,
+                                   {"inventory": inventory, "store_ids": ids})
+              for region, ids in others.items()]
+    facts = observe_stores(own, last_runs=True) if own else {}
+    silent_for = zombie_after(settings.heartbeat_seconds)
+    found = {s.store_id: reconcile_store(facts[s.store_id], silent_for) for s in own}
+    changed = emit_store_changes(list(found.values()), previous_reconcile(ARTIFACT_KEY))
+    for part in remote:
+        read = part.result()
+        found.update({sid: StoreStatus.model_validate(s) for sid, s in read["stores"].items()})
+        changed += read["changed"]
+    statuses = [found[s.store_id] for s in stores]  # the inventory's order
     create_table_artifact(key=ARTIFACT_KEY, table=reconcile_table(statuses),
                           description=f"reconcile of {len(statuses)} store(s)")
     counts: dict[str, int] = {}
@@ -46,5 +58,7 @@ def store_reconcile(inventory: str = DEFAULT_INVENTORY,
         counts[status.status] = counts.get(status.status, 0) + 1
     get_run_logger().info("reconciled %d stores: %s; changed since the last reconcile: %s",
                           len(statuses), counts, changed or "none")
-    return {"counts": counts, "changed": changed,
-            "stores": {s.store_id: s.model_dump() for s in statuses}}
+    result = {"counts": counts, "changed": changed,
+              "stores": {s.store_id: s.model_dump(mode="json") for s in statuses}}
+    publish_result("store-reconcile", result)
+    return result

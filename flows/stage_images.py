@@ -12,6 +12,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.settings import load_settings
 from tasks.kiwi import ensure_image
+from tasks.region_runs import split_by_region
 from tasks.run_health import beating
 from tasks.virt import stage_image
 
@@ -27,14 +28,19 @@ class StagingFailed(Exception):
 def stage_images(store_ids: tuple[str, ...] = (),
                  inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
     """Put the base image on the stores' hypervisors before their rollout (verified there, as
-    step 5 would); their step 5 then transfers nothing. Hypervisors must be installed.
+    step 5 would); their step 5 then transfers nothing. Hypervisors must be installed. Only
+    the stores of this worker's region: each region has its copy of this deployment.
 
     Args:
         store_ids: Stores to stage (empty: every store of the inventory).
         inventory: Inventory file (YAML or CSV) on the worker's host.
     """
-    stores = load_inventory(inventory).select(list(store_ids))
     settings = load_settings()
+    stores, others = split_by_region(load_inventory(inventory).select(list(store_ids)),
+                                     settings.region)
+    for region, ids in others.items():  # their hosts answer their region's master only
+        get_run_logger().info("region %s's stores %s: staged by its stage-images-%s run",
+                              region, ", ".join(ids), region)
     image = ensure_image(settings.image_description, settings.image_params,
                          settings.image_cache_dir, settings.image_builder)
     futures = {store.store_id: stage_image.submit(store, image) for store in stores}

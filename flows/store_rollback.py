@@ -11,6 +11,7 @@ from prefect import flow, tags
 from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.cobbler import disable_hypervisor_netboot
+from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
 from tasks.slots import store_owner
@@ -34,6 +35,7 @@ def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY,
             rollout owned the store).
     """
     store = load_inventory(inventory).get(store_id)
+    check_region(store)
     owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
              else nullcontext())
     with owner, tags(f"store-{store_id}", "store-rollback"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[list[str]]:
@@ -33,6 +34,20 @@ def plan_region_waves(regions: dict[str, str], canary: int,
 def should_halt(failed: int, finished: int, threshold: float) -> bool:
     """Halt the remaining waves when failed / finished is strictly above the threshold."""
     return finished > 0 and failed / finished > threshold
+
+
+def regions_to_halt(rows: list[dict[str, Any]], regions: list[str],
+                    threshold: float) -> dict[str, tuple[int, int]]:
+    """Of `regions`, those whose finished stores (batch rows, each with its `region` and
+    `state`) failed above `threshold`: region -> (failed, finished). A region halts on its own
+    stores' failures only."""
+    halting = {}
+    for region in regions:
+        ended = [row for row in rows if row["region"] == region]
+        failed = sum(1 for row in ended if row["state"] != "Completed")
+        if should_halt(failed, len(ended), threshold):
+            halting[region] = (failed, len(ended))
+    return halting
 
 
 def runs_of_their_own(approval_policy: str, ignore_windows: bool, calendars: bool,

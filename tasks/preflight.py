@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
 from store_rollout.regions import RegionsError, wrong_region
-from store_rollout.settings import RolloutSettings
+from store_rollout.settings import RolloutSettings, load_settings
 from tasks.bmc import bmc_problems
 from tasks.cobbler import CobblerClient, CobblerError, cobbler_client
 from tasks.erp import erp_client
@@ -125,6 +125,15 @@ def region_problems(stores: list[Store], settings: RolloutSettings) -> list[str]
         return [str(exc)]
     found = [wrong_region(s.store_id, s.region, settings.region, regions) for s in stores]
     return [problem for problem in found if problem]
+
+
+def check_region(store: Store) -> None:
+    """A run without preflight (rollback, decommission) refuses a store of another region
+    before it touches anything: this worker's master knows nothing of it, so its undo would
+    find nothing to undo and report success."""
+    problems = region_problems([store], load_settings())
+    if problems:
+        raise PreflightError("; ".join(problems))
 
 
 def preflight(stores: list[Store], settings: RolloutSettings) -> None:

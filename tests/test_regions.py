@@ -212,3 +212,63 @@ def test_a_stopped_master_is_named_before_anything_is_done() -> None:
                               f"(/srv/north/master, id 'salt-north') does not answer at "
                               f"127.0.0.1:{port} (")
     assert problem.endswith("): start it, then run again")
+
+
+def test_a_region_halts_on_its_own_failures_only() -> None:
+    from store_rollout.waves import regions_to_halt
+
+    rows = [{"region": "a", "state": "Failed"}, {"region": "a", "state": "Completed"},
+            {"region": "b", "state": "Completed"}, {"region": "b", "state": "Completed"},
+            {"region": "b", "state": "Completed"}, {"region": "b", "state": "Completed"},
+            {"region": "b", "state": "Completed"}, {"region": "c", "state": "Failed"}]
+    # the chain's ratio (2 of 8) is above 0.2, but only a's (1 of 2) and c's are
+    assert regions_to_halt(rows, ["a", "b", "c"], 0.2) == {"a": (1, 2), "c": (1, 1)}
+    assert regions_to_halt(rows, ["b"], 0.2) == {}  # c already halted: not asked again
+
+
+def test_a_store_of_another_region_is_refused_before_an_undo_or_a_rollout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from app.cli import app
+    from store_rollout.inventory import load_inventory
+    from tasks.preflight import PreflightError, check_region
+
+    path = regions_file(tmp_path, {"default": {"work_pool": "rollout-pool"}, "north": NORTH})
+    monkeypatch.setattr("os.environ", {**CHAIN, "STORE_ROLLOUT_REGIONS_FILE": str(path)})
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"stores": [{
+        "store_id": "0002", "region": "north", "erp": {"site_code": "S2"},
+        "hypervisor": {"hostname": "hv2.example", "mac": "52:54:00:00:00:02"}}]}))
+    with pytest.raises(PreflightError, match="store 0002: region 'north' .* work pool "
+                                             "'rollout-north'"):
+        check_region(load_inventory(inventory).get("0002"))
+    for command in (["decommission", "0002"], ["rollback", "0002"], ["rollout", "0002"]):
+        done = CliRunner().invoke(app, [*command, "--inventory", str(inventory)])
+        assert done.exit_code == 2, (command, done.output)
+        assert "store 0002: region 'north' (inventory), but this worker serves region " \
+               "'default'" in " ".join(done.output.split()), (command, done.output)
+
+
+def test_a_chain_wide_read_takes_a_region_s_result_from_its_artifact(
+        prefect_harness: None) -> None:
+    from prefect import flow
+    from prefect.runtime import flow_run
+
+    from tasks.region_runs import _published, publish_result, split_by_region
+
+    @flow
+    def regional_part() -> str:
+        publish_result("store-reconcile", {"counts": {"ok": 1}, "stores": {"0002": "ok"}})
+        return str(flow_run.id)
+
+    run_id = regional_part()
+    assert _published(run_id, "store-reconcile-result") == {"counts": {"ok": 1},
+                                                            "stores": {"0002": "ok"}}
+    store = {"hypervisor": {"hostname": "hv.example", "mac": "52:54:00:00:00:01"},
+             "erp": {"site_code": "S"}}
+    stores = parse_inventory({"stores": [{"store_id": "1", **store}, {
+        "store_id": "2", "region": "north", "erp": {"site_code": "T"},
+        "hypervisor": {"hostname": "hv2.example", "mac": "52:54:00:00:00:02"}}]}).stores
+    own, others = split_by_region(stores, "default")
+    assert [s.store_id for s in own] == ["1"] and others == {"north": ["2"]}

@@ -106,5 +106,34 @@ def test_two_regions_each_on_its_own_master(lab: LabInfo, lab_dir: Path,
             assert len(erp) == 1, erp
             check_store(view[sid], sid, {**result_from_systems(view[sid], sid),
                                          "erp_id": erp[0]["erp_id"]})
+        check_chain_wide_reads(info, lab_env, inventory)
     finally:
         instance.up(regions=1)
+
+
+def cli_json(lab_env: dict[str, str], *args: str) -> Any:
+    done = subprocess.run([str(VENV_BIN / "store-rollout"), *args, "--json"], env=lab_env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.stdout.strip(), done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def check_chain_wide_reads(info: LabInfo, lab_env: dict[str, str], inventory: Path) -> None:
+    """`reconcile` and `plan` from the default region read r2's stores through a run of r2's
+    copy of their deployment, on r2's worker, and report every store as rolled out."""
+    reconciled = cli_json(lab_env, "reconcile", "--inventory", str(inventory))
+    assert reconciled["counts"] == {"ok": 4}, reconciled
+    planned = cli_json(lab_env, "plan", *A_STORES[:1], *B_STORES[:1], "--inventory",
+                       str(inventory), "--no-highstate-test")
+    assert {sid: p["todo"] for sid, p in planned.items()} == {A_STORES[0]: [], B_STORES[0]: []}
+    api = info.prefect_api_url
+    for flow_name in ("store-reconcile", "store-plan"):
+        deployment = requests.get(f"{api}/deployments/name/{flow_name}/{flow_name}-r2",
+                                  timeout=10).json()
+        runs = requests.post(f"{api}/flow_runs/filter", json={
+            "flow_runs": {"deployment_id": {"any_": [deployment["id"]]}}}, timeout=10).json()
+        assert [(r["state_type"], r["work_pool_name"], r["parameters"]["store_ids"])
+                for r in runs] == [("COMPLETED", "rollout-r2",
+                                    B_STORES if flow_name == "store-reconcile" else B_STORES[:1])]
+        taken = workers_that_took(api, [runs[0]["id"]])
+        assert taken == {runs[0]["id"]: {"prefect.worker.process.lab-worker-r2"}}, taken
