@@ -118,17 +118,23 @@ def batch(
     now: Annotated[bool, typer.Option("--now", help=(
         "emergency: every store starts now, its disruptive steps outside its maintenance "
         "windows"))] = False,
+    rerun_completed: Annotated[bool, typer.Option("--rerun-completed", help=(
+        "roll out again the stores whose newest rollout run completed (left as they are "
+        "otherwise)"))] = False,
 ) -> None:
     """Roll out a batch in waves (canary first) with a progress bar per store. Stores with a
     calendar are scheduled into their maintenance windows instead: each is a run of the
-    store-rollout deployment, Scheduled for its window's start, which a worker runs."""
+    store-rollout deployment, Scheduled for its window's start, which a worker runs. In a
+    chain of regions each store is a run of its region's deployment, on its region's worker,
+    and each region waves and halts on its own."""
     if stage_only:
         stage(list(store or []), inventory, as_json)
         return
     validate_stores(list(store or []), inventory, dispatched=True)
     state = run_batch(inventory, list(store or []), show_progress=not as_json, canary=canary,
                       wave_size=wave_size, max_in_flight=max_in_flight,
-                      halt_failure_ratio=halt_threshold, ignore_windows=now)
+                      halt_failure_ratio=halt_threshold, ignore_windows=now,
+                      rerun_completed=rerun_completed)
     rows = state.result() if state.is_completed() else []
     if as_json:
         print(json.dumps(rows, indent=2, default=str))

@@ -58,7 +58,9 @@ def main() -> None:
     parser.add_argument("--per-region", type=int, default=5)
     args = parser.parse_args()
     per_region = 1 if args.quick else args.per_region
-    info = Lab.at(Path(lab_info().state_dir)).up(regions=2)
+    lab = Lab.at(Path(lab_info().state_dir))
+    had_regions = lab_info().regions
+    info = lab.up(regions=2)
     inventory, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", "rg-",
                                      2 * per_region)
     second = ids[per_region:]
@@ -84,6 +86,8 @@ def main() -> None:
     finally:
         cleanup(info, ids[:per_region])
         forget_second_region_stores(info, second)
+        if had_regions != 2:
+            lab.up(regions=had_regions)  # the lab as it was
     used = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
     regions = {}
     for region, (master, worker) in REGION_PROCESSES.items():

@@ -36,6 +36,7 @@ BENCHES = {
     "bench_image_delivery.py": ["first_over_ideal", "resumed_fraction", "rerun", "goals"],
     "bench_api_burst.py": ["runs_created", "lost", "states", "slots_left_taken",
                            "wall_seconds", "server_cpu_seconds_per_run"],
+    "bench_regions.py": ["wall_seconds", "regions", "chain_cpu_seconds_per_store"],
     "bench_plan_reconcile.py": ["plan_seconds_median", "reconcile_seconds_median",
                                 "plan_salt_jobs", "reconcile_salt_jobs", "goals"],
 }
@@ -44,8 +45,9 @@ BENCHES = {
 COVERED_BY_DEFAULT_TESTS = {"bench_resume.py", "bench_batch.py", "bench_plan_reconcile.py",
                             "bench_overhead.py"}
 # with the fleet tier (make test-fleet): key rotation waits past the master's 60-s maintenance
-# loop; the API burst's quick run is five more rollouts through the worker
-FLEET = {"bench_key_rotation.py", "bench_api_burst.py"}
+# loop; the API burst's quick run is five more rollouts through the worker; regions brings up
+# the lab's second region (its master and worker) for two more rollouts
+FLEET = {"bench_key_rotation.py", "bench_api_burst.py", "bench_regions.py"}
 
 
 def marks(name: str) -> list[pytest.MarkDecorator]:
@@ -78,6 +80,12 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
         assert result["lost"] == 0 and result["not_finished"] == 0, result
         assert result["states"] == {"COMPLETED": result["stores"]}, result
         assert result["slots_left_taken"] == {}, result
+    if script == "bench_regions.py":
+        assert result["batch_rc"] == 0, result
+        for region in result["regions"].values():
+            assert region["completed"] == 1 and region["store_minions_on_master"] == 2, result
+            assert region["other_region_minions_on_master"] == 0, result
+            assert region["master_cpu_seconds_per_store"] > 0, result
     if script == "bench_plan_reconcile.py":
         assert result["completed"] == result["stores"] and result["plan_cli_rc"] == 0, result
         assert result["plan_todo_after_rollout"] == [], result
