@@ -25,6 +25,7 @@ from tests.helpers import (
     write_inventory,
 )
 from tests.test_api_workers import workers_that_took
+from tests.test_plan_reconcile import store_events
 
 pytestmark = [pytest.mark.lab, pytest.mark.fleet]
 
@@ -104,6 +105,8 @@ def test_two_regions_each_on_its_own_master(lab: LabInfo, lab_dir: Path,
                 assert not any(minion in names for names in keys[other].values()), (other, minion)
             erp = created_erp_notices(info, sid)
             assert len(erp) == 1, erp
+            # its master forwarded its Salt events to the one Prefect server
+            assert store_events(info, sid, "salt.store."), sid
             check_store(view[sid], sid, {**result_from_systems(view[sid], sid),
                                          "erp_id": erp[0]["erp_id"]})
         check_chain_wide_reads(info, lab_env, inventory)
