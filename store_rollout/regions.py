@@ -79,6 +79,11 @@ class Regions(BaseModel):
     @field_validator("regions")
     @classmethod
     def _own_pools(cls, value: dict[str, RegionSpec]) -> dict[str, RegionSpec]:
+        default = value.get(DEFAULT_REGION)
+        if default is not None and default.work_pool != DEFAULT_WORK_POOL:
+            raise ValueError(f"region {DEFAULT_REGION!r}: work_pool must be "
+                             f"{DEFAULT_WORK_POOL!r}, prefect.yaml's (its runs are the "
+                             "deployments `prefect deploy --all` registers there)")
         seen: dict[str, str] = {}
         for name, spec in value.items():
             if spec.work_pool in seen:

@@ -15,6 +15,7 @@ from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
+from prefect.runtime import flow_run
 from pydantic import Field
 
 from store_rollout.approvals import ApprovalPolicy, approval_needed, approval_request
@@ -58,8 +59,8 @@ def ask(store_id: str, request: str, timeout: float) -> Approval:
     form = Approval.with_initial_data(description=request, approve=False)
     logger = run_logger(__name__)
     if not _parked_before():  # a parked run that was resumed starts again from the top
-        logger.warning("store %s: waiting up to %.0f s for an approval on the run's page",
-                       store_id, timeout)
+        logger.warning("store %s: waiting up to %.0f s for an approval on the run's page: %s",
+                       store_id, timeout, flow_run.ui_url or f"flow run {flow_run.id}")
         try:
             return pause_flow_run(wait_for_input=form, timeout=int(timeout), key=ASK_KEY,
                                   poll_interval=POLL_SECONDS)

@@ -40,6 +40,7 @@ from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
 from tasks.run_health import run_started_at
 from tasks.salt import SaltTransientError, hypervisor_ready, master_client
+from tasks.salt_master import forget_store_minions
 from tasks.slots import fleet_slot
 
 # Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
@@ -177,9 +178,9 @@ def pxe_install_hypervisor(store: Store,
       retry_condition_fn=retry_on(CobblerUnavailable, SaltTransientError))
 def retire_old_box(old: Store, new: Store) -> dict[str, Any]:
     """A replacement, before step 2: the old box powered off through its BMC (a BMC that does
-    not answer, a destroyed box, is logged and left), then the store's host and VM keys deleted
-    in one call, so the new box's install and VM sign in afresh. Nothing when the store's
-    record already holds the new box's MAC (a rerun: step 2 moved it)."""
+    not answer, a destroyed box, is logged and left), then the store's minions forgotten
+    (forget_store_minions), so the new box's install and VM sign in afresh. Nothing when the
+    store's record already holds the new box's MAC (a rerun: step 2 moved it)."""
     logger = get_run_logger()
     settings = load_settings()
     record = cobbler_client(settings).get_system(old.cobbler_system) or {}
@@ -196,12 +197,10 @@ def retire_old_box(old: Store, new: Store) -> dict[str, Any]:
     except BmcError as exc:
         logger.warning("store %s: the old box's BMC: %s; taken for gone", old.store_id, exc)
         power = "unreachable"
-    master = master_client(settings.salt_master_config)
-    deleted = master.delete_keys([old.hypervisor_minion_id, old.vm_minion_id])
+    forgotten = forget_store_minions(master_client(settings.salt_master_config), old)
     logger.info("store %s: old box %s %s; keys deleted: %s", old.store_id, old.hypervisor.mac,
-                power, deleted or "none")
-    return {"old_mac": old.hypervisor.mac, "retired_before": False, "power": power,
-            "keys_deleted": deleted}
+                power, forgotten["keys_deleted"] or "none")
+    return {"old_mac": old.hypervisor.mac, "retired_before": False, "power": power, **forgotten}
 
 
 def installed_already(store: Store, master: Any, client: CobblerClient,

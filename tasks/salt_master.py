@@ -16,7 +16,7 @@ from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.notifications import announce_hypervisor_ready
 from tasks.retry import retry_on
-from tasks.salt import HypervisorReadyWatcher, SaltTransientError, master_client
+from tasks.salt import HypervisorReadyWatcher, SaltMasterClient, SaltTransientError, master_client
 from tasks.salt.probes import domain_with_current_extensions
 
 __all__ = ["prepare_vm_keys", "remove_store_keys", "remove_vm_key", "wait_for_hypervisor"]
@@ -90,15 +90,21 @@ def remove_vm_key(store: Store) -> dict[str, Any]:
     return result
 
 
+def forget_store_minions(master: SaltMasterClient, store: Store) -> dict[str, Any]:
+    """The store's host and VM unknown to the master: their autosign tokens revoked, then their
+    keys, in any state, deleted in one call (the master rotates its AES key once, not once per
+    key). Decommission and a replacement's retirement of the old box."""
+    minions = [store.hypervisor_minion_id, store.vm_minion_id]
+    revoked = [m for m in minions if master.revoke_token(m)]
+    return {"keys_deleted": master.delete_keys(minions), "tokens_revoked": revoked}
+
+
 @task(name="remove_store_keys", task_run_name="remove-keys-{store.store_id}",
       retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
 def remove_store_keys(store: Store) -> dict[str, Any]:
-    """Decommission: the host's and the VM's keys deleted in one call (the master rotates its
-    AES key once, not once per key) and their autosign tokens revoked."""
-    master = master_client(load_settings().salt_master_config)
-    minions = [store.hypervisor_minion_id, store.vm_minion_id]
-    revoked = [m for m in minions if master.revoke_token(m)]
-    deleted = master.delete_keys(minions)
+    """Decommission: forget_store_minions."""
+    forgotten = forget_store_minions(master_client(load_settings().salt_master_config), store)
     get_run_logger().info("store %s: keys deleted: %s; tokens revoked: %s", store.store_id,
-                          deleted or "none left", revoked or "none left")
-    return {"keys_deleted": deleted, "tokens_revoked": revoked}
+                          forgotten["keys_deleted"] or "none left",
+                          forgotten["tokens_revoked"] or "none left")
+    return forgotten

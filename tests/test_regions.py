@@ -82,6 +82,11 @@ def test_the_regions_file_is_checked_field_by_field(tmp_path: Path, region: dict
         load_regions(path)
 
 
+def test_the_default_region_keeps_prefect_yaml_s_pool(tmp_path: Path) -> None:
+    with pytest.raises(RegionsError, match="region 'default': work_pool must be 'rollout-pool'"):
+        load_regions(regions_file(tmp_path, {"default": {"work_pool": "rollout-south"}}))
+
+
 def test_a_region_name_is_a_short_lowercase_word(tmp_path: Path) -> None:
     with pytest.raises(RegionsError, match="regions.North"):
         load_regions(regions_file(tmp_path, {"North": {"work_pool": "p"}}))
@@ -272,3 +277,4 @@ def test_a_chain_wide_read_takes_a_region_s_result_from_its_artifact(
         "hypervisor": {"hostname": "hv2.example", "mac": "52:54:00:00:00:02"}}]}).stores
     own, others = split_by_region(stores, "default")
     assert [s.store_id for s in own] == ["1"] and others == {"north": ["2"]}
+

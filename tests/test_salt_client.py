@@ -265,3 +265,30 @@ def test_master_log_tail_finds_a_refused_auth_protocol_from_now_on(tmp_path: Pat
     log.write_text(line.format("store-0001-hv").replace("version 2", "version 1"))  # rotated
     assert tail.auth_refusals("store-0001-hv") == [AuthRefusal("store-0001-hv", 1, 3)]
     assert MasterLogTail(None).auth_refusals("store-0001-hv") == []
+
+
+def test_a_store_s_minions_are_forgotten_tokens_first_then_both_keys_in_one_call() -> None:
+    """Decommission and a replacement's retirement share it: a token left behind would sign
+    in a box that kept the store's install profile."""
+    from tasks.salt_master import forget_store_minions
+
+    calls: list[Any] = []
+
+    class Master:
+        def revoke_token(self, minion: str) -> bool:
+            calls.append(("revoke", minion))
+            return minion.endswith("-vm")
+
+        def delete_keys(self, minions: list[str]) -> list[str]:
+            calls.append(("delete", tuple(minions)))
+            return minions[:1]
+
+    from store_rollout.inventory import parse_inventory
+
+    store = parse_inventory({"stores": [{
+        "store_id": "0007", "erp": {"site_code": "S"},
+        "hypervisor": {"hostname": "hv.example", "mac": "52:54:00:00:00:07"}}]}).stores[0]
+    assert forget_store_minions(Master(), store) == {  # type: ignore[arg-type]
+        "keys_deleted": ["store-0007-hv"], "tokens_revoked": ["store-0007-vm"]}
+    assert calls == [("revoke", "store-0007-hv"), ("revoke", "store-0007-vm"),
+                     ("delete", ("store-0007-hv", "store-0007-vm"))]

@@ -280,9 +280,11 @@ class SaltMasterClient:
                 client.destroy()
         self._wheel_client = self._local_client = None
 
-    def ping(self, minion_id: str, timeout: float = 5) -> bool:
+    def ping(self, minion_id: str, timeout: float = 5, gather_job_timeout: float = 2) -> bool:
+        """Does it answer? A silent one costs timeout + gather_job_timeout (Salt's default: 10)."""
         try:
-            return bool(self.cmd(minion_id, "test.ping", timeout=timeout))
+            return bool(self.cmd(minion_id, "test.ping", timeout=timeout,
+                                 gather_job_timeout=gather_job_timeout))
         except SaltError:
             return False
 
@@ -294,7 +296,4 @@ def master_client(master_config: str | Path) -> SaltMasterClient:
     """The calling thread's client for this master: a rollout's steps run in one thread and
     share it, so Salt's clients are built once per rollout, not once per step."""
     clients: dict[str, SaltMasterClient] = _per_thread.__dict__.setdefault("clients", {})
-    key = str(master_config)
-    if key not in clients:
-        clients[key] = SaltMasterClient(key)
-    return clients[key]
+    return clients.setdefault(str(master_config), SaltMasterClient(master_config))
