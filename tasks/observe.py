@@ -34,6 +34,7 @@ from tasks.kiwi import image_status
 from tasks.pxe_install import power_cycled_at, system_spec
 from tasks.run_health import HEARTBEAT_EVENT
 from tasks.salt import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
+from tasks.store_runs import newest_rollout_runs
 
 READ_TIMEOUT = 3  # seconds a minion gets to answer a read (a silent one is reported as such)
 HIGHSTATE_TEST_TIMEOUT = 60
@@ -173,8 +174,6 @@ def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:
     """Each store's newest store-rollout run (one query), with its last heartbeat's age when
     it is Running."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
-    from prefect.client.schemas.sorting import FlowRunSort
     from prefect.events.filters import (
         EventFilter,
         EventNameFilter,
@@ -182,14 +181,8 @@ def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:
         EventResourceFilter,
     )
 
-    names = {f"rollout-{sid}": sid for sid in store_ids}
-    newest: dict[str, Any] = {}
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=list(names))),
-            sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=max(200, 4 * len(names)))
-        for run in runs:  # newest first: the first of each name wins
-            newest.setdefault(names[run.name], run)
+        newest = newest_rollout_runs(client, store_ids)
         running = [r for r in newest.values() if r.state and r.state.name == "Running"]
         beats: dict[str, datetime] = {}
         if running:

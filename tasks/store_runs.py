@@ -91,8 +91,12 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
     created."""
     settings = load_settings()
     now = datetime.now(UTC)
-    start, reason = start_time(store, now, settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR]
-                               ) if follow_windows else (now, "started now (ignore_windows)")
+    start: datetime | None = now
+    reason = "started now (" + ("ignore_windows" if params.get("ignore_windows") else
+                                "no calendar to follow") + ")"
+    if follow_windows:
+        start, reason = start_time(store, now,
+                                   settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR])
     row: dict[str, Any] = {"store_id": store.store_id, "region": store.region,
                            "window": reason, "flow_run_id": None,
                            "scheduled_start": start.isoformat() if start else None}
@@ -106,8 +110,8 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
         deployment, parameters={"store_id": store.store_id, "inventory": inventory, **params},
         scheduled_time=start, timeout=0, flow_run_name=f"rollout-{store.store_id}",
         idempotency_key=f"batch-{batch}-store-{store.store_id}" if batch else None))
-    get_run_logger().info("store %s: run %s scheduled for %s UTC (%s)", store.store_id, run.name,
-                          f"{start:%Y-%m-%d %H:%M:%S}", reason)
+    get_run_logger().info("store %s: run %s of %s scheduled for %s UTC (%s)", store.store_id,
+                          run.name, deployment, f"{start:%Y-%m-%d %H:%M:%S}", reason)
     return {**row, "state": "Scheduled", "flow_run_id": str(run.id), "error": ""}
 
 
