@@ -110,6 +110,8 @@ def batch(
     canary: Annotated[int, typer.Option(help="stores in the canary wave")] = 1,
     wave_size: Annotated[int, typer.Option(help="stores per wave")] = 5,
     max_in_flight: Annotated[int, typer.Option(help="stores at once (fleet-wide)")] = 3,
+    max_in_flight_per_region: Annotated[int, typer.Option(
+        help="stores at once in each region (0: as --max-in-flight)")] = 0,
     halt_threshold: Annotated[float, typer.Option(help="halt when failed/finished exceeds this")] = 0.2,
     stage_only: Annotated[bool, typer.Option("--stage-only", help=(
         "only put the image on the batch's hypervisors (ahead of the rollout window; "
@@ -133,6 +135,7 @@ def batch(
     validate_stores(list(store or []), inventory, dispatched=True)
     state = run_batch(inventory, list(store or []), show_progress=not as_json, canary=canary,
                       wave_size=wave_size, max_in_flight=max_in_flight,
+                      max_in_flight_per_region=max_in_flight_per_region,
                       halt_failure_ratio=halt_threshold, ignore_windows=now,
                       rerun_completed=rerun_completed)
     rows = state.result() if state.is_completed() else []
