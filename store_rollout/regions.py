@@ -25,6 +25,7 @@ work pool, which only that region's workers poll.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -104,9 +105,20 @@ ONE_REGION: Final = Regions(regions={DEFAULT_REGION: RegionSpec(work_pool=DEFAUL
 
 
 def load_regions(path: str | Path | None) -> Regions:
-    """The regions file at `path`; one region, `default` on prefect.yaml's pool, without one."""
+    """The regions file at `path`; one region, `default` on prefect.yaml's pool, without one.
+    Parsed once per version of the file: every load_settings() call reads it."""
     if not path:
         return ONE_REGION
+    try:
+        stat = Path(path).stat()
+    except OSError as exc:
+        raise RegionsError(f"regions_file: cannot read {path} ({exc}); set "
+                           "STORE_ROLLOUT_REGIONS_FILE to a YAML file of regions") from None
+    return _parsed_regions(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8)
+def _parsed_regions(path: str, _mtime_ns: int, _size: int) -> Regions:
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
