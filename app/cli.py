@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.offline import INVENTORY, Inventory, vm_xml, windows
+from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
 from app.replace import replace
 from app.runner import (
     COMMAND_GROUP,
@@ -59,7 +59,7 @@ def timeout_option(name: str) -> Any:
 @app.command("rollout")
 def rollout(
     store_id: str,
-    inventory: Inventory = INVENTORY,
+    inventory: RequiredInventory,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     hypervisor_timeout: Annotated[float, timeout_option("hypervisor_timeout")] = (
         STEP_TIMEOUTS.hypervisor_timeout),
@@ -105,7 +105,7 @@ def rollout(
 
 @app.command("batch")
 def batch(
-    inventory: Inventory = INVENTORY,
+    inventory: RequiredInventory,
     store: Annotated[list[str] | None, typer.Option("--store", help="only these stores")] = None,
     canary: Annotated[int, typer.Option(help="stores in the canary wave")] = 1,
     wave_size: Annotated[int, typer.Option(help="stores per wave")] = 5,
@@ -130,7 +130,7 @@ def batch(
     chain of regions each store is a run of its region's deployment, on its region's worker,
     and each region waves and halts on its own."""
     if stage_only:
-        stage(list(store or []), inventory, as_json)
+        stage(list(store or []), inventory=inventory, as_json=as_json)
         return
     validate_stores(list(store or []), inventory, dispatched=True)
     state = run_batch(inventory, list(store or []), show_progress=not as_json, canary=canary,
@@ -161,16 +161,22 @@ def status(
 
 
 @app.command("rollback")
-def rollback(store_id: str, inventory: Inventory = INVENTORY) -> None:
-    """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off."""
-    print(json.dumps(run_store_undo("rollback", store_id, inventory), indent=2, default=str))
+def rollback(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
+             now: Now = False) -> None:
+    """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off.
+    Shows what it will do; `--yes` goes on (in the store's maintenance window, or `--now`)."""
+    print(json.dumps(run_store_undo("rollback", store_id, inventory, yes, now), indent=2,
+                     default=str))
 
 
 @app.command("decommission")
-def decommission(store_id: str, inventory: Inventory = INVENTORY) -> None:
+def decommission(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
+                 now: Now = False) -> None:
     """Close a store: VM and disk removed, host and VM keys deleted, Cobbler record removed,
-    host powered off, the ERP told. A rerun finishes what a failed run left."""
-    print(json.dumps(run_store_undo("decommission", store_id, inventory), indent=2, default=str))
+    host powered off, the ERP told. A rerun finishes what a failed run left. Shows what it
+    will do; `--yes` goes on (in the store's maintenance window, or `--now`)."""
+    print(json.dumps(run_store_undo("decommission", store_id, inventory, yes, now), indent=2,
+                     default=str))
 
 
 @app.command("plan")
@@ -226,14 +232,14 @@ def reconcile(
 def stage(
     store_ids: Annotated[list[str] | None, typer.Argument(
         help="stores to stage (default: every store of the inventory)")] = None,
-    inventory: Inventory = INVENTORY,
+    *, inventory: RequiredInventory,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Put the base image on the stores' hypervisors ahead of the rollout window."""
     validate_stores(store_ids or [], inventory)
     from flows.stage_images import stage_images
 
-    result = finished(stage_images(tuple(store_ids or ()), str(inventory), return_state=True),
+    result = finished(stage_images(str(inventory), tuple(store_ids or ()), return_state=True),
                       "staging")
     if as_json:
         print(json.dumps(result, indent=2, default=str))

@@ -18,7 +18,15 @@ from store_rollout.inventory import DEFAULT_INVENTORY
 from store_rollout.settings import SettingsError
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
+# commands that only read may fall back on the example; a command that changes anything
+# names its inventory (typer refuses it without: "Missing option '--inventory'")
 INVENTORY = Path(DEFAULT_INVENTORY)
+RequiredInventory = Annotated[Path, typer.Option(
+    "--inventory", "-i", help="inventory YAML or CSV (required: this command changes stores)")]
+Confirmed = Annotated[bool, typer.Option(
+    "--yes", help="go on: without it the command shows what it would do and stops")]
+Now = Annotated[bool, typer.Option(
+    "--now", help="emergency: go on outside the store's maintenance windows (logged)")]
 
 
 def vm_xml(

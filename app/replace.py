@@ -3,14 +3,17 @@ run in this process like `rollout` (the store-rollout deployment's `replace_box`
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from app.offline import INVENTORY, Inventory
+from app.offline import Confirmed, Now, RequiredInventory
 from app.runner import console, refuse, refuse_settings, run_stores
+from store_rollout.guard import WHAT, Action
 from store_rollout.settings import SettingsError
 
 
@@ -40,7 +43,7 @@ def validate_replacement(store_id: str, inventory: Path, box: dict[str, Any]) ->
 def replace(
     store_id: str,
     mac: Annotated[str, typer.Option("--mac", help="the new box's PXE NIC MAC")],
-    inventory: Inventory = INVENTORY,
+    inventory: RequiredInventory,
     power_type: Annotated[str | None, typer.Option(
         "--power-type", help="the new box's BMC protocol, ipmi or redfish (default: the old "
                              "box's)")] = None,
@@ -53,13 +56,21 @@ def replace(
     serial: Annotated[str | None, typer.Option(
         "--serial", help="the new box's serial number (checked in step 3)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    yes: Confirmed = False,
+    now: Now = False,
 ) -> None:
     """Move a store to a new box: the old one powered off and its keys deleted, Cobbler's record
     moved to the new MAC, the new box installed, the store VM created on it from the image, the
     ERP told (asks for an approval first, as the approval_policy setting says)."""
     box = new_box(mac, power_type, bmc_address, bmc_port, redfish_system_id, serial)
     validate_replacement(store_id, inventory, box)
-    result = run_stores([store_id], inventory, live=not as_json, replace_box=box)[0]
+    if not yes:
+        fields = ", ".join(f"{k} {v}" for k, v in box.items())
+        refuse(f"replace of store {store_id} {WHAT[Action.REPLACE_BOX]} ({fields}): add --yes "
+               "to go on (in the store's maintenance window; --now outside it)")
+    person = f"{getpass.getuser()}@{socket.gethostname()}"
+    result = run_stores([store_id], inventory, live=not as_json, replace_box=box,
+                        confirmed_by=person, ignore_windows=now)[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
     else:

@@ -24,7 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.rollout import store_rollout
 from store_rollout import steps
 from store_rollout.approvals import REJECTED, check_policy
-from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.inventory import load_inventory
 from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
 from store_rollout.waves import plan_region_waves, regions_to_halt, runs_of_their_own
@@ -79,7 +79,7 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, Any],
 @flow(name="batch-rollout", flow_run_name="batch-{wave_size}x-{canary}c",
       task_runner=STORE_THREADS)
 @beating
-def batch_rollout(inventory: str = DEFAULT_INVENTORY, store_ids: tuple[str, ...] = (),
+def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
                   canary: int = 1, wave_size: int = 5, max_in_flight: int = 3,
                   halt_failure_ratio: float = 0.2,
                   # never mutated; a dict default (not None) is a plain JSON field in the UI form

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, tags
+from prefect import flow, get_run_logger, tags
 
-from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout import guard
+from store_rollout.approvals import check_policy
+from store_rollout.guard import Action
+from store_rollout.inventory import load_inventory
+from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
+from tasks.approvals import undo_consent
 from tasks.bmc import power_off_hypervisor
 from tasks.cobbler import remove_hypervisor_record
 from tasks.erp import notify_erp_decommissioned
@@ -24,11 +29,14 @@ from tasks.virt import remove_vm
 
 @flow(name="store-decommission", flow_run_name="decommission-{store_id}")
 @beating
-def store_decommission(store_id: str, inventory: str = DEFAULT_INVENTORY,
-                       owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds
-                       ) -> dict[str, Any]:
+def store_decommission(store_id: str, inventory: str,
+                       owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
+                       confirmed_by: str = "", asked_by: str = "",
+                       ignore_windows: bool = False) -> dict[str, Any]:
     """Close a store for good: nothing of it is left in libvirt, Salt or Cobbler, its host is
-    off and the ERP is told. `reconcile` then reports the store as decommissioned.
+    off and the ERP is told. `reconcile` then reports the store as decommissioned. Only as the
+    guard (store_rollout/guard.py) lets it: approved under the approval policy, in the store's
+    window, unless `ignore_windows`.
 
     Args:
         store_id: The store to close, as written in the inventory (e.g. 0001).
@@ -36,9 +44,24 @@ def store_decommission(store_id: str, inventory: str = DEFAULT_INVENTORY,
             the store-rollout checkout the worker runs in.
         owner_wait_seconds: Seconds to wait while a rollout or rollback of this store runs; then
             this run fails naming that run, having changed nothing.
+        confirmed_by: Who confirmed the decommission at a terminal (`--yes`): the approval.
+            Empty: the run asks for an approval on its page (unless the policy is never).
+        asked_by: Who asked for it (recorded with the guard's decision).
+        ignore_windows: Decommission outside the store's maintenance window.
     """
     store = load_inventory(inventory).get(store_id)
     check_region(store)
+    settings = load_settings()
+    consent = undo_consent(store, Action.DECOMMISSION, check_policy(settings.approval_policy),
+                           settings.approval_timeout_seconds,
+                           asked_by=asked_by or f"run decommission-{store_id}",
+                           confirmed_by=confirmed_by, ignore_windows=ignore_windows)
+    decision = guard.authorize(Action.DECOMMISSION, store, consent,
+                               disruption_seconds=settings.disruption_seconds,
+                               default_calendar=settings.default_calendar)
+    get_run_logger().warning("store %s: %s", store_id, guard.describe(decision.record))
+    if not decision.go:
+        raise guard.ActionRefused(store_id, Action.DECOMMISSION, decision.reason)
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-decommission"):
         # the VM while the host answers; the host off before its key goes (a running minion
@@ -50,4 +73,4 @@ def store_decommission(store_id: str, inventory: str = DEFAULT_INVENTORY,
         erp = notify_erp_decommissioned(store)
     return {"store_id": store_id, "state": "Decommissioned", "vm": vm, "keys": keys,
             "cobbler": cobbler, "power": power, "erp_id": erp["erp_id"],
-            "erp_replayed": erp["replay"]}
+            "erp_replayed": erp["replay"], "authorization": decision.record}

@@ -14,7 +14,8 @@ from prefect.runtime import flow_run
 
 from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
 from store_rollout.fleet.render import plan_markdown
-from store_rollout.inventory import DEFAULT_INVENTORY, InventoryError, load_inventory
+from store_rollout.guard import calendar_for
+from store_rollout.inventory import InventoryError, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
 from store_rollout.inventory.replacement import with_new_box
 from store_rollout.settings import load_settings
@@ -32,7 +33,7 @@ def _run_name() -> str:
 
 @flow(name="store-plan", flow_run_name=_run_name)
 @beating
-def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
+def store_plan(store_ids: list[str], inventory: str,
                highstate_test: bool = True, recreate_vm: bool = False,
                reinstall_hypervisor: bool = False,
                replace_box: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -61,7 +62,8 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
         if len(stores) != 1:
             raise InventoryError(f"replace_box: plan one store, not {len(stores)}")
         stores = [with_new_box(inv, stores[0].store_id, replace_box)]
-    own, others = split_by_region(stores, load_settings().region)
+    settings = load_settings()
+    own, others = split_by_region(stores, settings.region)
     remote = [run_in_region.submit("store-plan", region, {
         "store_ids": ids, "inventory": inventory, "highstate_test": highstate_test,
         "recreate_vm": recreate_vm, "reinstall_hypervisor": reinstall_hypervisor,
@@ -76,7 +78,8 @@ def store_plan(store_ids: list[str], inventory: str = DEFAULT_INVENTORY,
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
                              description=f"rollout plan of {len(plans)} store(s)")
     now = datetime.now(UTC)
-    calendars = {store.store_id: store.calendar for store in stores}
+    calendars = {store.store_id: calendar_for(store, settings.default_calendar)
+                 for store in stores}
     result = {sid: {"todo": [p.step for p in plan if p.todo],
                     "resumes_at": (first_todo(plan) or (None, None))[1],
                     "destructive": [p.step for p in plan if p.destructive],

@@ -14,7 +14,7 @@ from prefect.artifacts import create_table_artifact
 
 from store_rollout.fleet.reconcile import StoreStatus, reconcile_store
 from store_rollout.fleet.render import reconcile_table
-from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from tasks.observe import emit_store_changes, observe_stores, previous_reconcile
 from tasks.region_runs import publish_result, run_in_region, split_by_region
@@ -25,7 +25,7 @@ ARTIFACT_KEY = "store-reconcile"
 
 @flow(name="store-reconcile", flow_run_name="reconcile")
 @beating
-def store_reconcile(inventory: str = DEFAULT_INVENTORY,
+def store_reconcile(inventory: str,
                     store_ids: list[str] | None = None) -> dict[str, Any]:
     """Compare every store of the inventory (or `store_ids`) on the real systems with its last
     rollout run in Prefect, and say how to settle each difference. Stores of other regions are

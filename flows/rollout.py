@@ -25,19 +25,20 @@ from store_rollout.contracts import (
     STEP_PXE_INSTALL_HYPERVISOR,
     STEP_WAIT_FOR_HYPERVISOR,
 )
-from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.inventory import load_inventory
 from store_rollout.inventory.replacement import with_new_box
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
-from tasks.approvals import approve_rollout
+from tasks.approvals import approve_rollout, rollout_consent
 from tasks.erp import notify_erp, notify_erp_replaced
 from tasks.firstboot import firstboot
 from tasks.go_live import go_live_gate
 from tasks.kiwi import ensure_image
 from tasks.notifications import notify_failure
 from tasks.preflight import preflight
-from tasks.pxe_install import pxe_install_hypervisor, retire_old_box
+from tasks.pxe_install import pxe_install_hypervisor
+from tasks.retire_box import retire_old_box
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.slots import fleet_slot, in_flight_slots, store_owner
@@ -45,18 +46,20 @@ from tasks.virt import create_vm
 from tasks.windows import run_in_window
 
 
-def rollback_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
-    """A cancelled rollout undoes what it did (a failed one keeps it for inspection)."""
+def stop_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
+    """A cancelled rollout stops: it never destroys a live store (one the ERP knows, ready
+    or replaced and not decommissioned), nor one whose liveness cannot be read; only the
+    half-made VM of a store that never went live is cleaned (store_rollback's unfinished
+    clean-up). Undoing a live store is `rollback`: asked by name, approved, in its window."""
     params = flow_run.parameters
-    # the cancelled run owned the store (its slot may outlive its killed process for a while)
-    store_rollback(params["store_id"], params.get("inventory", DEFAULT_INVENTORY),
-                   own_store=False)
+    store_rollback(params["store_id"], params["inventory"], own_store=False,
+                   unfinished_only=True, asked_by=f"the cancel of run {flow_run.name}")
 
 
-@flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[rollback_on_cancel],
+@flow(name="store-rollout", flow_run_name="rollout-{store_id}", on_cancellation=[stop_on_cancel],
       on_failure=[notify_failure])
 @beating
-def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
+def store_rollout(store_id: str, inventory: str,
                   hypervisor_timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
                   firstboot_timeout: float = STEP_TIMEOUTS.firstboot_timeout,
                   vm_stall_timeout: float = STEP_TIMEOUTS.vm_stall_timeout,
@@ -67,7 +70,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
                   recreate_vm: bool = False, reinstall_hypervisor: bool = False,
                   approval_policy: str | None = None,
                   approval_timeout: float | None = None,
-                  replace_box: dict[str, Any] | None = None) -> dict[str, Any] | State:
+                  replace_box: dict[str, Any] | None = None,
+                  confirmed_by: str = "") -> dict[str, Any] | State:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -115,6 +119,8 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
             image; the ERP gets the new VM's notice and a "replaced" one. Destructive, so
             approved first like reinstall_hypervisor. Then write the new box into the
             inventory.
+        confirmed_by: Who confirmed a destructive run at a terminal (`store-rollout replace
+            --yes`): their confirmation is the approval, and the run does not pause for one.
         approval_timeout: Seconds the run waits paused for the answer before it is parked
             (suspended, resumable from its page); empty: the approval_timeout_seconds setting.
     """
@@ -130,28 +136,37 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
     with fleet_slot(in_flight_slots(store.region)) if hold_fleet_slot else nullcontext(), \
             store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
-        approval = approve_rollout(store, policy,
-                                   approval_timeout or settings.approval_timeout_seconds,
-                                   recreate_vm=recreate_vm,
-                                   reinstall_hypervisor=reinstall_hypervisor,
-                                   replace_box=bool(replace_box))
+        approval = ({"asked": True, "approved": True,
+                     "comment": f"confirmed by {confirmed_by} with --yes"} if confirmed_by
+                    else approve_rollout(store, policy,
+                                         approval_timeout or settings.approval_timeout_seconds,
+                                         recreate_vm=recreate_vm,
+                                         reinstall_hypervisor=reinstall_hypervisor,
+                                         replace_box=bool(replace_box)))
         if not approval["approved"]:
             return Completed(name=REJECTED, message=f"store {store_id}: rejected by the "
                              f"approver ({approval['comment'] or 'no comment'}); nothing changed")
+        consent = rollout_consent(policy, approval, ignore_windows=ignore_windows,
+                                  recreate_vm=recreate_vm,
+                                  reinstall_hypervisor=reinstall_hypervisor,
+                                  replace_box=bool(replace_box))
         image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
                           settings.image_params, settings.image_cache_dir, settings.image_builder)
-        retired = retire_old_box(old_box, store) if replace_box else None
+        retired = (run_in_window(store_id, lambda: retire_old_box(old_box, store, consent))
+                   if replace_box else None)
         install = run_in_window(store_id, lambda: clock.run(
             STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
-            install_seconds=hypervisor_timeout, ignore_windows=ignore_windows,
-            reinstall_hypervisor=reinstall_hypervisor))
+            install_seconds=hypervisor_timeout, consent=consent,
+            window_covered=bool(retired and retired.get("authorization"))))
         hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
                             timeout=hypervisor_timeout, already_ready=install["skipped"],
                             stall_timeout=hypervisor_stall_timeout)
         keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
+        # step 2 started an install in a window with room for steps 2 to 5: step 5 goes on
+        installed_now = bool(install["power_actions"]) and not install["silent"]
         vm = run_in_window(store_id, lambda: clock.run(
-            STEP_CREATE_VM, create_vm, store, image, ignore_windows=ignore_windows,
-            recreate=recreate_vm))
+            STEP_CREATE_VM, create_vm, store, image, consent=consent,
+            window_covered=installed_now))
         booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
                            stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
         go_live = clock.run(STEP_GO_LIVE, go_live_gate, store)
@@ -160,7 +175,12 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
     result = {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
-        "hypervisor_reinstalled": not install["skipped"],
+        "hypervisor_reinstalled": not install["skipped"] and not install["silent"],
+        # what the guard decided for each destructive action of the run (who asked, who
+        # approved, which window), store_rollout/guard.py
+        "authorizations": [a for a in ((retired or {}).get("authorization"),
+                                       install.get("authorization"), vm.get("authorization"))
+                           if a],
         # what step 2 had the BMC do ([] when it found the host installed, or installing)
         "hypervisor_power_actions": install["power_actions"],
         "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
@@ -189,4 +209,4 @@ def store_rollout(store_id: str, inventory: str = DEFAULT_INVENTORY,
 if __name__ == "__main__":
     import sys
 
-    print(store_rollout(sys.argv[1]))
+    print(store_rollout(sys.argv[1], sys.argv[2]))

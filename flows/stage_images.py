@@ -9,7 +9,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from tasks.kiwi import ensure_image
 from tasks.region_runs import split_by_region
@@ -25,15 +25,14 @@ class StagingFailed(Exception):
 
 @flow(name="stage-images", flow_run_name="stage-images", task_runner=STAGE_THREADS)
 @beating
-def stage_images(store_ids: tuple[str, ...] = (),
-                 inventory: str = DEFAULT_INVENTORY) -> dict[str, Any]:
+def stage_images(inventory: str, store_ids: tuple[str, ...] = ()) -> dict[str, Any]:
     """Put the base image on the stores' hypervisors before their rollout (verified there, as
     step 5 would); their step 5 then transfers nothing. Hypervisors must be installed. Only
     the stores of this worker's region: each region has its copy of this deployment.
 
     Args:
-        store_ids: Stores to stage (empty: every store of the inventory).
         inventory: Inventory file (YAML or CSV) on the worker's host.
+        store_ids: Stores to stage (empty: every store of the inventory).
     """
     settings = load_settings()
     stores, others = split_by_region(load_inventory(inventory).select(list(store_ids)),

@@ -1,16 +1,24 @@
 """Undo a store rollout: VM destroyed and undefined, overlay removed, VM key deleted, Cobbler
-netboot off. Runs on cancellation of a rollout, or on request (`store-rollout rollback`)."""
+netboot off. Runs on request (`store-rollout rollback --yes`, or the deployment: approved on its
+page), through the guard (store_rollout/guard.py); a cancelled rollout runs only its
+unfinished clean-up, which never touches a store that went live."""
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 from typing import Any
 
-from prefect import flow, tags
+from prefect import flow, get_run_logger, tags
 
-from store_rollout.inventory import DEFAULT_INVENTORY, load_inventory
+from store_rollout import guard, step_rules
+from store_rollout.approvals import check_policy
+from store_rollout.guard import Action, Consent
+from store_rollout.inventory import load_inventory
+from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
+from tasks.approvals import undo_consent
 from tasks.cobbler import disable_hypervisor_netboot
+from tasks.erp import ErpError, erp_client
 from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
@@ -20,10 +28,14 @@ from tasks.virt import remove_vm
 
 @flow(name="store-rollback", flow_run_name="rollback-{store_id}")
 @beating
-def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY,
+def store_rollback(store_id: str, inventory: str,
                    owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
-                   own_store: bool = True) -> dict[str, Any]:
-    """Reverse order of the rollout; every step is idempotent.
+                   own_store: bool = True, unfinished_only: bool = False,
+                   confirmed_by: str = "", asked_by: str = "",
+                   ignore_windows: bool = False) -> dict[str, Any]:
+    """Reverse order of the rollout; every step is idempotent. It destroys a store server:
+    it goes on only as the guard lets it (approved under the approval policy, in the store's
+    window with room for it, unless `ignore_windows`).
 
     Args:
         store_id: The store to roll back, as written in the inventory (e.g. 0001).
@@ -31,15 +43,50 @@ def store_rollback(store_id: str, inventory: str = DEFAULT_INVENTORY,
             the store-rollout checkout the worker runs in.
         owner_wait_seconds: Seconds to wait while a rollout or another rollback of this store
             runs; then this run fails naming that run, having changed nothing.
-        own_store: False only for the rollback a cancelled rollout runs for itself (the
+        own_store: False only for the clean-up a cancelled rollout runs for itself (the
             rollout owned the store).
+        unfinished_only: The clean-up of a cancelled rollout: only a store that never went
+            live (the ERP knows nothing of it) loses its half-made VM; a live store, or one
+            whose ERP record cannot be read, is left as it is.
+        confirmed_by: Who confirmed the rollback at a terminal (`--yes`): the approval.
+            Empty: the run asks for an approval on its page (unless the policy is never).
+        asked_by: Who asked for it (recorded with the guard's decision).
+        ignore_windows: Roll back outside the store's maintenance window (an emergency).
     """
     store = load_inventory(inventory).get(store_id)
     check_region(store)
+    settings = load_settings()
+    logger = get_run_logger()
+    if unfinished_only:
+        try:
+            live = step_rules.store_live(erp_client(settings).notices(store_id))
+        except ErpError as exc:
+            logger.warning("store %s: cancelled; the ERP did not answer (%s): the store is left "
+                           "as it is", store_id, exc)
+            return {"store_id": store_id, "left_as_is": f"ERP unreadable: {exc}"}
+        if live:
+            logger.warning("store %s: cancelled; the store is live (the ERP knows it): left as "
+                           "it is. Undo it with `store-rollout rollback` if that is wanted",
+                           store_id)
+            return {"store_id": store_id, "left_as_is": "live store"}
+        action, consent = Action.CLEAN_UNFINISHED, Consent(asked_by=asked_by or "a cancel")
+    else:
+        action = Action.ROLLBACK
+        consent = undo_consent(store, action, check_policy(settings.approval_policy),
+                               settings.approval_timeout_seconds,
+                               asked_by=asked_by or f"run rollback-{store_id}",
+                               confirmed_by=confirmed_by, ignore_windows=ignore_windows)
+    decision = guard.authorize(action, store, consent,
+                               disruption_seconds=settings.disruption_seconds,
+                               default_calendar=settings.default_calendar)
+    logger.warning("store %s: %s", store_id, guard.describe(decision.record))
+    if not decision.go:
+        raise guard.ActionRefused(store_id, action, decision.reason)
     owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
              else nullcontext())
     with owner, tags(f"store-{store_id}", "store-rollback"):
         vm = remove_vm(store)
         key = remove_vm_key(store)
         cobbler = disable_hypervisor_netboot(store)
-    return {"store_id": store_id, "vm": vm, "key": key, "cobbler": cobbler}
+    return {"store_id": store_id, "vm": vm, "key": key, "cobbler": cobbler,
+            "authorization": decision.record}

@@ -272,6 +272,10 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         # a killed lab run is marked Crashed 18 s after its last beat, not 90 s: its tests do
         # not wait out production's window (three missed beats still)
         "STORE_ROLLOUT_HEARTBEAT_SECONDS": "6",
+        # the chain's default calendar: the lab's stores may be disrupted at any hour (a store
+        # without a calendar and a chain without this would have its disruptive steps refused)
+        "STORE_ROLLOUT_DEFAULT_TIME_ZONE": "UTC",
+        "STORE_ROLLOUT_DEFAULT_MAINTENANCE_WINDOWS": "daily 00:00-24:00",
         # a host's domain has no power supply to drain: no pause needed
         "STORE_ROLLOUT_POWER_OFF_SECONDS": "0",
         # the full lab boots a real image; the default lab's guests are simulated processes

@@ -94,15 +94,24 @@ def parse_blackout(text: str) -> tuple[date, date]:
     return first, last
 
 
+# the areas of canonical IANA zone names (Area/Location); with UTC the only names taken: no
+# `localtime`, `Factory`, `EST` or `US/Eastern`-style legacy names, which follow a machine's
+# setting or an old convention rather than a place's clocks
+ZONE_AREAS: Final = ("Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic",
+                     "Australia", "Europe", "Indian", "Pacific")
+
+
 def zone(name: str) -> ZoneInfo:
-    """An IANA time zone; ValueError naming how to write one."""
+    """A canonical IANA time zone; ValueError naming how to write one."""
     try:
-        if name not in available_timezones():
+        if name not in available_timezones() or not (
+                name == "UTC" or name.split("/", 1)[0] in ZONE_AREAS and "/" in name):
             raise ZoneInfoNotFoundError(name)
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {name!r}: use an IANA name like Europe/Berlin, "
-                         "America/New_York or Asia/Tokyo") from None
+        raise ValueError(f"unknown or non-canonical time zone {name!r}: use the IANA name of "
+                         "the store's place, like Europe/Berlin, America/New_York or "
+                         "Asia/Tokyo (or UTC)") from None
 
 
 @dataclass(frozen=True)

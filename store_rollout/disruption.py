@@ -41,21 +41,39 @@ class WindowDecision:
     overridden: bool = False
 
 
+# what a store without a calendar, and a chain without a default one, is told
+NO_CALENDAR: Final = ("the store has no calendar and the chain no default one: give the store "
+                      "its calendar (time_zone, maintenance_windows) in the inventory, or the "
+                      "chain its default (STORE_ROLLOUT_DEFAULT_TIME_ZONE and "
+                      "STORE_ROLLOUT_DEFAULT_MAINTENANCE_WINDOWS), or override (--now)")
+
+
 def decide(step: str, calendar: CalendarSpec | None, now: datetime, expected: timedelta,
            ignore_windows: bool = False) -> WindowDecision:
-    what = DISRUPTIVE_STEPS[step]
+    """Whether disruptive `step` may start now, with `expected` left in a window."""
+    return decide_sequence(step, DISRUPTIVE_STEPS[step], calendar, now, expected, ignore_windows)
+
+
+def decide_sequence(name: str, what: str, calendar: CalendarSpec | None, now: datetime,
+                    expected: timedelta, ignore_windows: bool = False) -> WindowDecision:
+    """Whether a disruption `name` (it `what`) of `expected` length may start now. Fails
+    closed: no calendar is no window (go false, no time to wait for), unless overridden."""
     if calendar is None:
-        return WindowDecision(True, f"{step} {what}: the store has no calendar, any time goes")
+        if ignore_windows:
+            return WindowDecision(True, f"window check overridden (ignore_windows): {name} "
+                                        f"{what}, and {NO_CALENDAR.split(':')[0]}",
+                                  overridden=True)
+        return WindowDecision(False, f"{name} {what}, and {NO_CALENDAR}")
     found = calendar.next_windows(now, 50)
     current = next((w for w in found if w.contains(now)), None)
     if current is not None and current.end - now >= expected:
-        return WindowDecision(True, f"{step} starts in the maintenance window "
-                                    f"{current.describe()}")
+        return WindowDecision(True, f"{name} starts in the maintenance window "
+                                    f"{current.describe()} ({_span(expected)} needed)")
     if current is not None:
         why = (f"the maintenance window {current.describe()} closes in "
-               f"{_span(current.end - now)}, and {step} ({what}) takes up to {_span(expected)}")
+               f"{_span(current.end - now)}, and {name} ({what}) takes up to {_span(expected)}")
     else:
-        why = f"the store is outside its maintenance windows and {step} {what}"
+        why = f"the store is outside its maintenance windows and {name} {what}"
     if ignore_windows:
         return WindowDecision(True, f"window check overridden (ignore_windows): {why}",
                               overridden=True)
@@ -69,11 +87,18 @@ def decide(step: str, calendar: CalendarSpec | None, now: datetime, expected: ti
 
 
 def check_window(step: str, store: Store, disruption_seconds: dict[str, float],
-                 ignore_windows: bool, log: Any) -> WindowDecision:
-    """`decide` for a store now, with the `disruption_seconds` setting; the reason logged (a
-    warning when the step waits or is overridden)."""
-    decision = decide(step, store.calendar, datetime.now(UTC),
-                      timedelta(seconds=disruption_seconds[step]), ignore_windows)
+                 ignore_windows: bool, log: Any, default_calendar: CalendarSpec | None = None,
+                 expected_seconds: float | None = None) -> WindowDecision:
+    """`decide` for a store now (its calendar, else the chain's `default_calendar`), with the
+    `disruption_seconds` setting (or `expected_seconds`: a whole sequence); the reason logged
+    (a warning when the step waits or is overridden)."""
+    calendar = store.calendar or default_calendar
+    if store.calendar is None and default_calendar is not None:
+        log.info("store %s: no calendar of its own: the chain's default calendar applies",
+                 store.store_id)
+    seconds = disruption_seconds[step] if expected_seconds is None else expected_seconds
+    decision = decide(step, calendar, datetime.now(UTC), timedelta(seconds=seconds),
+                      ignore_windows)
     (log.info if decision.go and not decision.overridden else log.warning)(
         "store %s: %s", store.store_id, decision.reason)
     return decision

@@ -43,6 +43,7 @@ from store_rollout.regions import (
     RegionsError,
     load_regions,
 )
+from store_rollout.settings_calendar import DefaultCalendarSettings
 from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
 from store_rollout.update_repos import LEAP_UPDATE_REPOS, checked_repo_urls, repo_list
 
@@ -69,7 +70,7 @@ class SettingsError(ValueError):
         self.brief = brief or message
 
 
-class RolloutSettings(BaseSettings):
+class RolloutSettings(DefaultCalendarSettings):
     model_config = SettingsConfigDict(env_prefix="STORE_ROLLOUT_", extra="ignore", frozen=True)
 
     # declared before the fields they replace: _required_without_block reads them

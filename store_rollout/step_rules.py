@@ -29,10 +29,22 @@ def _now(fact: T | Callable[[], T]) -> T:
     return fact() if callable(fact) else fact
 
 
-def hypervisor_installed(key_state: str | None, ready: bool | Callable[[], bool]) -> bool:
-    """Step 2 skips the PXE install (and step 3 its wait): the hypervisor's key is accepted and
-    its highstate set the ready grain."""
-    return key_state == KEY_ACCEPTED and bool(_now(ready))
+def install_recorded(record_exists: bool, netboot: bool | None) -> bool:
+    """What the store's Cobbler record durably says of its host: an install ran to its end
+    (the installer's end-of-install call turned netboot off, `pxe_just_once`) and no new one
+    was asked for since (step 2 turns netboot on before it powers the host into an install;
+    a rollback leaves it off)."""
+    return record_exists and netboot is False
+
+
+def hypervisor_installed(key_state: str | None, recorded: bool,
+                         ready: bool | Callable[[], bool]) -> bool:
+    """Step 2 never installs this host unless a reinstall was asked for: its key is accepted
+    and either its Cobbler record says its install finished (`install_recorded`: durable, so a
+    host that does not answer now is "silent", not "not installed") or it answers with its
+    highstate's ready grain set (a host of an older record). One unanswered probe never makes
+    a live store's host "not installed"."""
+    return key_state == KEY_ACCEPTED and (recorded or bool(_now(ready)))
 
 
 def hardware_matches(expected_serial: str | None, reported_serial: str | None) -> bool:
@@ -109,6 +121,13 @@ def decommissioned(notices: list[dict[str, Any]]) -> bool:
     """The store is closed: its newest ERP notice (the ERP lists them oldest first) says so. A
     store rolled out again after its decommission has a newer notice, and counts again."""
     return bool(notices) and notices[-1].get("status") == ERP_STORE_DECOMMISSIONED
+
+
+def store_live(notices: list[dict[str, Any]]) -> bool:
+    """The store went live and was not closed since: the ERP holds a notice of it (a running
+    store server, or its box replaced) and the newest is not its decommission. A cancelled run
+    never cleans up after such a store."""
+    return bool(notices) and not decommissioned(notices)
 
 
 def box_notice_key(store_id: str, kind: str, hypervisor_mac: str) -> str:

@@ -8,6 +8,7 @@ answer.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from prefect import task
@@ -20,6 +21,7 @@ from pydantic import Field
 
 from store_rollout.approvals import ApprovalPolicy, approval_needed, approval_request
 from store_rollout.fleet.plan import StepPlan, plan_store
+from store_rollout.guard import WHAT, Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.observe import observe
@@ -92,3 +94,47 @@ def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
                                  "approved" if answer.approve else "rejected",
                                  f": {answer.comment}" if answer.comment else "")
     return {"asked": True, "approved": answer.approve, "comment": answer.comment}
+
+
+def rollout_consent(policy: ApprovalPolicy, approval: dict[str, Any], *, ignore_windows: bool,
+                    recreate_vm: bool = False, reinstall_hypervisor: bool = False,
+                    replace_box: bool = False) -> Consent:
+    """What this rollout carries into the guard (store_rollout/guard.py): the destructive
+    actions its parameters ask for by name, the run that asked, and the approver's answer
+    (approved only when one was asked for and given)."""
+    asked = tuple(action.value for action, wanted in (
+        (Action.RECREATE_VM, recreate_vm), (Action.REINSTALL_HOST, reinstall_hypervisor),
+        (Action.REPLACE_BOX, replace_box)) if wanted)
+    name = flow_run.name or "this run"
+    return Consent(asked=asked, asked_by=f"run {name} (parameters: {', '.join(asked) or 'none'})",
+                   policy=policy, approved=bool(approval["asked"] and approval["approved"]),
+                   approved_by=("the approver on the run's page"
+                                + (f" ({approval['comment']})" if approval["comment"] else "")),
+                   approved_at=datetime.now(UTC) if approval["asked"] else None,
+                   ignore_windows=ignore_windows)
+
+
+def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: float, *,
+                 asked_by: str, confirmed_by: str = "", ignore_windows: bool = False) -> Consent:
+    """The consent of a rollback or decommission, asked for by name (the command or the run):
+    under a policy other than never, approved by the person who confirmed the command
+    (`confirmed_by`: `--yes` at a terminal), else asked on the run's page like a rollout's
+    approval. A rejection is a consent without approval: the guard refuses, nothing changes."""
+    base = Consent(asked=(action.value,), asked_by=asked_by, policy=policy,
+                   ignore_windows=ignore_windows)
+    if policy == "never":
+        return base
+    if confirmed_by:
+        return base.model_copy(update={"approved": True, "approved_at": datetime.now(UTC),
+                                       "approved_by": f"{confirmed_by} (confirmed with --yes)"})
+    request = (f"**Store {store.store_id}: {action.value} waits for your approval.** It "
+               f"{WHAT[action]}.\n\nSwitch *Approve* on and submit to go on. Leave it off "
+               "and submit to reject: the run ends and changes nothing.")
+    answer = ask(store.store_id, request, timeout)
+    run_logger(__name__).warning("store %s: %s %s by the approver%s", store.store_id,
+                                 action.value, "approved" if answer.approve else "rejected",
+                                 f": {answer.comment}" if answer.comment else "")
+    return base.model_copy(update={
+        "approved": answer.approve, "approved_at": datetime.now(UTC),
+        "approved_by": "the approver on the run's page"
+                       + (f" ({answer.comment})" if answer.comment else "")})

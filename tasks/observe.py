@@ -148,7 +148,9 @@ def _host_on(store: Store, settings: RolloutSettings, record: dict[str, Any] | N
              key: str | None, ready: Any) -> bool | None:
     """The host's power, from its BMC, asked only when it decides step 2: the host is not
     installed and ready, and an earlier run powered it on into an install recently enough."""
-    if step_rules.hypervisor_installed(key, bool(ready)) or not step_rules.install_underway(
+    recorded = step_rules.install_recorded(record is not None, None if record is None
+                                           else bool(record.get("netboot_enabled")))
+    if step_rules.hypervisor_installed(key, recorded, bool(ready)) or not step_rules.install_underway(
             power_cycled_at(record), datetime.now(UTC), STEP_TIMEOUTS.hypervisor_timeout, True):
         return None
     try:

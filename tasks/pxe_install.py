@@ -8,7 +8,6 @@ The clients are tasks/cobbler/, tasks/bmc/ and tasks/salt/; this module only com
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -16,19 +15,19 @@ from passlib.hash import sha512_crypt
 from prefect import get_run_logger, task
 from pydantic import SecretStr
 
-from store_rollout import disruption, step_rules
+from store_rollout import guard, step_rules
 from store_rollout.contracts import (
     AUTOSIGN_GRAIN,
     POWER_CYCLED_META,
     ROOT_PASSWORD_HASH_META,
-    STEP_PXE_INSTALL_HYPERVISOR,
     UPDATE_REPOS_META,
 )
+from store_rollout.guard import NO_CONSENT, Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.blocks import store_root_password
-from tasks.bmc import Bmc, BmcError, BmcUnreachable, bmc_client, power_cycle_for_install
+from tasks.bmc import Bmc, BmcUnreachable, bmc_client, power_cycle_for_install
 from tasks.cobbler import (
     CobblerClient,
     CobblerRejected,
@@ -39,9 +38,9 @@ from tasks.cobbler import (
 from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
 from tasks.run_health import run_started_at
-from tasks.salt import SaltTransientError, hypervisor_ready, master_client
-from tasks.salt_master import forget_store_minions
+from tasks.salt import hypervisor_ready, master_client
 from tasks.slots import fleet_slot
+from tasks.windows import install_window
 
 # Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
 # segment of the URL, as download.opensuse.org and its mirrors lay them out
@@ -123,39 +122,46 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
       retry_condition_fn=retry_on(CobblerUnavailable, BmcUnreachable))
 def pxe_install_hypervisor(store: Store,
                            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
-                           ignore_windows: bool = False,
-                           reinstall_hypervisor: bool = False) -> dict[str, Any]:
+                           consent: Consent = NO_CONSENT,
+                           window_covered: bool = False) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), then through the
     host's BMC: network boot once and a power cycle. `install_seconds`: how long an install
     may take (step 3's timeout); within it a rerun leaves a host it powered on alone.
 
-    The reinstall disrupts the store: it starts only in a maintenance window with
-    `disruption_seconds` left (store_rollout/disruption.py), unless `ignore_windows`; outside
+    What the host is comes from durable facts (step_rules.hypervisor_installed: its key
+    accepted and its Cobbler record's finished install), not from one probe: an installed host
+    that does not answer now is "silent" and left to step 3's wait, never installed again; one
+    found powered off is powered on from its disk (through the guard). An installed host is
+    reinstalled only when `consent` asks for it by name (reinstall_hypervisor), approved, in a
+    window with room for steps 2 to 5 (store_rollout/guard.py), once per run
+    (step_rules.reinstall_due). A host never installed is installed in a maintenance window
+    with that room too (store_rollout/disruption.py), unless windows are overridden; outside
     one the step changes nothing and returns `window` (go false, until when to wait).
+    `window_covered`: a replacement's retirement of the old box was let go by the guard with
+    room for the whole sequence; the new box's install needs no second check.
 
-    `reinstall_hypervisor`: a host that is installed and ready is installed again (its disk and the
-    VMs on it wiped), once per run (step_rules.reinstall_due).
-
-    Returns: {"system", "created", "skipped", "install_underway", "power_actions", "window"};
-    skipped when the hypervisor is already installed and ready, which step 3 takes as its
-    answer.
+    Returns: {"system", "created", "skipped", "silent", "install_underway", "power_actions",
+    "window", "authorization"}; skipped when the hypervisor is installed and ready, which step
+    3 takes as its answer; silent when it is installed and does not answer ready now.
     """
     logger = get_run_logger()
     settings = load_settings()
     master = master_client(settings.salt_master_config)
     client = cobbler_client(settings)
-    minion = store.hypervisor_minion_id
     system = store.cobbler_system
-    result = {"system": system, "created": False, "skipped": False, "install_underway": False,
-              "power_actions": []}
-    found, record = installed_already(store, master, client, reinstall_hypervisor, logger)
+    result: dict[str, Any] = {"system": system, "created": False, "skipped": False,
+                              "silent": False, "install_underway": False, "power_actions": [],
+                              "authorization": None}
+    record = client.get_system(system)
+    found = installed_already(store, master, record, consent.asks(Action.REINSTALL_HOST), logger)
     if found == "installed":
         return {**result, "skipped": True}
-    record = record if found == "reinstall" else client.get_system(system)
     bmc = bmc_client(store, settings)
     # asked before any change: a wrong BMC login or address fails here, having changed nothing
     powered_on = bmc.power_state() == "on"
+    if found == "silent":
+        return {**result, **wake_silent_host(store, settings, bmc, powered_on, consent, logger)}
     cycled = power_cycled_at(record)
     # a ready host runs its last install: none is underway, whenever it began
     if found == "not installed" and step_rules.install_underway(
@@ -163,69 +169,67 @@ def pxe_install_hypervisor(store: Store,
         logger.info("store %s: %s was powered on into its install at %s and is on: no second "
                     "power cycle, step 3 waits for that install", store.store_id, system, cycled)
         return {**result, "install_underway": True}
-    window = disruption.check_window(STEP_PXE_INSTALL_HYPERVISOR, store,
-                                     settings.disruption_seconds, ignore_windows, logger)
-    if not window.go:
-        return {**result, "window": asdict(window)}
+    window, result["authorization"] = install_window(found == "reinstall", store, consent,
+                                                     settings, logger, window_covered)
+    if not window["go"]:
+        return {**result, "window": window}
     created, actions = reinstall(store, settings, master, client, bmc, record, logger)
-    announce_install_started(store.store_id, minion, settings.hypervisor_ready_expected_seconds,
-                             install_seconds)
-    return {**result, "created": created, "power_actions": actions, "window": asdict(window)}
+    announce_install_started(store.store_id, store.hypervisor_minion_id,
+                             settings.hypervisor_ready_expected_seconds, install_seconds)
+    return {**result, "created": created, "power_actions": actions, "window": window}
 
 
-@task(name="retire_old_box", task_run_name="retire-old-box-{old.store_id}", retries=2,
-      retry_delay_seconds=[2, 5],
-      retry_condition_fn=retry_on(CobblerUnavailable, SaltTransientError))
-def retire_old_box(old: Store, new: Store) -> dict[str, Any]:
-    """A replacement, before step 2: the old box powered off through its BMC (a BMC that does
-    not answer, a destroyed box, is logged and left), then the store's minions forgotten
-    (forget_store_minions), so the new box's install and VM sign in afresh. Nothing when the
-    store's record already holds the new box's MAC (a rerun: step 2 moved it)."""
-    logger = get_run_logger()
-    settings = load_settings()
-    record = cobbler_client(settings).get_system(old.cobbler_system) or {}
-    macs = [i.get("mac_address") for i in record.get("interfaces", {}).values()]
-    if step_rules.old_box_retired([m for m in macs if m], new.hypervisor.mac):
-        logger.info("store %s: its record is on the new box %s already", old.store_id,
-                    new.hypervisor.mac)
-        return {"old_mac": old.hypervisor.mac, "retired_before": True}
-    try:
-        bmc = bmc_client(old, settings)
-        if bmc.power_state() == "on":
-            bmc.power_off()
-        power = "off"
-    except BmcError as exc:
-        logger.warning("store %s: the old box's BMC: %s; taken for gone", old.store_id, exc)
-        power = "unreachable"
-    forgotten = forget_store_minions(master_client(settings.salt_master_config), old)
-    logger.info("store %s: old box %s %s; keys deleted: %s", old.store_id, old.hypervisor.mac,
-                power, forgotten["keys_deleted"] or "none")
-    return {"old_mac": old.hypervisor.mac, "retired_before": False, "power": power, **forgotten}
+def wake_silent_host(store: Store, settings: RolloutSettings, bmc: Bmc, powered_on: bool,
+                     consent: Consent, logger: Any) -> dict[str, Any]:
+    """An installed host that does not answer: left alone while its BMC says it is on (a WAN
+    cut, a busy host, a minion restarting: step 3 waits for it); powered on, from its disk,
+    when its BMC says it is off. Never reinstalled."""
+    if powered_on:
+        logger.warning("store %s: hypervisor %s is installed (key accepted, install finished "
+                       "in Cobbler) but does not answer: silent, not reinstalled; step 3 waits "
+                       "for it", store.store_id, store.hypervisor_minion_id)
+        return {"silent": True}
+    authorization = guard.authorize(Action.POWER_ON_HOST, store, consent,
+                                    disruption_seconds=settings.disruption_seconds,
+                                    default_calendar=settings.default_calendar)
+    logger.warning("store %s: hypervisor %s is installed and powered off: powering it on from "
+                   "its disk (not reinstalled); %s", store.store_id, store.hypervisor_minion_id,
+                   guard.describe(authorization.record))
+    bmc.power_on()
+    return {"silent": True, "power_actions": ["on"], "authorization": authorization.record}
 
 
-def installed_already(store: Store, master: Any, client: CobblerClient,
-                      reinstall_hypervisor: bool,
-                      logger: Any) -> tuple[Literal["installed", "not installed", "reinstall"],
-                                            dict[str, Any] | None]:
-    """Whether step 2 has nothing to do: a hypervisor that is up and reported ready is not
-    installed again (a rerun), unless the run was asked to reinstall it and has not yet
-    (step_rules.reinstall_due); with the Cobbler record when it was read for that."""
+def installed_already(store: Store, master: Any, record: dict[str, Any] | None,
+                      reinstall_asked: bool, logger: Any
+                      ) -> Literal["installed", "silent", "not installed", "reinstall"]:
+    """What step 2 has to do with the host: nothing ("installed": it answers ready, and no
+    reinstall was asked for or this run did it already, step_rules.reinstall_due), wait for
+    it ("silent": installed by the durable facts, not answering ready now), install it ("not
+    installed"), or reinstall it as asked ("reinstall", still subject to the guard)."""
     minion = store.hypervisor_minion_id
-    if not step_rules.hypervisor_installed(master.key_state(minion),
-                                           lambda: hypervisor_ready(master, minion)):
-        return "not installed", None
-    if not reinstall_hypervisor:
-        logger.info("store %s: hypervisor %s already installed and ready; no PXE",
-                    store.store_id, minion)
-        return "installed", None
-    record = client.get_system(store.cobbler_system)
-    if not step_rules.reinstall_due(True, power_cycled_at(record), run_started_at()):
-        logger.info("store %s: hypervisor %s was reinstalled by this run already; no PXE",
-                    store.store_id, minion)
-        return "installed", record
-    logger.warning("store %s: reinstalling hypervisor %s, installed and ready, as asked: its "
-                   "disk and the store server on it are wiped", store.store_id, minion)
-    return "reinstall", record
+    key = master.key_state(minion)
+    recorded = step_rules.install_recorded(record is not None,
+                                           None if record is None
+                                           else bool(record.get("netboot_enabled")))
+    answered: list[bool] = []
+
+    def ready() -> bool:  # asked once, and only of an accepted key
+        if not answered:
+            answered.append(hypervisor_ready(master, minion))
+        return answered[0]
+
+    if not step_rules.hypervisor_installed(key, recorded, ready):
+        return "not installed"
+    if reinstall_asked and step_rules.reinstall_due(True, power_cycled_at(record),
+                                                    run_started_at()):
+        logger.warning("store %s: reinstalling hypervisor %s, installed, as asked: its disk "
+                       "and the store server on it are wiped", store.store_id, minion)
+        return "reinstall"
+    if not ready():
+        return "silent"
+    logger.info("store %s: hypervisor %s already installed and ready; no PXE%s", store.store_id,
+                minion, " (reinstalled by this run already)" if reinstall_asked else "")
+    return "installed"
 
 
 def reinstall(store: Store, settings: RolloutSettings, master: Any, client: CobblerClient,

@@ -35,7 +35,9 @@ from prefect.exceptions import ObjectNotFound
 from store_rollout.approvals import REJECTED
 from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import decide
+from store_rollout.guard import calendar_for
 from store_rollout.inventory import Store
+from store_rollout.inventory.calendar_spec import CalendarSpec
 from store_rollout.settings import load_settings
 from tasks.run_health import this_flow_run
 
@@ -71,11 +73,12 @@ def check_deployment(name: str) -> str:
     return pool_name
 
 
-def start_time(store: Store, now: datetime, install_seconds: float) -> tuple[datetime | None, str]:
-    """When the store's run is to start (None: no window within the calendar's horizon) and
-    why: now when its window is open with time for step 2 left, else its next such window's
-    start."""
-    decision = decide(STEP_PXE_INSTALL_HYPERVISOR, store.calendar, now,
+def start_time(store: Store, now: datetime, install_seconds: float,
+               default_calendar: CalendarSpec | None = None) -> tuple[datetime | None, str]:
+    """When the store's run is to start (None: no window within the calendar's horizon, or no
+    calendar at all) and why: now when its window (its own, else the chain's default) is open
+    with time for step 2 left, else its next such window's start."""
+    decision = decide(STEP_PXE_INSTALL_HYPERVISOR, calendar_for(store, default_calendar), now,
                       timedelta(seconds=install_seconds))
     if decision.go:
         return now, decision.reason
@@ -96,7 +99,8 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
                                 "no calendar to follow") + ")"
     if follow_windows:
         start, reason = start_time(store, now,
-                                   settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR])
+                                   settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR],
+                                   settings.default_calendar)
     row: dict[str, Any] = {"store_id": store.store_id, "region": store.region,
                            "window": reason, "flow_run_id": None,
                            "scheduled_start": start.isoformat() if start else None}

@@ -11,7 +11,7 @@ import copy
 import logging
 import posixpath
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -23,8 +23,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from store_rollout import disruption, step_rules
-from store_rollout.contracts import STEP_CREATE_VM
+from store_rollout import step_rules
+from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.image_delivery import deliver_image
@@ -37,6 +37,7 @@ from tasks.salt import (
     master_client,
 )
 from tasks.store_vm import StoreVm
+from tasks.windows import creation_window
 
 log = logging.getLogger(__name__)
 
@@ -160,44 +161,46 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
 @task(name="create_vm",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
-              ignore_windows: bool = False, recreate: bool = False) -> dict[str, Any]:
+              consent: Consent | None = None, window_covered: bool = False) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
     identity seed CD-ROM, write the seed, then virt.start with backoff until the domain runs
     (`start_domain`). An existing domain is reused, not recreated (step_rules.domain_reusable).
     Defining one disrupts the store: only in a maintenance window with `disruption_seconds`
-    left (store_rollout/disruption.py), unless `ignore_windows`; outside one the step changes
-    nothing and returns only `window` (go false, until when to wait). `recreate`: an existing
-    domain is removed first (in the window), its minion's key deleted and a one-time token
-    issued, and a new one defined (what the approver approved).
+    left (store_rollout/disruption.py), unless windows are overridden or step 2 of this run
+    started the sequence in a window with room for this step too (`window_covered`: the host
+    was installed by this run); outside one the step changes nothing and returns only
+    `window` (go false, until when to wait). An existing domain is removed and defined anew
+    (its minion's key deleted and a one-time token issued) only when `consent` asks for it
+    (recreate_vm) and the guard (store_rollout/guard.py) lets it.
 
     Prefect retries (3 attempts) only on SaltTransientError: a minion that did not answer."""
     logger = get_run_logger()
     settings = load_settings()
+    consent = consent or Consent()
     master = master_client(settings.salt_master_config)
     vm = StoreVm(master, store)
     summary = vm.summary()
-    delivered: dict[str, Any] | None = None
-    overridden = False
-    if step_rules.domain_reusable(summary) and not recreate:
+    delivered, overridden, authorization = None, False, None
+    if step_rules.domain_reusable(summary) and not consent.asks(Action.RECREATE_VM):
         logger.info("store %s: domain %s exists; reusing it", store.store_id, vm.name)
-    else:
-        window = disruption.check_window(STEP_CREATE_VM, store, settings.disruption_seconds,
-                                         ignore_windows, logger)
-        if not window.go:
-            return {"window": asdict(window)}
+    else:  # a domain that exists (a working store server) is destroyed: the guard decides
+        window, authorization = creation_window(summary is not None, store, consent, settings,
+                                                logger, window_covered)
+        if not window["go"]:
+            return {"window": window}
         summary, delivered = define_domain(vm, store, image, logger, replacing=summary)
-        overridden = window.overridden
+        overridden = bool(window["overridden"])
     summary, settled = vm.settle(summary)
     if settled:
         logger.info("store %s: domain %s: %s", store.store_id, vm.name, "; ".join(settled))
     if not step_rules.start_needed(summary):  # a rerun: already running, nothing to start
         logger.info("store %s: domain %s already running", store.store_id, vm.name)
-        return vm_result(summary, vm.hypervisor, delivered, overridden)
+        return vm_result(summary, vm.hypervisor, delivered, overridden, authorization)
     started = time.monotonic()
     start_domain(master, store, start_timeout, logger=logger)
     logger.info("store %s: domain %s running (%.1fs to start)", store.store_id, vm.name,
                 time.monotonic() - started)
-    return vm_result(summary, vm.hypervisor, delivered, overridden)
+    return vm_result(summary, vm.hypervisor, delivered, overridden, authorization)
 
 
 def define_domain(vm: StoreVm, store: Store, image: dict[str, Any],
@@ -265,9 +268,10 @@ def start_domain(master: SaltMasterClient, store: Store, timeout: float,
 
 
 def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any] | None,
-              window_overridden: bool = False) -> dict[str, Any]:
+              window_overridden: bool = False,
+              authorization: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"domain": summary["name"], "hypervisor": hypervisor, "reused": delivered is None,
-            "window_overridden": window_overridden,
+            "window_overridden": window_overridden, "authorization": authorization,
             # None for a reused domain; transferred 0 when the base was there (staged)
             "image_delivery": delivered,
             "uuid": summary["uuid"], "disk": summary["disk"], "backing": summary["backing"],

@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from store_rollout import disruption, guard
+from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
+from store_rollout.guard import Action, Consent
+from store_rollout.inventory import Store
+from store_rollout.settings import RolloutSettings
 from tasks.run_health import run_logger, say_running
 
 AWAITING_WINDOW: Final = "AwaitingWindow"
@@ -45,3 +51,56 @@ def run_in_window(store_id: str, run_step: Callable[[], dict[str, Any]]) -> dict
         if window is None or window["go"]:
             return result
         wait_for_window(store_id, window)
+
+
+def guarded_window(action: Action, store: Store, consent: Consent, settings: RolloutSettings,
+                   logger: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The guard's decision on a destructive action of a step (store_rollout/guard.py), logged,
+    as the step's `window` and the decision's record; ActionRefused when not asked or not
+    approved."""
+    decision = guard.authorize(action, store, consent,
+                               disruption_seconds=settings.disruption_seconds,
+                               default_calendar=settings.default_calendar)
+    (logger.warning if decision.go else logger.info)("store %s: %s", store.store_id,
+                                                     guard.describe(decision.record))
+    return decision.window(), decision.record
+
+
+def step_window(step: str, store: Store, consent: Consent, settings: RolloutSettings,
+                logger: Any, *, covered_by: str = "",
+                expected_seconds: float | None = None) -> dict[str, Any]:
+    """A disruptive step's `window` when it destroys nothing that works: open when an earlier
+    step of this run started the sequence in a window with room for this one (`covered_by`
+    says which), else the store's window (its calendar, else the chain's default) with
+    `expected_seconds` (default: the step's disruption_seconds) left in it."""
+    if covered_by:
+        reason = f"in the window {covered_by} started the sequence in"
+        logger.info("store %s: %s", store.store_id, reason)
+        return {"go": True, "overridden": False, "wait_until": None, "reason": reason}
+    return asdict(disruption.check_window(step, store, settings.disruption_seconds,
+                                          consent.ignore_windows, logger,
+                                          settings.default_calendar, expected_seconds))
+
+
+def install_window(reinstall: bool, store: Store, consent: Consent, settings: RolloutSettings,
+                   logger: Any, retirement_covers: bool) -> tuple[dict[str, Any], Any]:
+    """Step 2's window and the guard's record (None for a host never installed: its store has
+    no server yet, but its site may be open, so the window has room for steps 2 to 5)."""
+    if reinstall:
+        return guarded_window(Action.REINSTALL_HOST, store, consent, settings, logger)
+    return step_window(STEP_PXE_INSTALL_HYPERVISOR, store, consent, settings, logger,
+                       covered_by="the old box's retirement" if retirement_covers else "",
+                       expected_seconds=guard.sequence_seconds(
+                           Action.REINSTALL_HOST, settings.disruption_seconds)), None
+
+
+def creation_window(replacing: bool, store: Store, consent: Consent,
+                    settings: RolloutSettings, logger: Any,
+                    install_covers: bool) -> tuple[dict[str, Any], Any]:
+    """Step 5's window and the guard's record: destroying the domain that exists
+    (`replacing`) is the guard's; a new domain's window is covered by step 2 of this run when
+    that step installed the host (`install_covers`), else the store's."""
+    if replacing:
+        return guarded_window(Action.RECREATE_VM, store, consent, settings, logger)
+    return step_window(STEP_CREATE_VM, store, consent, settings, logger,
+                       covered_by="step 2 of this run" if install_covers else ""), None

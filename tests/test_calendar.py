@@ -3,6 +3,7 @@ the inventory's `calendar:` (YAML, CSV, defaults per inventory, errors naming st
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -81,7 +82,8 @@ def test_a_wrapping_day_range_and_bad_blackouts() -> None:
         calendar.parse_blackout("2026-02-30")
     with pytest.raises(ValueError, match="ends before it starts"):
         calendar.parse_blackout("2026-12-31..2026-12-01")
-    with pytest.raises(ValueError, match="unknown time zone 'Europe/Springfield': use an IANA"):
+    with pytest.raises(ValueError, match="unknown or non-canonical time zone "
+                                         "'Europe/Springfield': use the IANA name"):
         calendar.zone("Europe/Springfield")
 
 
@@ -117,7 +119,7 @@ def test_defaults_fill_each_store_field_by_field_and_a_store_overrides_them() ->
 
 @pytest.mark.parametrize(("stores", "defaults", "message"), [
     ([{"calendar": {"time_zone": "Mars/Olympus", "windows": ["daily 01:00-02:00"]}}], None,
-     "store 's1': calendar.time_zone: unknown time zone 'Mars/Olympus'"),
+     "store 's1': calendar.time_zone: unknown or non-canonical time zone 'Mars/Olympus'"),
     ([{"calendar": {"time_zone": "UTC", "windows": ["Mon 1:00-2:00"]}}], None,
      "store 's1': calendar.windows: invalid maintenance window 'Mon 1:00-2:00'"),
     ([{"calendar": {"time_zone": "UTC", "windows": []}}], None,
@@ -187,3 +189,13 @@ def test_the_windows_command_prints_each_stores_windows(tmp_path: Path) -> None:
     assert json.loads(anytime.output) == {"s1": None}
     unknown = runner.invoke(app, ["windows", "s9", "--inventory", str(path)])
     assert unknown.exit_code != 0 and "store_id 's9' is not in the inventory" in unknown.output
+
+
+@pytest.mark.parametrize("name", ["localtime", "Factory", "EST", "US/Eastern", "posixrules",
+                                  "Etc/GMT+5"])
+def test_only_canonical_zones_are_taken(name: str) -> None:
+    """Names that follow a machine's setting or an old convention, not a place's clocks."""
+    with pytest.raises(ValueError, match=re.escape(f"non-canonical time zone {name!r}")):
+        calendar.zone(name)
+    assert calendar.zone("UTC").key == "UTC"
+    assert calendar.zone("America/Argentina/Buenos_Aires").key == "America/Argentina/Buenos_Aires"

@@ -1,5 +1,6 @@
-"""Issue 5: cancelling a rollout (run by the lab's worker) through the API rolls it back;
-`store-rollout rollback`."""
+"""Issue 5: cancelling a rollout (run by the lab's worker) through the API cleans up a store
+that never went live; issue 43: cancelling a run of a live store (paused for its approval)
+leaves the store as it is; `store-rollout rollback --yes`."""
 
 from __future__ import annotations
 
@@ -88,8 +89,28 @@ def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
     # a cancelled rollout can be retried from scratch ...
     result = finish(start_rollout(lab_env, store_id, inv))
     check_store(lab, store_id, result)
-    # ... and rolled back on request
-    done = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv))
+    # ... a run of the live store that would recreate its VM waits for its approval; cancelled
+    # there, it leaves the live store as it is (issue 43: cancel is not rollback)
+    paused = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
+        "parameters": {"store_id": store_id, "inventory": str(inv), "recreate_vm": True}},
+        timeout=10).json()
+
+    def paused_state() -> str:
+        return str(requests.get(f"{api}/flow_runs/{paused['id']}", timeout=5).json()["state_type"])
+
+    wait_for(lambda: paused_state() == "PAUSED", timeout=120, what="the run to ask for approval")
+    requests.post(f"{api}/flow_runs/{paused['id']}/set_state", json={
+        "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
+    wait_for(lambda: paused_state() == "CANCELLED", timeout=120, what="the run to be cancelled")
+    master = SaltMasterClient(lab.salt_master_config)
+    assert domain_running(lab, f"store-{store_id}-vm")
+    assert master.key_state(f"store-{store_id}-vm") == "accepted"
+    # ... and rolled back on request: shown first, done with --yes
+    shown = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv))
+    assert shown.exit_code == 2 and "add --yes to go on" in " ".join(shown.stderr.split())
+    assert domain_running(lab, f"store-{store_id}-vm")
+    done = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv), "--yes")
     assert done.exit_code == 0, (done.exception, done.stderr[-2000:])
+    assert json.loads(done.stdout)["authorization"]["approval"].endswith("(confirmed with --yes)")
     assert json.loads(done.stdout)["vm"]["domain"] is True
     assert_rolled_back(lab, store_id)

@@ -23,9 +23,14 @@ def test_the_disruptive_steps_are_step_2_and_step_5() -> None:
     assert set(DISRUPTIVE_STEPS) == {STEP_PXE_INSTALL_HYPERVISOR, STEP_CREATE_VM}
 
 
-def test_no_calendar_means_any_time() -> None:
+def test_no_calendar_is_no_window_fail_closed() -> None:
+    """Issue 43: a store without a calendar, and no default one, is never disrupted "any
+    time": refused naming what to set, unless overridden (and then it says so)."""
     decision = decide(STEP, None, MONDAY_NOON, HOUR)
-    assert decision.go and "no calendar" in decision.reason and not decision.overridden
+    assert not decision.go and decision.wait_until is None
+    assert "STORE_ROLLOUT_DEFAULT_TIME_ZONE" in decision.reason and "--now" in decision.reason
+    overridden = decide(STEP, None, MONDAY_NOON, HOUR, ignore_windows=True)
+    assert overridden.go and overridden.overridden and "no calendar" in overridden.reason
 
 
 def test_outside_a_window_the_step_waits_for_the_next_one() -> None:

@@ -135,7 +135,7 @@ def check_a_destroyed_box_is_replaced(lab: LabInfo, lab_env: dict[str, str], inv
                "redfish_system_id": "--redfish-system-id", "serial": "--serial"}
     args = [arg for field, value in fields.items() for arg in (options[field], str(value))]
     # asked first under the lab's "destructive" policy (tests/test_step_rules.py); not here
-    done = cli_in_process(lab_env, "replace", store_id, *args, "--inventory", str(inventory),
+    done = cli_in_process(lab_env, "replace", store_id, *args, "--inventory", str(inventory), "--yes",
                           "--json", settings={"STORE_ROLLOUT_APPROVAL_POLICY": "never"})
     assert done.exit_code == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
@@ -200,7 +200,8 @@ def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inv
                if s["store_id"] == store_id)
     before = store_traces(lab, store_id, mac)
     assert before["cobbler"] and before["dhcp"] and before["domain"] and before["host_on"], before
-    done = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory))
+    done = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory),
+                          "--yes")
     assert done.exit_code == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["vm"] == {"domain": True, "disk_dir": True}, result
@@ -215,7 +216,8 @@ def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inv
     status = json.loads(cli_in_process(lab_env, "reconcile", store_id, "--inventory",
                                        str(inventory), "--json").stdout)["stores"][store_id]
     assert (status["status"], status["mismatches"]) == ("decommissioned", []), status
-    again = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory))
+    again = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory),
+                          "--yes")
     assert again.exit_code == 0, again.stderr[-3000:]
     second = json.loads(again.stdout)
     assert second["vm"]["host_gone"] and second["keys"]["keys_deleted"] == [], second

@@ -37,7 +37,9 @@ from store_rollout.contracts import (
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, plan_store
+from store_rollout.guard import ActionRefused, Consent
 from store_rollout.inventory import parse_inventory
+from store_rollout.inventory.calendar_spec import CalendarSpec
 from tasks import erp, pxe_install, salt_master, virt
 from tasks.salt import HypervisorReadyWatcher, HypervisorWrongHardware, SaltEventTimeout
 
@@ -60,14 +62,33 @@ def domain(**changes: Any) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------- the predicates
 
-@pytest.mark.parametrize(("key", "ready", "installed"), [
-    ("accepted", True, True),
-    ("accepted", False, False),  # up, its highstate not done
-    ("pending", True, False), ("denied", True, False), (None, False, False),
+@pytest.mark.parametrize(("key", "recorded", "ready", "installed"), [
+    ("accepted", False, True, True),  # answers ready (a host of an older record)
+    ("accepted", False, False, False),  # up, its install not finished, highstate not done
+    ("accepted", True, False, True),  # install finished: silent now is still installed
+    ("accepted", True, True, True),
+    ("pending", True, True, False), ("denied", True, True, False), (None, True, False, False),
 ])
-def test_hypervisor_installed(key: str | None, ready: bool, installed: bool) -> None:
-    assert step_rules.hypervisor_installed(key, ready) is installed
-    assert step_rules.hypervisor_installed(key, lambda: ready) is installed
+def test_hypervisor_installed(key: str | None, recorded: bool, ready: bool,
+                              installed: bool) -> None:
+    assert step_rules.hypervisor_installed(key, recorded, ready) is installed
+    assert step_rules.hypervisor_installed(key, recorded, lambda: ready) is installed
+
+
+@pytest.mark.parametrize(("exists", "netboot", "recorded"), [
+    (True, False, True),  # the installer's end-of-install call turned netboot off
+    (True, True, False),  # an install asked for and not finished
+    (True, None, False), (False, None, False),
+])
+def test_install_recorded(exists: bool, netboot: bool | None, recorded: bool) -> None:
+    assert step_rules.install_recorded(exists, netboot) is recorded
+
+
+def test_store_live() -> None:
+    assert not step_rules.store_live([])
+    assert step_rules.store_live([{"status": "store-server-running"}])
+    assert not step_rules.store_live([{"status": "store-server-running"},
+                                      {"status": "store-decommissioned"}])
 
 
 def test_reinstall_due_once_per_request() -> None:
@@ -88,9 +109,9 @@ def test_hypervisor_installed_asks_for_the_grain_only_of_an_accepted_key() -> No
         asked.append("grain")
         return True
 
-    assert not step_rules.hypervisor_installed("pending", ready)
+    assert not step_rules.hypervisor_installed("pending", False, ready)
     assert asked == []
-    assert step_rules.hypervisor_installed("accepted", ready)
+    assert step_rules.hypervisor_installed("accepted", False, ready)
     assert asked == ["grain"]
 
 
@@ -285,7 +306,9 @@ def run_task(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     settings = SimpleNamespace(salt_master_config="/dev/null", vm_type="kvm",
                                image_base_url="https://images.invalid", image_ca_bundle="",
                                image_rate_limit="",
-                               disruption_seconds=dict(DEFAULT_DISRUPTION_SECONDS))
+                               disruption_seconds=dict(DEFAULT_DISRUPTION_SECONDS),
+                               default_calendar=CalendarSpec(time_zone="UTC",
+                                                             windows=["daily 00:00-24:00"]))
 
     class Cobbler:
         record: dict[str, Any] | None = None
@@ -381,7 +404,8 @@ def test_swapping_reinstall_due_flips_a_requested_reinstall_in_plan_and_task(
 
     def reinstall() -> str:
         try:
-            result = run_task(pxe_install.pxe_install_hypervisor, master, 1800.0, False, True)
+            result = run_task(pxe_install.pxe_install_hypervisor, master, 1800.0, Consent(
+                asked=("reinstall_hypervisor",), policy="never"))
         except WouldInstall:
             return "install"
         return "skipped" if result["skipped"] else "underway" if result["install_underway"] else "?"
@@ -415,8 +439,14 @@ def test_swapping_domain_reusable_flips_step_5_in_plan_and_task(
     negate("domain_reusable")
     master = FakeMaster(HV_KEYS, domain())
     assert step(facts(), STEP_CREATE_VM).action.startswith("create ")
-    assert not run_task(virt.create_vm, master, IMAGE)["reused"]
-    assert "virt.init" in master.calls
+    # the task goes to define the domain anew: over a domain that exists, only as the guard
+    # lets it (nobody asked for recreate_vm here)
+    with pytest.raises(ActionRefused, match="recreate_vm refused"):
+        run_task(virt.create_vm, master, IMAGE)
+    assert "virt.init" not in master.calls
+    asked = Consent(asked=("recreate_vm",), policy="never")
+    assert not run_task(virt.create_vm, FakeMaster(HV_KEYS, domain()), IMAGE, 120, asked)[
+        "reused"]
 
 
 def test_swapping_seed_needed_flips_step_5_in_plan_and_task(
@@ -540,7 +570,11 @@ SITES: dict[str, list[tuple[str, str]]] = {
     "erp_notice_for": [("store_rollout/fleet/facts.py", "notice_for_vm")],
     "decommissioned": [("store_rollout/fleet/facts.py", "decommissioned")],
     "box_notice_key": [("tasks/erp.py", "idempotency_key")],
-    "old_box_retired": [("tasks/pxe_install.py", "retire_old_box")],
+    "old_box_retired": [("tasks/retire_box.py", "retire_old_box")],
+    "install_recorded": [("tasks/pxe_install.py", "installed_already"),
+                         ("store_rollout/fleet/facts.py", "installed"),
+                         ("tasks/observe.py", "_host_on")],
+    "store_live": [("flows/store_rollback.py", "store_rollback")],
 }
 CHECKED = ("store_rollout", "tasks", "flows", "app")
 

@@ -49,8 +49,13 @@ def test_a_window_too_short_for_step_2_is_skipped() -> None:
     assert "closes in 30 min" in why
 
 
-def test_a_store_without_a_calendar_starts_now() -> None:
-    assert start_time(store(None), MONDAY_NOON, INSTALL)[0] == MONDAY_NOON
+def test_a_store_without_a_calendar_follows_the_default_one_or_gets_no_start() -> None:
+    from store_rollout.inventory.calendar_spec import CalendarSpec
+
+    start, why = start_time(store(None), MONDAY_NOON, INSTALL)
+    assert start is None and "STORE_ROLLOUT_DEFAULT_TIME_ZONE" in why
+    always = CalendarSpec(time_zone="UTC", windows=["daily 00:00-24:00"])
+    assert start_time(store(None), MONDAY_NOON, INSTALL, always)[0] == MONDAY_NOON
 
 
 def test_a_store_without_any_window_gets_no_start() -> None:

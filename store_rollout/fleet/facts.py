@@ -72,8 +72,17 @@ class StoreFacts(BaseModel):
 
     @property
     def installed(self) -> bool:
-        """Step 2 would skip the PXE install."""
-        return step_rules.hypervisor_installed(self.hypervisor_key, self.hypervisor_ready)
+        """Step 2 would not install the host (unless a reinstall is asked for): installed by
+        the durable facts, whether it answers now or not."""
+        return step_rules.hypervisor_installed(
+            self.hypervisor_key, step_rules.install_recorded(self.cobbler_record,
+                                                             self.cobbler_netboot),
+            self.hypervisor_ready)
+
+    @property
+    def silent(self) -> bool:
+        """Installed, but not answering ready now: a rollout waits for it."""
+        return self.installed and not self.hypervisor_ready
 
     @property
     def wrong_hardware(self) -> bool:

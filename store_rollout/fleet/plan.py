@@ -57,8 +57,12 @@ def _pxe(f: StoreFacts) -> StepPlan:
                    + (f"exists, netboot {netboot}" if f.cobbler_record else "none")]
         if f.cobbler_netboot:
             details.append("netboot is on: a power cycle would reinstall this host")
+        if f.silent:
+            details.append(f"{f.hypervisor} does not answer now: silent, never reinstalled "
+                           "(powered on from its disk if its BMC says it is off)")
         return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
-                        action="none: hypervisor installed and ready", details=details)
+                        action="none: hypervisor installed, silent" if f.silent
+                        else "none: hypervisor installed and ready", details=details)
     if f.install_underway:
         return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
                         action="none: its install is underway (no second power cycle)",
@@ -97,6 +101,13 @@ def _wait(f: StoreFacts) -> StepPlan:
                         action=f"fails: {f.hypervisor} reports serial {f.hypervisor_serial!r}, "
                         f"the inventory's hypervisor.serial is {f.expected_serial!r}",
                         details=["steps 4 to 8 do not run on another box than the store's"])
+    if f.silent:
+        return StepPlan(step=contracts.STEP_WAIT_FOR_HYPERVISOR, todo=True,
+                        action="wait for the silent host to answer (installed: never "
+                               "reinstalled)",
+                        details=[f"{f.hypervisor}: key accepted, install finished in Cobbler, "
+                                 "no answer now; the step fails after its timeout naming how "
+                                 "long it was silent"])
     if f.installed:
         details = _highstate_details(f)
         if f.highstate_changes:

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from store_rollout.inventory.bmc import bmc_identity
 from store_rollout.inventory.calendar_spec import CalendarSpec, with_default_calendar
 from store_rollout.regions import DEFAULT_REGION, REGION_RE
 
@@ -209,7 +210,8 @@ class Store(_Strict):
     erp: ErpSpec
     calendar: CalendarSpec | None = Field(
         None, description="time zone, maintenance windows, blackout dates (default: "
-                          "defaults.calendar; none: any time)")
+                          "defaults.calendar, else the chain's default calendar; with none, "
+                          "disruptive steps are refused)")
 
     @field_validator("calendar")
     @classmethod
@@ -258,14 +260,20 @@ class Inventory(_Strict):
                            ("hypervisor.hostname", lambda s: s.hypervisor.hostname),
                            ("hypervisor.ip", lambda s: s.hypervisor.ip),
                            ("hypervisor.serial", lambda s: s.hypervisor.serial),
-                           ("vm.name", lambda s: s.vm_name)):
-            seen: dict[str, str] = {}
+                           ("vm.name", lambda s: s.vm_name),
+                           ("hypervisor.power_address (BMC address and port)",
+                            lambda s: bmc_identity(s.hypervisor.power_address,
+                                                   s.hypervisor.power_type,
+                                                   s.hypervisor.power_port,
+                                                   s.hypervisor.redfish_system_id))):
+            seen: dict[Any, str] = {}
             for store in self.stores:
                 value = key(store)
                 if value in ("dhcp", None):
                     continue
                 if value in seen:
-                    raise ValueError(f"duplicate {label} {value!r} in stores {seen[value]!r} "
+                    shown = ":".join(v for v in value if v) if isinstance(value, tuple) else value
+                    raise ValueError(f"duplicate {label} {shown!r} in stores {seen[value]!r} "
                                      f"and {store.store_id!r}: each store needs its own")
                 seen[value] = store.store_id
         return self

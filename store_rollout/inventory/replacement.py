@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from store_rollout.inventory.bmc import bmc_identity
 from store_rollout.inventory.models import HypervisorSpec, Inventory, InventoryError, Store
 
 # what a replacement gives of its new box
@@ -39,4 +40,14 @@ def with_new_box(inventory: Inventory, store_id: str, box: dict[str, Any]) -> St
     if taken:
         raise InventoryError(f"replace_box.mac {hypervisor.mac}: the MAC of store {taken[0]}'s "
                              "host in the inventory; give the new box's own")
+    def identity(hv: HypervisorSpec) -> tuple[str, str, str] | None:
+        return bmc_identity(hv.power_address, hv.power_type, hv.power_port,
+                            hv.redfish_system_id)
+
+    shared = [s.store_id for s in inventory.stores if s.store_id != store_id
+              and identity(hypervisor) and identity(s.hypervisor) == identity(hypervisor)]
+    if shared:
+        raise InventoryError(f"replace_box.power_address {hypervisor.power_address}: the BMC of "
+                             f"store {shared[0]}'s host in the inventory (same address and "
+                             "port); give the new box's own BMC")
     return store.model_copy(update={"hypervisor": hypervisor})

@@ -69,6 +69,7 @@ class HypervisorReadyWatcher:
         self.logger, self.clock = logger, clock
         self.last: SaltEvent | None = None
         self.answering_since: float | None = None
+        self.silent_since: float | None = None  # since when it has not answered at all
         self.reapplied: str | None = None
         self.master_log = master.log_tail()
 
@@ -81,10 +82,16 @@ class HypervisorReadyWatcher:
         while not ready:
             ready = self._listen(deadline)
             if not ready and self.clock.monotonic() >= deadline:
+                key = self.master.key_state(self.minion)
+                silent = ""
+                if self.silent_since is not None and key == step_rules.KEY_ACCEPTED:
+                    silent = (f"; silent for {self.clock.monotonic() - self.silent_since:.0f}s: "
+                              "its key is accepted, so it is waited for, never reinstalled "
+                              "(check its power, network and salt-minion, then run again)")
                 raise SaltEventTimeout(
                     f"store {self.store_id}: hypervisor minion {self.minion} sent no "
                     f"{HYPERVISOR_READY_TAG} within {self.timeout:.0f}s; last event from it: "
-                    f"{_describe(self.last)}; key state: {self.master.key_state(self.minion)}",
+                    f"{_describe(self.last)}; key state: {key}{silent}",
                     operation=HYPERVISOR_READY_TAG, minion_id=self.minion, timeout=self.timeout)
         # a ready event proves nothing about whose key sent it: look once more at the keys
         contested_key(self.master, self.store_id, self.minion)
@@ -154,6 +161,7 @@ class HypervisorReadyWatcher:
         state = hypervisor_state(self.master, self.minion)
         now = self.clock.monotonic()
         self.answering_since = None if state == "silent" else self.answering_since or now
+        self.silent_since = (self.silent_since or now) if state == "silent" else None
         up_for = now - (self.answering_since or now)
         if state == "answering" and self.reapplied is None and up_for >= self.stall_timeout:
             self.reapplied = reapply_highstate(self.master, self.minion)

@@ -1,0 +1,171 @@
+"""The one gate of every action that can destroy or disrupt a working store.
+
+Reinstalling an installed host, powering one on, recreating or removing a store VM, retiring a
+replaced box (its power and keys), decommissioning: each path calls `guard.authorize` (as
+`guard.authorize`, never imported by name, so tests/test_guard.py can swap it and see every
+path follow) before its first change. It goes on only when
+  (a) the action was asked for by name (a run parameter or a command, `Consent.asked`),
+  (b) the approval policy agreed (no approval needed under `never`; else an approver's yes on
+      the run's page, or the person at the terminal who confirmed with `--yes`), and
+  (c) the store's maintenance window has room for the whole sequence the action starts (a
+      reinstall: steps 2 to 5, not step 2 alone), unless the run overrides windows (`--now`).
+It returns what it decided, and the record of who asked, who approved and when, which the
+caller logs and keeps in its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict
+
+from store_rollout import disruption
+from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
+from store_rollout.inventory.calendar_spec import CalendarSpec
+from store_rollout.inventory.models import Store
+
+
+class Action(StrEnum):
+    """Each value is the run parameter or command that asks for the action by name."""
+
+    REINSTALL_HOST = "reinstall_hypervisor"
+    RECREATE_VM = "recreate_vm"
+    REPLACE_BOX = "replace_box"
+    ROLLBACK = "rollback"
+    DECOMMISSION = "decommission"
+    # an installed host found powered off: switched on (from its disk: netboot is off), not
+    # reinstalled. The store is down already, so it needs no approval and no window; it is
+    # asked for by running the store's rollout at all, and recorded like the others
+    POWER_ON_HOST = "power_on_host"
+    # a cancelled run's half-made VM of a store that never went live (the ERP knows nothing of
+    # it): nothing works yet to disrupt; the cancel asks for it
+    CLEAN_UNFINISHED = "clean_unfinished"
+
+
+WHAT: Final = {
+    Action.REINSTALL_HOST: "reinstalls the store's host (its disk and the store server on it "
+                           "are wiped) and creates the store server anew",
+    Action.RECREATE_VM: "destroys the store server VM and creates it anew from the image",
+    Action.REPLACE_BOX: "powers the old box off, deletes the store's keys and installs the "
+                        "new box and its store server",
+    Action.ROLLBACK: "destroys the store server VM, its disk and its key",
+    Action.DECOMMISSION: "destroys the store server, shuts the host down and forgets the store "
+                         "in Salt, Cobbler and the ERP",
+    Action.POWER_ON_HOST: "powers on the store's installed host, found off (it boots from its "
+                          "disk; nothing is reinstalled)",
+    Action.CLEAN_UNFINISHED: "removes the half-made store server VM of a store that never "
+                             "went live, after its rollout was cancelled",
+}
+# actions that need neither an approval nor a window (they disrupt nothing that runs)
+UNDISRUPTIVE: Final = frozenset({Action.POWER_ON_HOST, Action.CLEAN_UNFINISHED})
+# seconds the undo actions keep a store down at most (the VM's removal, a graceful shutdown)
+UNDO_SECONDS: Final = 900.0
+
+
+def sequence_seconds(action: Action, disruption_seconds: dict[str, float]) -> float:
+    """How long the store is disrupted from the action's start to its end: a reinstall or a
+    replacement until the new store server's firstboot is done (steps 2 to 5, each step's
+    disruption_seconds), a recreation step 5's, an undo UNDO_SECONDS."""
+    if action in (Action.REINSTALL_HOST, Action.REPLACE_BOX):
+        return (disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR]
+                + disruption_seconds[STEP_CREATE_VM])
+    if action is Action.RECREATE_VM:
+        return disruption_seconds[STEP_CREATE_VM]
+    return 0.0 if action in UNDISRUPTIVE else UNDO_SECONDS
+
+
+class Consent(BaseModel):
+    """What a run or a command carries into the guard: the actions asked for by name, who asked,
+    the approval policy and its answer, and whether windows are overridden."""
+
+    model_config = ConfigDict(frozen=True)
+
+    asked: tuple[str, ...] = ()
+    asked_by: str = ""
+    policy: str = "destructive"
+    approved: bool = False
+    approved_by: str = ""
+    approved_at: datetime | None = None
+    ignore_windows: bool = False
+
+    def asks(self, action: Action) -> bool:
+        return action.value in self.asked
+
+
+# a run that asked for nothing destructive and was approved for nothing
+NO_CONSENT: Final = Consent()
+
+
+class ActionRefused(RuntimeError):
+    """A destructive action without its request or its approval: nothing was changed."""
+
+    def __init__(self, store_id: str, action: Action, why: str) -> None:
+        super().__init__(f"store {store_id}: {action.value} refused, nothing changed: {why}")
+        self.store_id, self.action, self.why = store_id, action, why
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """The guard's answer: go now, or wait until `wait_until` (None with go false: no window
+    long enough ahead), and the record of the decision."""
+
+    action: str
+    go: bool
+    reason: str
+    wait_until: datetime | None
+    record: dict[str, Any]
+
+    def window(self) -> dict[str, Any]:
+        """As a step's `window` result (tasks/windows.py waits on it)."""
+        return {"go": self.go, "reason": self.reason, "wait_until": self.wait_until,
+                "overridden": bool(self.record.get("window_overridden"))}
+
+
+def calendar_for(store: Store, default: CalendarSpec | None) -> CalendarSpec | None:
+    """The store's own calendar, else the chain's default (settings); None: neither."""
+    return store.calendar or default
+
+
+def authorize(action: Action, store: Store, consent: Consent, *,
+              disruption_seconds: dict[str, float], default_calendar: CalendarSpec | None,
+              now: datetime | None = None) -> Authorization:
+    """Whether `action` may start on `store` now (see the module's docstring); raises
+    ActionRefused when it was not asked for by name or not approved."""
+    now = now or datetime.now(UTC)
+    what = WHAT[action]
+    if action not in UNDISRUPTIVE and not consent.asks(action):
+        raise ActionRefused(store.store_id, action, f"it {what}, and nobody asked for it by "
+                            f"name (run parameter or command {action.value})")
+    if action in UNDISRUPTIVE:
+        approval = "not needed (nothing runs to disrupt)"
+    elif consent.policy == "never":
+        approval = "not needed (approval policy never)"
+    elif consent.approved:
+        approval = f"approved by {consent.approved_by or 'the approver'}"
+    else:
+        raise ActionRefused(store.store_id, action, f"it {what}, and the approval policy "
+                            f"{consent.policy!r} needs an approval nobody gave (answer on the "
+                            "run's page, or confirm the command with --yes)")
+    seconds = sequence_seconds(action, disruption_seconds)
+    if action in UNDISRUPTIVE:
+        window = disruption.WindowDecision(True, "no window needed: nothing runs to disrupt")
+    else:
+        window = disruption.decide_sequence(
+            action.value, what, calendar_for(store, default_calendar), now,
+            timedelta(seconds=seconds), consent.ignore_windows)
+    record = {"action": action.value, "store_id": store.store_id, "go": window.go,
+              "asked_by": consent.asked_by or "the run", "approval": approval,
+              "approved_at": consent.approved_at.isoformat() if consent.approved_at else None,
+              "window": window.reason, "window_overridden": window.overridden,
+              "sequence_seconds": seconds, "decided_at": now.isoformat()}
+    return Authorization(action.value, window.go, window.reason, window.wait_until, record)
+
+
+def describe(record: dict[str, Any]) -> str:
+    """One log line of a decision."""
+    return (f"guard: {record['action']} of store {record['store_id']} "
+            f"{'goes' if record['go'] else 'waits'}: asked by {record['asked_by']}; "
+            f"{record['approval']}; {record['window']}")
