@@ -11,6 +11,8 @@ from importlib.metadata import entry_points
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
 from app.replace import replace
@@ -93,8 +95,8 @@ def rollout(
     )[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
-    else:
-        console.print(
+    else:  # the result on stdout; logs and the live view on stderr
+        Console(soft_wrap=True).print(
             f"store {store_id}: {result['state']} in {result['seconds']}s"
             + (f", ERP id {result.get('erp_id')}" if result.get("erp_id") else "")
             + (f"\n{result.get('error')}" if result.get("error") else "")
@@ -152,7 +154,8 @@ def status(
     limit: Annotated[int, typer.Option(help="how many runs")] = 20,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Recent rollout, batch and rollback runs with their states."""
+    """Recent rollout, batch and rollback runs with their states (past and running first,
+    then the upcoming ones, a batch's stores scheduled into their windows)."""
     rows = recent_runs(limit)
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -244,7 +247,7 @@ def stage(
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
-    print_staged(result, console)
+    print_staged(result)
 
 
 @app.command("serve")
@@ -281,7 +284,18 @@ _registered_commands()
 
 
 def main() -> None:
-    app()
+    """The command; a server that does not answer is one line naming it and the fix (exit 2),
+    never a traceback."""
+    from app.runner import unreachable
+
+    try:
+        app()
+    except Exception as exc:
+        line = unreachable(exc)
+        if line is None:
+            raise
+        console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

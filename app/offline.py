@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
+from zoneinfo import ZoneInfo
 
 import typer
 from rich.console import Console
@@ -15,7 +16,8 @@ from rich.table import Table
 from app.runner import console, refuse
 from store_rollout.calendar import HORIZON
 from store_rollout.inventory import DEFAULT_INVENTORY
-from store_rollout.settings import SettingsError
+from store_rollout.inventory.calendar_spec import skipped_windows
+from store_rollout.settings import SettingsError, load_settings
 
 Inventory = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML or CSV")]
 # commands that only read may fall back on the example; a command that changes anything
@@ -74,21 +76,34 @@ def windows(
     except InventoryError as exc:
         refuse(str(exc))
     now = datetime.now(UTC)
-    found = {s.store_id: None if s.calendar is None else s.calendar.next_windows(now, count)
-             for s in stores}
+    try:
+        default = load_settings().default_calendar
+    except SettingsError:  # no settings here: stores without a calendar show none
+        default = None
+    calendars = {s.store_id: s.calendar or default for s in stores}
+    found = {sid: None if spec is None else spec.next_windows(now, count)
+             for sid, spec in calendars.items()}
+    skipped = {sid: [] if spec is None else skipped_windows(
+        spec, now, max((w.end for w in found[sid] or []), default=now + HORIZON))
+        for sid, spec in calendars.items()}
     if as_json:
-        print(json.dumps({sid: None if ws is None else [w.as_dict(now) for w in ws]
-                          for sid, ws in found.items()}, indent=2))
+        print(json.dumps({sid: None if ws is None else {
+            "windows": [w.as_dict(now) for w in ws],
+            "skipped_0h": [{"start_utc": at.isoformat(), "window": text}
+                           for at, text in skipped[sid]]} for sid, ws in found.items()},
+            indent=2))
         return
     table = Table(title=f"maintenance windows ({now:%Y-%m-%d %H:%M} UTC now)")
     for col in ("store", "time zone", "local", "UTC", "hours", ""):
         table.add_column(col)
     for store in stores:
         rows = found[store.store_id]
+        spec = calendars[store.store_id]
         if rows is None:
-            table.add_row(store.store_id, "-", "any time (no calendar)", "", "", "")
+            table.add_row(store.store_id, "-", "none: no calendar and no default one "
+                          "(disruptive steps refused)", "", "", "")
         elif not rows:
-            table.add_row(store.store_id, str(store.calendar and store.calendar.time_zone),
+            table.add_row(store.store_id, str(spec and spec.time_zone),
                           f"none within {HORIZON.days} days (blackout dates?)", "", "", "")
         for n, w in enumerate(rows or []):
             start, end = w.local(w.start), w.local(w.end)
@@ -96,4 +111,8 @@ def windows(
                           f"{start:%a %Y-%m-%d %H:%M} - {end:%a %H:%M %Z}",
                           f"{w.start:%a %m-%d %H:%M} - {w.end:%a %H:%M}", f"{w.hours:g}",
                           "open now" if w.contains(now) else "")
+        for at, text in skipped[store.store_id]:
+            local = at.astimezone(ZoneInfo(str(spec and spec.time_zone)))
+            table.add_row("", "", f"{local:%a %Y-%m-%d}: {text}", f"{at:%a %m-%d %H:%M}", "0",
+                          "skipped: the clocks go forward in it")
     Console(width=160).print(table)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from app.offline import Confirmed, Now, RequiredInventory
 from app.runner import console, refuse, refuse_settings, run_stores
@@ -74,7 +75,7 @@ def replace(
     if as_json:
         print(json.dumps(result, indent=2, default=str))
     else:
-        console.print(f"store {store_id}: {result['state']} in {result['seconds']}s"
+        Console(soft_wrap=True).print(f"store {store_id}: {result['state']} in {result['seconds']}s"
                       + (f"\n{result.get('error')}" if result.get("error") else ""))
     if result["state"] != "Completed":
         raise typer.Exit(1)

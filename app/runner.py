@@ -151,7 +151,7 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool,
     from app.live import LiveSteps
     from flows.rollout import store_rollout
     from store_rollout import steps
-    from store_rollout.approvals import REJECTED
+    from store_rollout.approvals import UNAPPROVED_ENDS
 
     view = LiveSteps(store_ids)
     steps.add_listener(view)
@@ -164,7 +164,7 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool,
             "state": state.name,
             "seconds": round(time.monotonic() - started, 1),
         }
-        if state.is_completed() and state.name != REJECTED:
+        if state.is_completed() and state.name not in UNAPPROVED_ENDS:
             summary.update(state.result())
             summary["state"] = "Completed"
         else:  # failed, or rejected by the approver (its message says so)
@@ -209,21 +209,71 @@ def run_batch(inventory: Path, store_ids: list[str], show_progress: bool, **wave
         steps.remove_listener(progress)
 
 
-def recent_runs(limit: int) -> list[dict[str, Any]]:
-    """The Prefect server's latest flow runs, newest first: name, flow, state, start, seconds."""
+def recent_runs(limit: int) -> dict[str, list[dict[str, Any]]]:
+    """The Prefect server's flow runs: `runs`, those that ran or run now, newest first, and
+    `upcoming`, the scheduled ones (a batch's stores waiting for their windows), soonest
+    first; each with name, flow, state, start (or scheduled start), seconds."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
     from prefect.client.schemas.sorting import FlowRunSort
 
+    def state_is(types: list[StateType], negate: bool = False) -> FlowRunFilter:
+        kind = FlowRunFilterStateType(not_any_=types) if negate else FlowRunFilterStateType(any_=types)
+        return FlowRunFilter(state=FlowRunFilterState(type=kind))
+
+    scheduled = [StateType.SCHEDULED]
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=limit)
+        ran = client.read_flow_runs(flow_run_filter=state_is(scheduled, negate=True),
+                                    sort=FlowRunSort.START_TIME_DESC, limit=limit)
+        upcoming = client.read_flow_runs(flow_run_filter=state_is(scheduled),
+                                         sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=limit)
         flows = {f.id: f.name for f in client.read_flows()}
-    return [
-        {
-            "name": r.name,
-            "flow": flows.get(r.flow_id, "?"),
-            "state": r.state.name if r.state else "?",
-            "start": r.start_time.isoformat(timespec="seconds") if r.start_time else "-",
-            "seconds": round(r.total_run_time.total_seconds(), 1),
-        }
-        for r in runs
-    ]
+
+    def row(r: Any, when: Any) -> dict[str, Any]:
+        return {"name": r.name, "flow": flows.get(r.flow_id, "?"),
+                "state": r.state.name if r.state else "?",
+                "start": when.isoformat(timespec="seconds") if when else "-",
+                "seconds": round(r.total_run_time.total_seconds(), 1)}
+
+    return {"runs": [row(r, r.start_time) for r in ran],
+            "upcoming": [row(r, r.expected_start_time) for r in upcoming]}
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """One line naming the server that did not answer and the fix, when that is what `exc`
+    (or an exception it was raised from) says; None for any other error."""
+    import errno
+
+    import httpx
+    import requests
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, httpx.ConnectError | httpx.ConnectTimeout | httpx.ReadTimeout):
+            request = getattr(seen, "_request", None)
+            url = str(request.url) if request is not None else "a server"
+            return _server_line(url, str(seen) or type(seen).__name__)
+        if isinstance(seen, requests.ConnectionError | requests.Timeout):
+            url = str(getattr(seen.request, "url", "") or "a server")
+            return _server_line(url, type(seen).__name__)
+        if isinstance(seen, OSError) and seen.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH,
+                                                        errno.ETIMEDOUT):
+            return f"a server did not answer ({seen.strerror}): check that it runs and its address"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _server_line(url: str, reason: str) -> str:
+    """Which of the rollout's servers `url` is, by the settings that name them."""
+    import os
+
+    prefect = os.environ.get("PREFECT_API_URL", "")
+    if prefect and url.startswith(prefect.rstrip("/")) or "/api/" in url:
+        return (f"the Prefect server at {prefect or url} does not answer ({reason}): start it "
+                "(in the lab: `store-rollout lab up`) or set PREFECT_API_URL to the running one")
+    return f"{url} does not answer ({reason}): start that server or fix its address in the settings"

@@ -21,13 +21,18 @@ def print_batch(rows: list[dict[str, Any]]) -> None:
     Console(width=160).print(table)
 
 
-def print_runs(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="recent runs")
-    for col in ("run", "flow", "state", "started", "seconds"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(str(r["name"]), str(r["flow"]), str(r["state"]), str(r["start"]), str(r["seconds"]))
-    Console(width=160).print(table)
+def print_runs(found: dict[str, list[dict[str, Any]]]) -> None:
+    """Past and running runs first, then the upcoming (scheduled) ones in their own table."""
+    for key, title, when in (("runs", "recent runs", "started"),
+                             ("upcoming", "upcoming runs", "scheduled for")):
+        table = Table(title=title)
+        for col in ("run", "flow", "state", when, "seconds"):
+            table.add_column(col)
+        for r in found[key]:
+            table.add_row(str(r["name"]), str(r["flow"]), str(r["state"]), str(r["start"]),
+                          str(r["seconds"]))
+        if key == "runs" or found[key]:
+            Console(width=160).print(table)
 
 
 def print_plan(result: dict[str, Any]) -> None:
@@ -49,7 +54,8 @@ def print_plan(result: dict[str, Any]) -> None:
 
 def window_line(window: dict[str, Any] | None) -> str:
     if window is None:
-        return "any time (no calendar in the inventory)"
+        return ("none: no calendar and no default one, so disruptive steps are refused (set "
+                "the store's calendar or STORE_ROLLOUT_DEFAULT_*)")
     if "none" in window:
         return str(window["none"])
     return ("open now: " if window["open_now"] else "next: ") + str(window["text"])
@@ -66,9 +72,10 @@ def print_reconcile(result: dict[str, Any]) -> None:
     Console(width=180).print(table)
 
 
-def print_staged(result: dict[str, Any], console: Console) -> None:
+def print_staged(result: dict[str, Any]) -> None:
+    out = Console(width=160)  # the result: stdout (`stage ... > out.txt` holds it)
     for sid, staged in result["stores"].items():
-        console.print(
+        out.print(
             f"store {sid}: image {result['image_key'][:12]} on {staged['hypervisor']}: "
             + (
                 "already there"

@@ -23,7 +23,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.rollout import store_rollout
 from store_rollout import steps
-from store_rollout.approvals import REJECTED, check_policy
+from store_rollout.approvals import UNAPPROVED_ENDS, check_policy
 from store_rollout.inventory import load_inventory
 from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
@@ -68,7 +68,7 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, Any],
                            "seconds": round(time.monotonic() - started - waited, 1),
                            "queued_seconds": round(waited, 1), "error": "",
                            "began": round(began, 3), "ended": round(ended, 3)}
-    if state.is_completed() and state.name != REJECTED:
+    if state.is_completed() and state.name not in UNAPPROVED_ENDS:
         result: Any = state.result()
         row.update(state="Completed", erp_id=result["erp_id"])
     else:

@@ -20,6 +20,7 @@ from tasks.approvals import undo_consent
 from tasks.bmc import power_off_hypervisor
 from tasks.cobbler import remove_hypervisor_record
 from tasks.erp import notify_erp_decommissioned
+from tasks.notifications import notify_failure
 from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_store_keys
@@ -27,7 +28,7 @@ from tasks.slots import store_owner
 from tasks.virt import remove_vm
 
 
-@flow(name="store-decommission", flow_run_name="decommission-{store_id}")
+@flow(name="store-decommission", flow_run_name="decommission-{store_id}", on_failure=[notify_failure])
 @beating
 def store_decommission(store_id: str, inventory: str,
                        owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,

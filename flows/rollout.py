@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
 from flows.store_rollback import store_rollback
-from store_rollout.approvals import REJECTED, check_policy
+from store_rollout.approvals import NOT_APPROVED, REJECTED, check_policy
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
@@ -35,13 +35,13 @@ from tasks.erp import notify_erp, notify_erp_replaced
 from tasks.firstboot import firstboot
 from tasks.go_live import go_live_gate
 from tasks.kiwi import ensure_image
-from tasks.notifications import notify_failure
+from tasks.notifications import end_hypervisor_wait, notify_failure
 from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor
 from tasks.retire_box import retire_old_box
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
-from tasks.slots import fleet_slot, in_flight_slots, store_owner
+from tasks.slots import ReleasableSlot, in_flight_slots, store_owner
 from tasks.virt import create_vm
 from tasks.windows import run_in_window
 
@@ -52,6 +52,7 @@ def stop_on_cancel(flow: Any, flow_run: Any, state: Any) -> None:
     half-made VM of a store that never went live is cleaned (store_rollback's unfinished
     clean-up). Undoing a live store is `rollback`: asked by name, approved, in its window."""
     params = flow_run.parameters
+    end_hypervisor_wait(params["store_id"])
     store_rollback(params["store_id"], params["inventory"], own_store=False,
                    unfinished_only=True, asked_by=f"the cancel of run {flow_run.name}")
 
@@ -133,8 +134,10 @@ def store_rollout(store_id: str, inventory: str,
     policy = check_policy(approval_policy or settings.approval_policy)
     preflight([store], settings)
     clock = StepClock(store_id)
-    with fleet_slot(in_flight_slots(store.region)) if hold_fleet_slot else nullcontext(), \
-            store_owner(store_id, owner_wait_seconds, this_flow_run()), \
+    # taken after the approval and given back while a step waits for its window: a run that
+    # only waits holds none of the fleet's in-flight slots
+    slot = ReleasableSlot(in_flight_slots(store.region)) if hold_fleet_slot else None
+    with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
         approval = ({"asked": True, "approved": True,
                      "comment": f"confirmed by {confirmed_by} with --yes"} if confirmed_by
@@ -143,6 +146,8 @@ def store_rollout(store_id: str, inventory: str,
                                          recreate_vm=recreate_vm,
                                          reinstall_hypervisor=reinstall_hypervisor,
                                          replace_box=bool(replace_box)))
+        if approval.get("not_approved"):  # no answer, and a run of the CLI cannot be parked
+            return Completed(name=NOT_APPROVED, message=approval["comment"])
         if not approval["approved"]:
             return Completed(name=REJECTED, message=f"store {store_id}: rejected by the "
                              f"approver ({approval['comment'] or 'no comment'}); nothing changed")
@@ -150,29 +155,48 @@ def store_rollout(store_id: str, inventory: str,
                                   recreate_vm=recreate_vm,
                                   reinstall_hypervisor=reinstall_hypervisor,
                                   replace_box=bool(replace_box))
-        image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
-                          settings.image_params, settings.image_cache_dir, settings.image_builder)
-        retired = (run_in_window(store_id, lambda: retire_old_box(old_box, store, consent))
-                   if replace_box else None)
-        install = run_in_window(store_id, lambda: clock.run(
-            STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
-            install_seconds=hypervisor_timeout, consent=consent,
-            window_covered=bool(retired and retired.get("authorization"))))
-        hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
-                            timeout=hypervisor_timeout, already_ready=install["skipped"],
-                            stall_timeout=hypervisor_stall_timeout)
-        keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
-        # step 2 started an install in a window with room for steps 2 to 5: step 5 goes on
-        installed_now = bool(install["power_actions"]) and not install["silent"]
-        vm = run_in_window(store_id, lambda: clock.run(
-            STEP_CREATE_VM, create_vm, store, image, consent=consent,
-            window_covered=installed_now))
-        booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
-                           stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
-        go_live = clock.run(STEP_GO_LIVE, go_live_gate, store)
-        erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
-        replaced = notify_erp_replaced(store, old_box.hypervisor.mac) if replace_box else None
-    result = {
+        held = slot if slot is not None else nullcontext()
+        with held:
+            result = _steps(store, old_box, settings, clock, consent, slot, approval,
+                            replace_box=replace_box, hypervisor_timeout=hypervisor_timeout,
+                            hypervisor_stall_timeout=hypervisor_stall_timeout,
+                            firstboot_timeout=firstboot_timeout,
+                            vm_stall_timeout=vm_stall_timeout,
+                            vm_contact_timeout=vm_contact_timeout)
+    create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),
+                             description=f"store {store_id} rollout")
+    return result
+
+
+def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: Any, slot: Any,
+           approval: dict[str, Any], *, replace_box: dict[str, Any] | None,
+           hypervisor_timeout: float, hypervisor_stall_timeout: float, firstboot_timeout: float,
+           vm_stall_timeout: float, vm_contact_timeout: float) -> dict[str, Any]:
+    """Steps 1 to 7 of an approved rollout (the slot given back while a step waits)."""
+    store_id = store.store_id
+    image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
+                      settings.image_params, settings.image_cache_dir, settings.image_builder)
+    retired = (run_in_window(store_id, lambda: retire_old_box(old_box, store, consent), slot)
+               if replace_box else None)
+    install = run_in_window(store_id, lambda: clock.run(
+        STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
+        install_seconds=hypervisor_timeout, consent=consent,
+        window_covered=bool(retired and retired.get("authorization"))), slot)
+    hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
+                        timeout=hypervisor_timeout, already_ready=install["skipped"],
+                        stall_timeout=hypervisor_stall_timeout)
+    keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
+    # step 2 started an install in a window with room for steps 2 to 5: step 5 goes on
+    installed_now = bool(install["power_actions"]) and not install["silent"]
+    vm = run_in_window(store_id, lambda: clock.run(
+        STEP_CREATE_VM, create_vm, store, image, consent=consent,
+        window_covered=installed_now), slot)
+    booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
+                       stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
+    go_live = clock.run(STEP_GO_LIVE, go_live_gate, store)
+    erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
+    replaced = notify_erp_replaced(store, old_box.hypervisor.mac) if replace_box else None
+    return {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
         "hypervisor_reinstalled": not install["skipped"] and not install["silent"],
@@ -201,9 +225,6 @@ def store_rollout(store_id: str, inventory: str,
                                   "erp_id": replaced["erp_id"]},
         "step_seconds": clock.seconds,
     }
-    create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),
-                             description=f"store {store_id} rollout")
-    return result
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
 from tasks.cobbler import disable_hypervisor_netboot
 from tasks.erp import ErpError, erp_client
+from tasks.notifications import notify_failure
 from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
@@ -26,7 +27,7 @@ from tasks.slots import store_owner
 from tasks.virt import remove_vm
 
 
-@flow(name="store-rollback", flow_run_name="rollback-{store_id}")
+@flow(name="store-rollback", flow_run_name="rollback-{store_id}", on_failure=[notify_failure])
 @beating
 def store_rollback(store_id: str, inventory: str,
                    owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,

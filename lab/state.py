@@ -278,6 +278,9 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_DEFAULT_MAINTENANCE_WINDOWS": "daily 00:00-24:00",
         # a host's domain has no power supply to drain: no pause needed
         "STORE_ROLLOUT_POWER_OFF_SECONDS": "0",
+        # the default lab's hosts have no OS to answer the ACPI power button: a decommission's
+        # graceful shutdown is asked for, and the power cut after 2 s
+        "STORE_ROLLOUT_GRACEFUL_SHUTDOWN_SECONDS": "2",
         # the full lab boots a real image; the default lab's guests are simulated processes
         "STORE_ROLLOUT_IMAGE_DESCRIPTION": str(LAB_IMAGE_DESCRIPTION),
         "STORE_ROLLOUT_IMAGE_BUILDER": "kiwi" if info.full else "lab",

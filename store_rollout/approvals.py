@@ -16,6 +16,15 @@ ApprovalPolicy = Literal["never", "destructive", "always"]
 APPROVAL_POLICIES: Final = get_args(ApprovalPolicy)
 DEFAULT_APPROVAL_POLICY: Final[ApprovalPolicy] = "destructive"
 REJECTED: Final = "Rejected"  # the name of a rejected run's final state (a Completed one)
+# the final state (a Completed one) of a run that got no answer and could not be parked (a run
+# of the CLI has no deployment to resume it from): nothing changed, it needs an approval
+NOT_APPROVED: Final = "NotApproved"
+# a batch's row of a store whose run waits, parked, for an approval (resumable from its page)
+AWAITING_APPROVAL: Final = "AwaitingApproval"
+# batch rows that are no failure: the store waits for a person, or a person said no
+NOT_FAILED: Final = frozenset({"Completed", REJECTED, NOT_APPROVED, AWAITING_APPROVAL})
+# Completed states of a rollout that changed nothing (no approval): not rolled out
+UNAPPROVED_ENDS: Final = frozenset({REJECTED, NOT_APPROVED})
 # how long a run waits paused for an answer before it is parked (suspended, resumable)
 DEFAULT_APPROVAL_TIMEOUT_SECONDS: Final = 3600.0
 

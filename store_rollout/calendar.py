@@ -194,7 +194,9 @@ def windows_between(time_zone: str, windows: list[str], blackout: list[str], sin
         first, last = parse_blackout(text)
         holes.append((datetime.combine(first, time(0), tz).astimezone(UTC),
                       datetime.combine(last + timedelta(days=1), time(0), tz).astimezone(UTC)))
-    return [Window(start, end, time_zone) for start, end in _cut(intervals, holes)]
+    # a 0-hour occurrence (inside the hour the clocks skip) is no window: skipped here, shown
+    # by empty_windows_between
+    return [Window(start, end, time_zone) for start, end in _cut(intervals, holes) if end > start]
 
 
 def next_windows(time_zone: str, windows: list[str], blackout: list[str], after: datetime,
@@ -209,3 +211,15 @@ def next_windows(time_zone: str, windows: list[str], blackout: list[str], after:
         found += batch
         since = until
     return found[:count]
+
+
+def empty_windows_between(time_zone: str, windows: list[str], since: datetime,
+                          until: datetime) -> list[tuple[datetime, str]]:
+    """Window occurrences that last 0 h on the time line, as (UTC moment, the window as
+    written): a window inside the hour the clocks skip (02:00-03:00 on the night they go
+    forward). `next_windows` never offers them; commands show them, skipped."""
+    tz = zone(time_zone)
+    found = [(start, text) for text in windows
+             for start, end in _occurrences(parse_window(text), tz, since, until)
+             if start == end and since <= start < until]
+    return sorted(found)

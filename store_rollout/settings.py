@@ -116,6 +116,9 @@ class RolloutSettings(DefaultCalendarSettings):
     power_type: Literal["ipmi", "redfish"] = Field("ipmi", description="ipmi or redfish")
     # how long a host stays off in step 2's power cycle, for BMCs and power supplies that need
     # a pause (Cobbler's own reboot sleeps a fixed 5 s)
+    # a decommission shuts a host down through its OS first, and cuts its power only when it
+    # is still on this long after
+    graceful_shutdown_seconds: float = Field(300.0, ge=0, le=3600)
     power_off_seconds: float = Field(5.0, ge=0, le=120, description="seconds a host stays "
                                      "off in step 2's power cycle")
     # how long each disruptive step disrupts the store (store_rollout/disruption.py): it starts

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from store_rollout.approvals import NOT_FAILED
+
 
 def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[list[str]]:
     """[canary wave, wave, wave, ...]; the canary wave is skipped when canary is 0."""
@@ -44,7 +46,8 @@ def regions_to_halt(rows: list[dict[str, Any]], regions: list[str],
     halting = {}
     for region in regions:
         ended = [row for row in rows if row["region"] == region]
-        failed = sum(1 for row in ended if row["state"] != "Completed")
+        # a store that waits for an approval, or that a person rejected, has not failed
+        failed = sum(1 for row in ended if row["state"] not in NOT_FAILED)
         if should_halt(failed, len(ended), threshold):
             halting[region] = (failed, len(ended))
     return halting

@@ -56,8 +56,14 @@ def _parked_before() -> bool:
     return PARK_KEY in (getattr(policy, "pause_keys", None) or set())
 
 
+class NoAnswer(Exception):
+    """No answer within the timeout, and the run cannot be parked (no deployment)."""
+
+
 def ask(store_id: str, request: str, timeout: float) -> Approval:
-    """The approver's answer; paused for `timeout` seconds, then parked until one comes."""
+    """The approver's answer; paused for `timeout` seconds, then parked (suspended) until one
+    comes. An answer given as the timeout fires is kept, not asked for again. A run that
+    cannot be parked (the CLI's: no deployment to resume it from) raises NoAnswer."""
     form = Approval.with_initial_data(description=request, approve=False)
     logger = run_logger(__name__)
     if not _parked_before():  # a parked run that was resumed starts again from the top
@@ -67,15 +73,32 @@ def ask(store_id: str, request: str, timeout: float) -> Approval:
             return pause_flow_run(wait_for_input=form, timeout=int(timeout), key=ASK_KEY,
                                   poll_interval=POLL_SECONDS)
         except FlowPauseTimeout:
+            late = late_answer()
+            if late is not None:
+                logger.warning("store %s: the answer came as the wait ended: kept", store_id)
+                return late
             logger.warning("store %s: no answer within %.0f s: the run is parked (suspended); "
                            "answer on its page to resume it", store_id, timeout)
             say_running("Running")  # Prefect suspends only a running run; the pause ran out
     try:
         return suspend_flow_run(wait_for_input=form, key=PARK_KEY)
-    except RuntimeError as exc:  # no deployment to resume it from: it stays paused
-        logger.warning("store %s: cannot suspend (%s); staying paused", store_id, exc)
-        return pause_flow_run(wait_for_input=form, timeout=PARKED_PAUSE_SECONDS, key=PARK_KEY,
-                              poll_interval=POLL_SECONDS)
+    except RuntimeError as exc:  # no deployment to resume it from
+        raise NoAnswer(
+            f"store {store_id}: no approval within {timeout:.0f} s, and this run cannot wait "
+            f"parked ({exc}): nothing changed. Start it through the deployment to have it wait "
+            f"for its approval (`prefect deployment run store-rollout/store-rollout -p "
+            f"store_id={store_id} -p inventory=<file>`), or approve sooner") from None
+
+
+def late_answer() -> Approval | None:
+    """The answer to the first pause's form, if one was given as its wait ended (the server
+    resumed the run with it while the pause timed out here)."""
+    from prefect.input import keyset_from_base_key
+    from prefect.input.actions import read_flow_run_input
+
+    keyset = keyset_from_base_key(f"paused-{ASK_KEY}")
+    value: Any = read_flow_run_input(keyset["response"])
+    return Approval(**value) if value else None
 
 
 def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
@@ -89,7 +112,11 @@ def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
     plan = plan_for_approval(store, recreate_vm, reinstall_hypervisor, replace_box)
     if not approval_needed(policy, plan):
         return {"asked": False, "approved": True, "comment": ""}
-    answer = ask(store.store_id, approval_request(store.store_id, policy, plan), timeout)
+    try:
+        answer = ask(store.store_id, approval_request(store.store_id, policy, plan), timeout)
+    except NoAnswer as exc:
+        run_logger(__name__).warning("%s", exc)
+        return {"asked": True, "approved": False, "not_approved": True, "comment": str(exc)}
     run_logger(__name__).warning("store %s: %s by the approver%s", store.store_id,
                                  "approved" if answer.approve else "rejected",
                                  f": {answer.comment}" if answer.comment else "")

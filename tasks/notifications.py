@@ -2,16 +2,19 @@
 sending one message through the Prefect notification block the settings name
 (`notification_block`: a webhook, mail or chat block) when something needs a person:
 
-- a rollout failed: the flow's failure hook emits `ROLLOUT_FAILED_EVENT` once, naming the
-  store, the step it failed in, the reason and the run's page;
+- a rollout, rollback or decommission failed: the flow's failure hook emits
+  `ROLLOUT_FAILED_EVENT` once, naming the store, what failed, the step it failed in, the reason
+  and the run's page;
 - a rollout crashed (its process or machine died: the dead-run automation marks it Crashed);
-- a rollout waits for its store's maintenance window (a window missed: state AwaitingWindow);
+- a rollout waits for its store's maintenance window (state AwaitingWindow): routine, said so;
 - a rollout waits for an approval (paused with its plan on its page, tasks/approvals.py);
 - a hypervisor sent no ready event within its expected install time (a proactive trigger:
   step 2 emits `HYPERVISOR_INSTALL_STARTED_EVENT` when it powers the host on into its install,
-  step 3 `HYPERVISOR_READY_EVENT` when the host is ready; the setting
-  `hypervisor_ready_expected_seconds` is shorter than step 3's own timeout, so a person hears
-  of a silent host while step 3 still waits).
+  step 3 `HYPERVISOR_READY_EVENT` when the host is ready, and `HYPERVISOR_WAIT_ENDED_EVENT`
+  when its wait ended otherwise (another box's serial, a failure, a cancel), which the failure
+  message covers; the setting `hypervisor_ready_expected_seconds` is shorter than step 3's own
+  timeout, so a person hears of a silent host while step 3 still waits, and when step 3's
+  timeout is the shorter, step 3's failure is the one message).
 
 One automation per kind, each acting once per event: one event, one message.
 """
@@ -34,6 +37,7 @@ from tasks.windows import AWAITING_WINDOW
 ROLLOUT_FAILED_EVENT: Final = "store-rollout.rollout.failed"
 HYPERVISOR_INSTALL_STARTED_EVENT: Final = "store-rollout.hypervisor.install-started"
 HYPERVISOR_READY_EVENT: Final = "store-rollout.hypervisor.ready"
+HYPERVISOR_WAIT_ENDED_EVENT: Final = "store-rollout.hypervisor.wait-ended"
 FLOW_NAME: Final = "store-rollout"
 PREFIX: Final = "store-rollout notify: "
 RUN_NAME = "{{ event.resource['prefect.resource.name'] }}"
@@ -49,15 +53,19 @@ def run_url(flow_run_id: UUID | None) -> str:
 
 
 def notify_failure(flow: Any, flow_run: Any, state: Any) -> None:
-    """The rollout flow's failure hook: one ROLLOUT_FAILED_EVENT naming the store, the step it
-    failed in, the reason and the run's page (the automation turns it into one message)."""
+    """The failure hook of the rollout, rollback and decommission flows: one
+    ROLLOUT_FAILED_EVENT naming the store, what failed, the step it failed in, the reason and
+    the run's page (the automation turns it into one message)."""
     store_id = str(flow_run.parameters.get("store_id", "?"))
+    action = str(getattr(flow, "name", FLOW_NAME)).removeprefix("store-")
+    end_hypervisor_wait(store_id)
     emit_event(event=ROLLOUT_FAILED_EVENT, resource=_store_resource(store_id),
                related=[{"prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
                          "prefect.resource.role": "flow-run",
                          "prefect.resource.name": flow_run.name}],
-               payload={"store_id": store_id,
-                        "step": take_failed_step(store_id) or "validation (before step 1)",
+               payload={"store_id": store_id, "action": action,
+                        "step": take_failed_step(store_id) or (
+                            "validation (before step 1)" if action == "rollout" else action),
                         "reason": str(state.message or state.name)[:2000],
                         "run_url": run_url(flow_run.id)})
 
@@ -83,12 +91,22 @@ def announce_install_started(store_id: str, hypervisor: str, expected_seconds: f
                                step_timeout: float) -> None:
     """Step 2 powered the host on into its install: its ready event is due within
     `expected_seconds` (the no-ready-event automation waits for it)."""
+    if step_timeout <= expected_seconds:  # step 3 fails first: its failure is the message
+        return
     related, url = _this_run()
     emit_event(event=HYPERVISOR_INSTALL_STARTED_EVENT, resource=_store_resource(store_id),
                related=related,
                payload={"store_id": store_id, "hypervisor": hypervisor,
                         "expected_seconds": expected_seconds, "step_timeout": step_timeout,
                         "run_url": url})
+
+
+def end_hypervisor_wait(store_id: str) -> None:
+    """Step 3's wait ended without a ready host (a failure, another box, a cancel): the
+    no-ready-event automation expects nothing more of this install."""
+    related, _ = _this_run()
+    emit_event(event=HYPERVISOR_WAIT_ENDED_EVENT, resource=_store_resource(store_id),
+               related=related, payload={"store_id": store_id})
 
 
 def announce_hypervisor_ready(store_id: str, hypervisor: str) -> None:
@@ -113,13 +131,15 @@ def automations(block_id: UUID, ready_within: float) -> list[AutomationCore]:
 
     failed = AutomationCore(
         name=PREFIX + "rollout failed",
-        description="One message per failed rollout: store, step, reason, run page.",
+        description="One message per failed rollout, rollback or decommission: store, step, "
+                    "reason, run page.",
         trigger=EventTrigger(expect={ROLLOUT_FAILED_EVENT},
                              match=ResourceSpecification({"prefect.resource.id": "store.*"}),
                              posture=Posture.Reactive, threshold=1),
-        actions=send("store {{ event.payload.store_id }}: rollout failed in step "
-                     "{{ event.payload.step }}",
-                     "Store {{ event.payload.store_id }}: the rollout failed in step "
+        actions=send("store {{ event.payload.store_id }}: {{ event.payload.action }} failed "
+                     "in step {{ event.payload.step }}",
+                     "Store {{ event.payload.store_id }}: the {{ event.payload.action }} "
+                     "failed in step "
                      "{{ event.payload.step }}.\nReason: {{ event.payload.reason }}\n"
                      "Run: {{ event.payload.run_url }}"))
     crashed = AutomationCore(
@@ -132,10 +152,11 @@ def automations(block_id: UUID, ready_within: float) -> list[AutomationCore]:
                      "Run: {{ flow_run|ui_url }}\nRun the store again: it resumes."))
     waiting = AutomationCore(
         name=PREFIX + "rollout waits for its window",
-        description="A rollout missed its store's maintenance window and waits for the next.",
+        description="A rollout waits for its store's maintenance window (routine: it goes "
+                    "on by itself when the window opens).",
         trigger=_flow_runs_of(f"prefect.flow-run.{AWAITING_WINDOW}"),
-        actions=send(f"{RUN_NAME}: waits for the next maintenance window",
-                     f"Rollout run {RUN_NAME} waits: {STATE_MESSAGE}\nRun: "
+        actions=send(f"{RUN_NAME}: waiting for its maintenance window",
+                     f"Rollout run {RUN_NAME} is waiting for its window: {STATE_MESSAGE}\nRun: "
                      "{{ flow_run|ui_url }}\n(`store-rollout rollout <store> --now` overrides "
                      "the window in an emergency.)"))
     approval = AutomationCore(
@@ -152,7 +173,7 @@ def automations(block_id: UUID, ready_within: float) -> list[AutomationCore]:
         description="A store host powered on into its install sent no ready event within its "
                     "expected install time (step 3 still waits, up to its own timeout).",
         trigger=EventTrigger(after={HYPERVISOR_INSTALL_STARTED_EVENT},
-                             expect={HYPERVISOR_READY_EVENT},
+                             expect={HYPERVISOR_READY_EVENT, HYPERVISOR_WAIT_ENDED_EVENT},
                              match=ResourceSpecification({"prefect.resource.id": "store.*"}),
                              for_each={"prefect.resource.id"}, posture=Posture.Proactive,
                              threshold=1, within=timedelta(seconds=ready_within)),

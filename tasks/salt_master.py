@@ -14,7 +14,7 @@ from store_rollout import step_rules
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
-from tasks.notifications import announce_hypervisor_ready
+from tasks.notifications import announce_hypervisor_ready, end_hypervisor_wait
 from tasks.retry import retry_on
 from tasks.salt import HypervisorReadyWatcher, SaltMasterClient, SaltTransientError, master_client
 from tasks.salt.probes import domain_with_current_extensions
@@ -44,7 +44,11 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
     watcher = HypervisorReadyWatcher(master, store.store_id, store.hypervisor_minion_id,
                                      timeout=timeout, stall_timeout=stall_timeout, logger=logger,
                                      serial=store.hypervisor.serial)
-    ready = watcher.wait(already_ready)
+    try:
+        ready = watcher.wait(already_ready)
+    except BaseException:
+        end_hypervisor_wait(store.store_id)
+        raise
     announce_hypervisor_ready(store.store_id, store.hypervisor_minion_id)
     return ready
 

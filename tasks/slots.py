@@ -173,3 +173,30 @@ def store_owner(store_id: str, wait_seconds: float, this_run: UUID | None = None
                 if take(OWNER_POLL_SECONDS):
                     break
         yield
+
+
+class ReleasableSlot:
+    """Fleet slots a run holds while it works and gives back while it only waits (for its
+    store's maintenance window): a waiting run starves no other store of the fleet."""
+
+    def __init__(self, names: str | list[str]) -> None:
+        self.names = names
+        self._held: ExitStack | None = None
+
+    def take(self) -> None:
+        if self._held is None:
+            stack = ExitStack()
+            stack.enter_context(fleet_slot(self.names))
+            self._held = stack
+
+    def give_back(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            held.close()
+
+    def __enter__(self) -> ReleasableSlot:
+        self.take()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.give_back()

@@ -32,7 +32,7 @@ from prefect.client.schemas.sorting import FlowRunSort, TaskRunSort
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
-from store_rollout.approvals import REJECTED
+from store_rollout.approvals import AWAITING_APPROVAL, UNAPPROVED_ENDS
 from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import decide
 from store_rollout.guard import calendar_for
@@ -146,7 +146,7 @@ def rolled_out_stores(store_ids: list[str]) -> dict[str, dict[str, Any]]:
     with get_client(sync_client=True) as client:
         newest = newest_rollout_runs(client, store_ids)
     done = {sid: run for sid, run in newest.items()
-            if run.state and run.state.is_completed() and run.state.name != REJECTED}
+            if run.state and run.state.is_completed() and run.state.name not in UNAPPROVED_ENDS}
     if done:
         get_run_logger().info("already rolled out, left as they are: %s", ", ".join(
             f"{sid} ({run.name}, {run.end_time:%Y-%m-%d %H:%M} UTC)" for sid, run in done.items()))
@@ -165,10 +165,24 @@ def _step_reached(client: Any, run_id: UUID, store_id: str) -> str:
     return runs[0].name.removesuffix(f"-{store_id}") if runs else "validation"
 
 
+def parked(state: Any) -> bool:
+    """The run waits, parked (suspended), for an approval: resumable from its page at any
+    time, so a batch counts it as ended, not done (tasks/approvals.py parks it)."""
+    return bool(state and state.is_paused() and state.name == "Suspended")
+
+
 def _row(client: Any, scheduled: dict[str, Any], run: Any) -> dict[str, Any]:
     state = run.state
     began, ended = run.start_time, run.end_time
     due = datetime.fromisoformat(scheduled["scheduled_start"])
+    if parked(state):
+        from tasks.notifications import run_url
+
+        return {**scheduled, "state": AWAITING_APPROVAL, "seconds": 0,
+                "step_reached": _step_reached(client, run.id, scheduled["store_id"]),
+                "queued_seconds": round((began - due).total_seconds(), 1) if began else 0,
+                "began": round(began.timestamp(), 3) if began else None, "ended": None,
+                "error": f"waits, parked, for an approval on its page: {run_url(run.id)}"}
     return {**scheduled, "state": state.name if state.is_final() else state.type.value,
             "step_reached": _step_reached(client, run.id, scheduled["store_id"]),
             "seconds": round((ended - began).total_seconds(), 1) if began and ended else 0,
@@ -180,10 +194,12 @@ def _row(client: Any, scheduled: dict[str, Any], run: Any) -> dict[str, Any]:
 
 def ended_runs(client: Any, ids: list[UUID],
                sleep: Callable[[float], None] = time.sleep) -> dict[UUID, Any]:
-    """The flow runs `ids`, read once every one of them has ended."""
+    """The flow runs `ids`, read once every one of them has ended (or waits, parked, for its
+    approval)."""
     while True:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
-        if len(runs) == len(ids) and all(r.state and r.state.is_final() for r in runs):
+        if len(runs) == len(ids) and all(r.state and (r.state.is_final() or parked(r.state))
+                                         for r in runs):
             return {r.id: r for r in runs}
         sleep(POLL_SECONDS)
 

@@ -42,15 +42,23 @@ def wait_for_window(store_id: str, window: dict[str, Any],
     say_running("Running", f"store {store_id}: in its maintenance window since {until:%H:%M} UTC")
 
 
-def run_in_window(store_id: str, run_step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def run_in_window(store_id: str, run_step: Callable[[], dict[str, Any]],
+                  slot: Any = None) -> dict[str, Any]:
     """Run a step until it finds itself in a window (a step outside one changes nothing and
-    says until when to wait, in its result's `window`)."""
+    says until when to wait, in its result's `window`). `slot`: the run's fleet slots
+    (tasks/slots.ReleasableSlot), given back while it waits and taken again after."""
     while True:
         result = run_step()
         window = result.get("window")
         if window is None or window["go"]:
             return result
-        wait_for_window(store_id, window)
+        if slot is not None:
+            slot.give_back()
+        try:
+            wait_for_window(store_id, window)
+        finally:
+            if slot is not None:
+                slot.take()
 
 
 def guarded_window(action: Action, store: Store, consent: Consent, settings: RolloutSettings,

@@ -177,16 +177,20 @@ def test_the_windows_command_prints_each_stores_windows(tmp_path: Path) -> None:
     runner = CliRunner()
     shown = runner.invoke(app, ["windows", "--inventory", str(path), "--count", "2", "--json"])
     assert shown.exit_code == 0, shown.output
-    found = json.loads(shown.output)
+    found = {sid: shown["windows"] for sid, shown in json.loads(shown.stdout).items()}
     assert [len(found[s]) for s in ("s1", "s2")] == [2, 2]
     assert [w["time_zone"] for w in found["s2"]] == ["Asia/Tokyo"] * 2
     assert all(w["start_local"][11:16] == "22:00" for w in found["s1"] + found["s2"])
     table = runner.invoke(app, ["windows", "s2", "--inventory", str(path)])
     assert table.exit_code == 0 and "Asia/Tokyo" in table.output and "JST" in table.output
-    plain = tmp_path / "plain.yaml"  # no calendar, no defaults: any time
+    plain = tmp_path / "plain.yaml"  # no calendar, no defaults: none (refused), not any time
     plain.write_text(json.dumps(inventory([{}])))
-    anytime = runner.invoke(app, ["windows", "--inventory", str(plain), "--json"])
-    assert json.loads(anytime.output) == {"s1": None}
+    none = runner.invoke(app, ["windows", "--inventory", str(plain), "--json"], env={
+        "STORE_ROLLOUT_SETTINGS_FILE": ""})
+    assert json.loads(none.stdout) == {"s1": None}
+    table = runner.invoke(app, ["windows", "--inventory", str(plain)], env={
+        "STORE_ROLLOUT_SETTINGS_FILE": ""})
+    assert "no calendar and no default one" in " ".join(table.stdout.split())
     unknown = runner.invoke(app, ["windows", "s9", "--inventory", str(path)])
     assert unknown.exit_code != 0 and "store_id 's9' is not in the inventory" in unknown.output
 
@@ -199,3 +203,27 @@ def test_only_canonical_zones_are_taken(name: str) -> None:
         calendar.zone(name)
     assert calendar.zone("UTC").key == "UTC"
     assert calendar.zone("America/Argentina/Buenos_Aires").key == "America/Argentina/Buenos_Aires"
+
+
+def test_a_window_in_the_hour_the_clocks_skip_lasts_0_h_and_is_shown_skipped(
+        tmp_path: Path) -> None:
+    """Europe/Berlin goes from 02:00 to 03:00 on 2027-03-28: "Sun 02:00-03:00" is 0 h that
+    night. No window is offered then; `windows` shows it, skipped."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    since, until = datetime(2027, 3, 20, tzinfo=UTC), datetime(2027, 4, 10, tzinfo=UTC)
+    found = calendar.windows_between("Europe/Berlin", ["Sun 02:00-03:00"], [], since, until)
+    assert [f"{w.start:%m-%d}" for w in found] == ["03-21", "04-04"]  # 03-28 is not offered
+    skipped = calendar.empty_windows_between("Europe/Berlin", ["Sun 02:00-03:00"], since, until)
+    assert skipped == [(datetime(2027, 3, 28, 1, 0, tzinfo=UTC), "Sun 02:00-03:00")]
+    path = tmp_path / "inv.yaml"
+    path.write_text(json.dumps(inventory([{"calendar": {
+        "time_zone": "Europe/Berlin", "windows": ["Sun 02:00-03:00"],
+        "blackout": [f"{datetime.now(UTC):%Y-%m-%d}..2027-03-27"]}}])))
+    shown = CliRunner().invoke(app, ["windows", "--inventory", str(path), "--count", "1"])
+    text = " ".join(shown.stdout.split())
+    assert "Sun 2027-03-28: Sun 02:00-03:00" in text and "skipped: the clocks go forward" in text

@@ -286,3 +286,65 @@ def test_the_default_calendar_setting() -> None:
     with pytest.raises(SettingsError, match="non-canonical time zone 'localtime'"):
         load_settings({**base, "STORE_ROLLOUT_DEFAULT_TIME_ZONE": "localtime",
                        "STORE_ROLLOUT_DEFAULT_MAINTENANCE_WINDOWS": "daily 01:00-02:00"})
+
+
+def test_a_decommission_shuts_the_host_down_before_it_cuts_the_power() -> None:
+    from tasks.bmc.task import shut_down_gracefully
+
+    class Host(Bmc):
+        def __init__(self, stops_after: int | None) -> None:
+            super().__init__(on=True)
+            self.stops_after, self.reads = stops_after, 0
+
+        def shutdown(self) -> None:
+            self.actions.append("shutdown")
+
+        def power_state(self) -> str:
+            self.reads += 1
+            return "off" if self.stops_after is not None and self.reads >= self.stops_after \
+                else "on"
+
+    log = logging.getLogger("test")
+    polite, slept = Host(stops_after=2), []
+    assert shut_down_gracefully(polite, 10, slept.append, log) and slept == [2.0, 2.0]
+    deaf, slept = Host(stops_after=None), []
+    assert not shut_down_gracefully(deaf, 5, slept.append, log) and sum(slept) == 5
+    assert deaf.actions == ["shutdown"]  # the power cut is the caller's, after this
+
+
+def test_a_step_waiting_for_its_window_gives_its_fleet_slot_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks import windows
+
+    events: list[str] = []
+
+    class Slot:
+        def take(self) -> None:
+            events.append("take")
+
+        def give_back(self) -> None:
+            events.append("give back")
+
+    answers = iter([{"window": {"go": False, "wait_until": MIDNIGHT, "reason": "closed"}},
+                    {"window": {"go": True}, "done": True}])
+    monkeypatch.setattr(windows, "wait_for_window", lambda *a: events.append("wait"))
+    assert windows.run_in_window("0042", lambda: next(answers), Slot())["done"]
+    assert events == ["give back", "wait", "take"]
+
+
+def test_a_server_that_does_not_answer_is_one_line_naming_it() -> None:
+    import httpx
+
+    from app.runner import unreachable
+
+    request = httpx.Request("GET", "http://127.0.0.1:9/api/flow_runs")
+    try:
+        try:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        except httpx.ConnectError as exc:
+            raise RuntimeError("the client gave up") from exc
+    except RuntimeError as wrapped:
+        line = unreachable(wrapped)
+    assert line is not None and line.startswith("the Prefect server at ")
+    assert "Connection refused" in line and "\n" not in line
+    assert unreachable(ValueError("no")) is None

@@ -98,7 +98,8 @@ class Runs:
 
     def read_flow_runs(self, flow_run_filter: Any) -> list[Any]:
         self.reads += 1
-        return [SimpleNamespace(id=rid, state=SimpleNamespace(is_final=lambda n=n: self.reads > n))
+        return [SimpleNamespace(id=rid, state=SimpleNamespace(is_final=lambda n=n: self.reads > n,
+                                                              is_paused=lambda: False))
                 for rid, n in zip(self.ids, self.ends_after, strict=True)]
 
 
@@ -116,3 +117,27 @@ def test_which_batches_make_their_stores_runs_of_their_own() -> None:
     assert not runs_of_their_own("never", ignore_windows=False, calendars=False)
     # asking before any change: a run of its own (a subflow in the batch's task cannot pause)
     assert runs_of_their_own("always", ignore_windows=True, calendars=False)
+
+
+def test_a_parked_run_ends_the_wait_and_its_row_says_it_waits_for_an_approval() -> None:
+    """Issue 43: a run parked for its approval (Suspended, resumable) never ends by itself:
+    the batch counts it as ended, not done, and does not halt on it."""
+    from store_rollout.waves import regions_to_halt
+    from tasks.store_runs import parked
+
+    suspended = SimpleNamespace(is_final=lambda: False, is_paused=lambda: True, name="Suspended")
+    paused = SimpleNamespace(is_final=lambda: False, is_paused=lambda: True, name="Paused")
+    assert parked(suspended) and not parked(paused)
+
+    class Parked(Runs):
+        def read_flow_runs(self, flow_run_filter: Any) -> list[Any]:
+            self.reads += 1
+            return [SimpleNamespace(id=self.ids[0], state=suspended)]
+
+    runs, slept = Parked([99]), []
+    assert set(ended_runs(runs, runs.ids, sleep=slept.append)) == set(runs.ids) and not slept
+    rows = [{"region": "default", "state": state} for state in
+            ("Completed", "AwaitingApproval", "Rejected", "NotApproved")]
+    assert regions_to_halt(rows, ["default"], 0.2) == {}
+    assert regions_to_halt([*rows, {"region": "default", "state": "Failed"}],
+                           ["default"], 0.1) == {"default": (1, 5)}

@@ -67,6 +67,14 @@ class CalendarSpec(BaseModel):
                                      count)
 
 
+def skipped_windows(spec: CalendarSpec, since: datetime,
+                    until: datetime) -> list[tuple[datetime, str]]:
+    """The calendar's 0-hour window occurrences in [since, until) (calendar.empty_windows_between)."""
+    if spec.time_zone is None or not spec.windows:
+        return []
+    return calendar.empty_windows_between(spec.time_zone, spec.windows, since, until)
+
+
 def next_window_of(spec: CalendarSpec | None, now: datetime) -> dict[str, object] | None:
     """A store's window open now or next, as a command shows it; None: no calendar (any
     time), or none within the calendar's horizon (`{"none": ...}`)."""

@@ -48,6 +48,11 @@ class Bmc(Protocol):
 
     def power_on(self) -> None: ...
 
+    def shutdown(self) -> None:
+        """Ask the OS to shut down (ACPI power button: IPMI soft off, Redfish
+        GracefulShutdown); returns at once, the host goes off when its OS is done."""
+        ...
+
 
 def power_cycle_for_install(bmc: Bmc, off_seconds: float, log: Callable[[str], None],
                             before_on: Callable[[], None] = lambda: None) -> list[str]:

@@ -66,6 +66,9 @@ class IpmiBmc(BmcLogin):
     def power_on(self) -> None:
         self._run("power on", "chassis", "power", "on")
 
+    def shutdown(self) -> None:
+        self._run("soft power off", "chassis", "power", "soft")
+
     def _run(self, what: str, *command: str) -> str:
         """ipmitool's last line of output; a failure mapped to a BmcError naming the BMC."""
         password = self._password.get_secret_value()

@@ -60,6 +60,12 @@ class RedfishBmc(BmcLogin):
 
         self._run("power on", lambda system: system.reset_system(sushy.ResetType.ON))
 
+    def shutdown(self) -> None:
+        import sushy
+
+        self._run("graceful shutdown", lambda system: system.reset_system(
+            sushy.ResetType.GRACEFUL_SHUTDOWN))
+
     def _connect(self) -> Any:
         if self._system is None:
             import sushy
