@@ -172,3 +172,28 @@ def test_a_requested_reinstall_asks_first_then_wipes_the_host_and_redoes_the_sto
     notices = [n["erp_id"] for n in created_erp_notices(lab, store)]
     assert notices[0] == first["erp_id"] and len(notices) == 2
     check_store(lab, store, {**result, "erp_id": notices[-1]}, vms=2)
+
+
+@pytest.mark.fleet
+def test_a_batch_with_a_parked_approval_ends_and_names_the_store_that_waits(
+        lab: LabInfo, lab_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 43: under the "always" policy an unanswered store's run is parked; the batch
+    does not wait for it forever: it ends, its table saying the store waits for an approval
+    (no failure), and the parked run stays resumable."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from lab.state import LabPaths
+
+    store = "apr-batch"
+    inventory = write_inventory(tmp_path / "inventory.yaml", [store], "52:54:00:a9:10", lab=lab)
+    monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(LabPaths(lab_dir).settings_file))
+    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
+        from flows.batch_rollout import batch_rollout
+
+        state = batch_rollout(str(inventory), (store,), approval_policy="always",
+                              store_params={"approval_timeout": 3.0}, return_state=True)
+    assert state.is_completed(), state.message
+    rows = state.result()
+    assert [(r["store_id"], r["state"]) for r in rows] == [(store, "AwaitingApproval")], rows
+    assert "waits, parked, for an approval on its page" in rows[0]["error"], rows
+    assert run(lab, rows[0]["flow_run_id"])["state_name"] == "Suspended"
