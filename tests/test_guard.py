@@ -348,3 +348,54 @@ def test_a_server_that_does_not_answer_is_one_line_naming_it() -> None:
     assert line is not None and line.startswith("the Prefect server at ")
     assert "Connection refused" in line and "\n" not in line
     assert unreachable(ValueError("no")) is None
+
+
+def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Cancel stops; it destroys nothing live. The rollout flow's (and so every batch child's)
+    cancellation hook runs only the unfinished clean-up, which reads the ERP first: a live
+    store, or one whose ERP does not answer, is left as it is."""
+    from flows import rollout, store_rollback
+    from tasks.erp import ErpUnavailable
+
+    assert [h.__name__ for h in rollout.store_rollout.on_cancellation_hooks] == ["stop_on_cancel"]
+    called: list[dict[str, Any]] = []
+    monkeypatch.setattr(rollout, "store_rollback", lambda *a, **k: called.append(k))
+    monkeypatch.setattr(rollout, "end_hypervisor_wait", lambda store_id: None)
+    run = SimpleNamespace(parameters={"store_id": "0042", "inventory": "inv.yaml"},
+                          name="rollout-0042")
+    rollout.stop_on_cancel(None, run, None)
+    assert called == [{"own_store": False, "unfinished_only": True,
+                       "asked_by": "the cancel of run rollout-0042"}]
+
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text('stores: [{store_id: "0042", hypervisor: {hostname: hv.invalid, '
+                         'mac: "52:54:00:42:00:01"}, erp: {site_code: DE-0042}}]')
+    removed: list[str] = []
+    for name in ("remove_vm", "remove_vm_key", "disable_hypervisor_netboot"):
+        monkeypatch.setattr(store_rollback, name, lambda *a, _n=name, **k: removed.append(_n))
+    monkeypatch.setattr(store_rollback, "check_region", lambda store: None)
+    monkeypatch.setattr(store_rollback, "get_run_logger", lambda: logging.getLogger("test"))
+    monkeypatch.setattr(store_rollback, "load_settings", lambda: SimpleNamespace(
+        disruption_seconds=SECONDS, default_calendar=None))
+
+    def erp(notices: Any) -> None:
+        def read(_store_id: str) -> Any:
+            if isinstance(notices, Exception):
+                raise notices
+            return notices
+        monkeypatch.setattr(store_rollback, "erp_client",
+                            lambda _settings: SimpleNamespace(notices=read))
+
+    clean_up = store_rollback.store_rollback.fn.__wrapped__
+    erp([{"status": "store-server-running"}])
+    assert clean_up("0042", str(inventory), own_store=False,
+                    unfinished_only=True)["left_as_is"] == "live store"
+    erp(ErpUnavailable("the ERP does not answer"))
+    assert "ERP unreadable" in clean_up("0042", str(inventory), own_store=False,
+                                        unfinished_only=True)["left_as_is"]
+    assert removed == []
+    erp([])  # never live: its half-made VM goes, without a calendar or an approval
+    done = clean_up("0042", str(inventory), own_store=False, unfinished_only=True)
+    assert removed == ["remove_vm", "remove_vm_key", "disable_hypervisor_netboot"]
+    assert done["authorization"]["action"] == "clean_unfinished"
