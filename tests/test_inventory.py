@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from store_rollout.inventory import InventoryError, load_inventory, parse_inventory
@@ -228,3 +229,36 @@ def test_cli_refuses_a_directory_in_one_line_without_traceback(tmp_path: Path,
     assert result.output.splitlines() == [f"error: inventory {tmp_path} is a directory: pass the "
                                           "inventory file in it (.yaml, .yml or .csv), not the "
                                           "directory"]
+
+
+@pytest.mark.parametrize("command", [["rollout", "0001"], ["rollback", "0001"],
+                                     ["decommission", "0001"], ["batch"], ["stage", "0001"],
+                                     ["replace", "0001", "--mac", "52:54:00:00:00:99"]])
+def test_a_command_that_changes_stores_names_its_inventory(command: list[str]) -> None:
+    """Issue 43: no example inventory behind a command that changes anything (store ids like
+    0001 look real): refused naming the option, before anything is read or asked."""
+    from app.cli import app
+
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert "Missing option '--inventory'" in " ".join(result.output.split())
+
+
+def test_rollback_and_decommission_show_what_they_would_do_without_yes(tmp_path: Path) -> None:
+    from app.cli import app
+
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump({"stores": [{
+        "store_id": "0001", "erp": {"site_code": "S1"},
+        "hypervisor": {"hostname": "hv1.example", "mac": "52:54:00:00:00:01"}}]}))
+    for command, says in (("rollback", "destroys the store server VM, its disk and its key"),
+                          ("decommission", "shuts the host down")):
+        result = CliRunner().invoke(app, [command, "0001", "--inventory", str(path)], env={
+            "STORE_ROLLOUT_SETTINGS_FILE": "", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/dev/null",
+            "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "127.0.0.1",
+            "STORE_ROLLOUT_COBBLER_URL": "https://c.invalid/", "STORE_ROLLOUT_COBBLER_USER": "u",
+            "STORE_ROLLOUT_COBBLER_PASSWORD": "p" * 20,
+            "STORE_ROLLOUT_ERP_URL": "https://e.invalid", "STORE_ROLLOUT_ERP_TOKEN": "t" * 20,
+            "STORE_ROLLOUT_IMAGE_BASE_URL": "https://i.invalid"})
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2 and says in text and "add --yes to go on" in text, text
