@@ -135,8 +135,36 @@ def test_an_answer_in_time_is_returned(prefect_harness: None) -> None:
     assert keys == ["approval"]
 
 
-def test_no_answer_in_time_parks_the_run_and_a_later_answer_ends_it(prefect_harness: None) -> None:
-    # this run has no deployment to be suspended from: it stays paused (under the park key)
-    result, keys = paused_run(answer(False, "not tonight", once="approval-parked"), timeout=3)
-    assert (result["approve"], result["comment"]) == (False, "not tonight")
-    assert keys == ["approval", "approval-parked"]
+def test_no_answer_in_time_ends_a_run_that_cannot_be_parked_saying_how(
+        prefect_harness: None) -> None:
+    """Issue 43: this run has no deployment to be suspended from: it does not stay paused
+    for 30 days; it ends, having changed nothing, naming the deployment to start it from."""
+    from tasks.approvals import NoAnswer
+
+    with pytest.raises(NoAnswer, match="no approval within 3 s, and this run cannot wait "
+                                       "parked .*prefect deployment run store-rollout"):
+        paused_run(lambda run_id: None, timeout=3)
+
+
+def test_an_answer_given_as_the_pause_ends_is_found_not_asked_again(
+        prefect_harness: None) -> None:
+    """The answer the first pause's form stored is where `late_answer` reads it (the server
+    resumed the run with it while the pause timed out here)."""
+    from prefect import flow
+
+    from tasks.approvals import ask, late_answer
+
+    @flow
+    def asks_then_reads() -> tuple[Any, Any]:
+        import threading
+
+        from prefect.runtime import flow_run
+
+        threading.Thread(target=answer(True, "just in time", once="approval"),
+                         args=(flow_run.id,), daemon=True).start()
+        given = ask("0042", "**Store 0042** waits", 60)
+        return given, late_answer()
+
+    given, found = asks_then_reads()
+    assert found is not None and (found.approve, found.comment) == (True, "just in time")
+    assert (given.approve, given.comment) == (found.approve, found.comment)

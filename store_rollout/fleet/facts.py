@@ -81,8 +81,8 @@ class StoreFacts(BaseModel):
 
     @property
     def silent(self) -> bool:
-        """Installed, but not answering ready now: a rollout waits for it."""
-        return self.installed and not self.hypervisor_ready
+        """Installed, but not answering now: a rollout waits for it, never reinstalls it."""
+        return self.installed and not self.hypervisor_answering
 
     @property
     def wrong_hardware(self) -> bool:

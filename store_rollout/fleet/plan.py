@@ -60,9 +60,11 @@ def _pxe(f: StoreFacts) -> StepPlan:
         if f.silent:
             details.append(f"{f.hypervisor} does not answer now: silent, never reinstalled "
                            "(powered on from its disk if its BMC says it is off)")
+        state = ("ready" if f.hypervisor_ready else ", silent" if f.silent
+                 else ", not ready yet (step 3 waits)")
         return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
-                        action="none: hypervisor installed, silent" if f.silent
-                        else "none: hypervisor installed and ready", details=details)
+                        action=f"none: hypervisor installed{' and ' if f.hypervisor_ready else ''}"
+                               f"{state}", details=details)
     if f.install_underway:
         return StepPlan(step=contracts.STEP_PXE_INSTALL_HYPERVISOR, todo=False,
                         action="none: its install is underway (no second power cycle)",
@@ -108,7 +110,7 @@ def _wait(f: StoreFacts) -> StepPlan:
                         details=[f"{f.hypervisor}: key accepted, install finished in Cobbler, "
                                  "no answer now; the step fails after its timeout naming how "
                                  "long it was silent"])
-    if f.installed:
+    if f.installed and f.hypervisor_ready:
         details = _highstate_details(f)
         if f.highstate_changes:
             details.append("a rollout does not reapply the highstate of a ready host")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from store_rollout import step_rules
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
 
@@ -28,7 +29,8 @@ class StoreStatus(BaseModel):
 
 
 def real_summary(f: StoreFacts) -> str:
-    hv = ("ready" if f.installed else "answering" if f.hypervisor_answering
+    hv = ("ready" if f.installed and f.hypervisor_ready else "silent" if f.silent
+          else "answering" if f.hypervisor_answering
           else f"key {f.hypervisor_key}" if f.hypervisor_key else "not installed")
     if not f.domain_known:
         vm = "unknown (hypervisor not answering)" if f.hypervisor_key else "none"
@@ -43,7 +45,8 @@ def real_summary(f: StoreFacts) -> str:
 
 
 def _complete(f: StoreFacts) -> bool:
-    return f.installed and f.running and f.firstboot_done and f.notice_for_vm() is not None
+    return (f.installed and f.hypervisor_ready and f.running and f.firstboot_done
+            and f.notice_for_vm() is not None)
 
 
 def _resume(f: StoreFacts, plan: list[StepPlan]) -> str:
@@ -92,7 +95,8 @@ def _after_completed(f: StoreFacts, plan: list[StepPlan]) -> list[Mismatch]:
 def _after_ended(f: StoreFacts, plan: list[StepPlan], name: str, state: str) -> list[Mismatch]:
     """What a Failed, Crashed or Cancelled last run left."""
     if state == "Cancelled":
-        if f.domain is None and not f.vm_key:
+        # a cancel leaves a live store as it is (its cancelled run cleaned nothing of it)
+        if (f.domain is None and not f.vm_key) or step_rules.store_live(f.erp_notices):
             return []
         return [Mismatch(
             code="cancelled-left-vm", what=f"run {name} was Cancelled but its VM "
