@@ -1,8 +1,10 @@
 """Asking a person before a rollout goes on (store_rollout/approvals.py says when): the run
 pauses with Prefect's `pause_flow_run(wait_for_input=...)`, and its page in the UI shows the
 store's plan above a form (approve, comment). No answer within the approval timeout parks the
-run: suspended (its process ends), resumable from the same form at any time; a run without a
-deployment to resume it from (the CLI's) stays paused instead. Never failed for want of an
+run: suspended (its process ends), resumable from the same form at any time (a batch counts it
+as waiting for an approval, not as a failure); an answer given as the pause ends is kept. A run
+without a deployment to resume it from (the CLI's) cannot be parked: it ends NotApproved, having
+changed nothing, saying how to start it through the deployment. Never failed for want of an
 answer.
 """
 
