@@ -63,7 +63,8 @@ def main() -> None:
                 events=auth_events(master, window)))
             watcher.start()
             time.sleep(0.5)  # the watcher is subscribed before the key goes
-            result = store_rollback(ids[0], str(inv))
+            result = store_rollback(ids[0], str(inv), confirmed_by="bench_key_rotation",
+                                    ignore_windows=True)
             # the master rotates at its next maintenance loop (loop_interval, 60 s), after the
             # deletion dropped its flag; the minions find out at the next publication they
             # cannot read: the pipeline's next command (here a ping of another store's
