@@ -86,7 +86,8 @@ def store_rollback(store_id: str, inventory: str,
     owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
              else nullcontext())
     with owner, tags(f"store-{store_id}", "store-rollback"):
-        vm = remove_vm(store)
+        # a cancelled run may have stopped before its host was installed: not asked then
+        vm = remove_vm(store, host_may_be_gone=unfinished_only)
         key = remove_vm_key(store)
         cobbler = disable_hypervisor_netboot(store)
     return {"store_id": store_id, "vm": vm, "key": key, "cobbler": cobbler,

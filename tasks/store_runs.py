@@ -35,7 +35,7 @@ from prefect.exceptions import ObjectNotFound
 from store_rollout.approvals import AWAITING_APPROVAL, UNAPPROVED_ENDS
 from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import decide
-from store_rollout.guard import calendar_for
+from store_rollout.guard import Action, calendar_for, sequence_seconds
 from store_rollout.inventory import Store
 from store_rollout.inventory.calendar_spec import CalendarSpec
 from store_rollout.settings import load_settings
@@ -98,8 +98,9 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
     reason = "started now (" + ("ignore_windows" if params.get("ignore_windows") else
                                 "no calendar to follow") + ")"
     if follow_windows:
-        start, reason = start_time(store, now,
-                                   settings.disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR],
+        # room for steps 2 to 5, as step 2 itself asks (store_rollout/guard.py)
+        start, reason = start_time(store, now, sequence_seconds(Action.REINSTALL_HOST,
+                                                                settings.disruption_seconds),
                                    settings.default_calendar)
     row: dict[str, Any] = {"store_id": store.store_id, "region": store.region,
                            "window": reason, "flow_run_id": None,

@@ -29,6 +29,7 @@ TOKYO = ZoneInfo("Asia/Tokyo")
 NEW_YORK = ZoneInfo("America/New_York")
 # step 2 needs 2 minutes of window here (the settings' default is 45)
 ENV = {"STORE_ROLLOUT_DISRUPTION_SECONDS": '{"pxe_install_hypervisor": 120}'}
+WAITING = "waiting for its maintenance window"  # the notification's subject
 
 
 def newest_run(lab: LabInfo, name: str) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
         assert f"waiting for the next window: {far:%a %Y-%m-%d %H:%M}" in message, message
         assert power_actions(lab, f"store-{waits}-hv") == {"on": 0, "off": 0}  # nothing done
         # the operators' channel says so, once
-        said = wait_for(lambda: notifications(lab, f"rollout-{waits}: waits"), timeout=60,
+        said = wait_for(lambda: notifications(lab, f"rollout-{waits}: {WAITING}"), timeout=60,
                         what="the waiting rollout's notification")
         assert "the store is outside its maintenance windows" in said[0]["body"], said
         assert f"/runs/flow-run/{run['id']}" in said[0]["body"], said
@@ -105,7 +106,7 @@ def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
             "state": {"type": "CANCELLING"}, "force": True}, timeout=10)
     wait_for(lambda: newest_run(lab, f"rollout-{waits}")["state_type"] == "CANCELLED",
              timeout=120, what="the waiting run to be cancelled")
-    assert len(notifications(lab, f"rollout-{waits}: waits")) == 1
+    assert len(notifications(lab, f"rollout-{waits}: {WAITING}")) == 1
 
 
 def deployment_id(lab: LabInfo, name: str) -> str:
