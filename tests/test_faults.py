@@ -404,7 +404,8 @@ def test_step2_again_during_the_install_leaves_the_host_alone(
         again = pxe_install.pxe_install_hypervisor.fn(store)
         assert first["power_actions"] == ["network boot once", "power on"], first
         assert again == {"system": store.cobbler_system, "created": False, "skipped": False,
-                         "install_underway": True, "power_actions": []}
+                         "silent": False, "install_underway": True, "power_actions": [],
+                         "authorization": None}
         assert cobbler.get_system(store.cobbler_system) == record  # nothing changed
         assert master.token_for(store.hypervisor_minion_id) == token
     other = start_rollout(lab_env, ids[1], inv)

@@ -52,7 +52,7 @@ def test_a_silent_live_host_is_waited_for_never_reinstalled(
         lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], tmp_path: Path) -> None:
     store_id = "ls-silent"
     hv = f"store-{store_id}-hv"
-    inventory = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:5e:00", lab=lab)
+    inventory = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:51:1e", lab=lab)
     first = finish(start_rollout(lab_env, store_id, inventory))
     check_store(lab, store_id, first)
     cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
