@@ -197,3 +197,40 @@ def test_a_batch_with_a_parked_approval_ends_and_names_the_store_that_waits(
     assert [(r["store_id"], r["state"]) for r in rows] == [(store, "AwaitingApproval")], rows
     assert "waits, parked, for an approval on its page" in rows[0]["error"], rows
     assert run(lab, rows[0]["flow_run_id"])["state_name"] == "Suspended"
+
+
+@pytest.mark.fleet
+def test_cancelling_a_batch_leaves_its_live_stores_as_they_are(
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 43: a batch's store runs of live stores, waiting for their approval, cancelled
+    with the batch: every live store's VM still runs, its key accepted, no rollback run."""
+    from tests.test_cancel import domain_running
+    from tests.test_windows_lab import cancel, deployment_id
+
+    stores = ["apr-bc1", "apr-bc2"]
+    inventory = write_inventory(tmp_path / "inventory.yaml", stores, "52:54:00:a9:20", lab=lab)
+    for store in stores:
+        finish(start_rollout(lab_env, store, inventory))
+    before = systems_snapshot(lab)
+    batch = requests.post(
+        f"{lab.prefect_api_url}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
+        "/create_flow_run", json={"parameters": {
+            "inventory": str(inventory), "canary": 2, "approval_policy": "always",
+            "rerun_completed": True}}, timeout=10).json()
+
+    def children() -> list[dict[str, Any]]:
+        return list(requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+            "flow_runs": {"name": {"any_": [f"rollout-{s}" for s in stores]},
+                          "state": {"type": {"any_": ["PAUSED"]}}}}, timeout=10).json())
+
+    wait_for(lambda: len(children()) == 2, timeout=180, what="both stores' runs to ask")
+    paused = [c["id"] for c in children()]
+    cancel(lab, batch["id"])
+    for run_id in paused:
+        wait_for(lambda r=run_id: run(lab, r)["state_type"] == "CANCELLED", timeout=120,
+                 what="the batch's store run cancelled with it")
+    for store in stores:
+        assert domain_running(lab, f"store-{store}-vm")
+    after = systems_snapshot(lab)
+    for system in before:
+        assert after[system] == before[system], f"a cancelled batch changed {system}"
