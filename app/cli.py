@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
 from app.replace import replace
@@ -25,6 +24,7 @@ from app.runner import (
     run_batch,
     run_store_undo,
     run_stores,
+    servers_answer,
     validate_stores,
 )
 from app.setup import prefect_setup
@@ -284,18 +284,8 @@ _registered_commands()
 
 
 def main() -> None:
-    """The command; a server that does not answer is one line naming it and the fix (exit 2),
-    never a traceback."""
-    from app.runner import unreachable
-
-    try:
+    with servers_answer():
         app()
-    except Exception as exc:
-        line = unreachable(exc)
-        if line is None:
-            raise
-        console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
-        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

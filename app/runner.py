@@ -5,6 +5,8 @@ one-line refusals, and the concurrent per-store runner (`store-rollout rollout`,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -277,3 +279,17 @@ def _server_line(url: str, reason: str) -> str:
         return (f"the Prefect server at {prefect or url} does not answer ({reason}): start it "
                 "(in the lab: `store-rollout lab up`) or set PREFECT_API_URL to the running one")
     return f"{url} does not answer ({reason}): start that server or fix its address in the settings"
+
+
+@contextmanager
+def servers_answer() -> Iterator[None]:
+    """Around the whole command: a server that does not answer is one line naming it and the
+    fix (exit 2), never a traceback."""
+    try:
+        yield
+    except Exception as exc:
+        line = unreachable(exc)
+        if line is None:
+            raise
+        console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+        raise SystemExit(2) from None

@@ -68,7 +68,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     status = subprocess.run([str(VENV_BIN / "store-rollout"), "status", "--json"], env=bare_env,
                             capture_output=True, text=True, timeout=120)
     assert {"name": "rollout-e2e1", "state": "Completed"}.items() <= next(
-        r for r in json.loads(status.stdout) if r["name"] == "rollout-e2e1").items()
+        r for r in json.loads(status.stdout)["runs"] if r["name"] == "rollout-e2e1").items()
 
     results = [finish(p) for p in procs]
     for sid, result in zip(("e2e2", "e2e3"), results, strict=True):
