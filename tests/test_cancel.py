@@ -1,19 +1,37 @@
 """Issue 5: cancelling a rollout (run by the lab's worker) through the API cleans up a store
-that never went live; issue 43: cancelling a run of a live store (paused for its approval)
-leaves the store as it is; `store-rollout rollback --yes`."""
+that never went live. Issue 43, on the same store once it is live: its host's minion stopped
+as a WAN cut leaves it (SIGSTOP) is silent, not "not installed" (a rerun powers nothing,
+changes nothing in Cobbler and fails naming the silence; `plan` shows it silent, nothing
+destructive; thawed, a rerun completes with nothing redone); cancelling a run of the live store
+paused for its approval leaves the store as it is; `store-rollout rollback` shows what it would
+do and goes on with `--yes`."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 import requests
 
-from lab.state import LabInfo
+from lab.state import LabInfo, LabPaths
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
-from tests.helpers import check_store, cli_in_process, finish, start_rollout, wait_for, write_inventory
+from tests.helpers import (
+    check_store,
+    cli_in_process,
+    finish,
+    power_actions,
+    start_rollout,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -60,8 +78,66 @@ def assert_rolled_back(lab: LabInfo, store_id: str) -> None:
     assert system is None or system["netboot_enabled"] is False
 
 
-def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
-        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+def minion_processes(lab_dir: Path, minion: str) -> list[psutil.Process]:
+    """The salt-minion processes of a simulated machine (its config dir is in their argv)."""
+    etc = str(LabPaths(lab_dir).simulator / "minions" / minion / "etc")
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if etc in (proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+@contextmanager
+def frozen(lab_dir: Path, minion: str) -> Iterator[None]:
+    """The minion stopped as a cut link leaves it: alive, silent; thawed at the end whatever
+    happened."""
+    procs = minion_processes(lab_dir, minion)
+    assert procs, f"no salt-minion process of {minion}"
+    for proc in procs:
+        os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for proc in procs:
+            if proc.is_running():
+                os.kill(proc.pid, signal.SIGCONT)
+
+
+def check_a_silent_live_host_is_waited_for(lab: LabInfo, lab_dir: Path,
+                                           lab_env: dict[str, str], inventory: Path,
+                                           store_id: str, first: dict[str, Any]) -> None:
+    hv = f"store-{store_id}-hv"
+    cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                            password=lab.cobbler_password)
+    record_before = cobbler.get_system(hv)
+    power_before = power_actions(lab, hv)
+    with frozen(lab_dir, hv):
+        plan = cli_in_process(lab_env, "plan", store_id, "--inventory", str(inventory), "--json")
+        assert plan.exit_code == 0, plan.stderr[-2000:]
+        planned = json.loads(plan.stdout)[store_id]
+        pxe = next(s for s in planned["steps"] if s["step"] == "pxe_install_hypervisor")
+        assert pxe["action"] == "none: hypervisor installed, silent", pxe
+        assert planned["destructive"] == [], planned
+        proc = start_rollout(lab_env, store_id, inventory, "--hypervisor-timeout", "6")
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (out[-2000:], err[-2000:])
+    rerun = json.loads(out)
+    assert rerun["state"] == "Failed", rerun
+    assert "silent for" in rerun["error"] and hv in rerun["error"], rerun["error"]
+    assert "never reinstalled" in rerun["error"], rerun["error"]
+    # no power action, no change in Cobbler (its record as it was: netboot off, same meta)
+    assert power_actions(lab, hv) == power_before
+    assert cobbler.get_system(hv) == record_before
+    # the link back: a rerun completes with nothing redone
+    again = finish(start_rollout(lab_env, store_id, inventory))
+    assert again["hypervisor_reinstalled"] is False and again["hypervisor_power_actions"] == []
+    assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"], again
+    assert power_actions(lab, hv) == power_before
+
+
+def test_cancel_silence_and_rollback_of_one_store(
+        lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], tmp_path: Path) -> None:
     store_id = "c-cancel"
     inv = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:cc:00", lab=lab)
     api = lab.prefect_api_url
@@ -89,6 +165,8 @@ def test_cancel_through_api_rolls_back_then_rerun_and_rollback_command(
     # a cancelled rollout can be retried from scratch ...
     result = finish(start_rollout(lab_env, store_id, inv))
     check_store(lab, store_id, result)
+    # ... once live, its host silent is waited for, never reinstalled
+    check_a_silent_live_host_is_waited_for(lab, lab_dir, lab_env, inv, store_id, result)
     # ... a run of the live store that would recreate its VM waits for its approval; cancelled
     # there, it leaves the live store as it is (issue 43: cancel is not rollback)
     paused = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
