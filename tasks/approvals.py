@@ -84,12 +84,15 @@ def ask(store_id: str, request: str, timeout: float) -> Approval:
             say_running("Running")  # Prefect suspends only a running run; the pause ran out
     try:
         return suspend_flow_run(wait_for_input=form, key=PARK_KEY)
-    except RuntimeError as exc:  # no deployment to resume it from
+    except RuntimeError as exc:  # no deployment to resume it from, or a batch's store run
+        how = ("run the batch again once someone can answer (it goes on with the stores it "
+               "did not roll out), or start the store's run from the deployment"
+               if "subflow" in str(exc).lower() else "start it through the deployment")
         raise NoAnswer(
             f"store {store_id}: no approval within {timeout:.0f} s, and this run cannot wait "
-            f"parked ({exc}): nothing changed. Start it through the deployment to have it wait "
-            f"for its approval (`prefect deployment run store-rollout/store-rollout -p "
-            f"store_id={store_id} -p inventory=<file>`), or approve sooner") from None
+            f"parked ({exc}): nothing changed. To have it wait for its approval, {how} "
+            f"(`prefect deployment run store-rollout/store-rollout -p store_id={store_id} "
+            f"-p inventory=<file>`), or approve sooner") from None
 
 
 def late_answer() -> Approval | None:
