@@ -188,7 +188,8 @@ def _row(client: Any, scheduled: dict[str, Any], run: Any) -> dict[str, Any]:
             "step_reached": _step_reached(client, run.id, scheduled["store_id"]),
             "seconds": round((ended - began).total_seconds(), 1) if began and ended else 0,
             "queued_seconds": round((began - due).total_seconds(), 1) if began else 0,
-            "error": "" if state.is_completed() else str(state.message or "")[:300],
+            "error": "" if state.is_completed() and state.name not in UNAPPROVED_ENDS
+                     else str(state.message or "")[:300],
             "began": round(began.timestamp(), 3) if began else None,
             "ended": round(ended.timestamp(), 3) if ended else None}
 
