@@ -23,7 +23,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.rollout import store_rollout
 from store_rollout import steps
-from store_rollout.approvals import UNAPPROVED_ENDS, check_policy
+from store_rollout.approvals import NOT_FAILED, UNAPPROVED_ENDS, check_policy
 from store_rollout.inventory import load_inventory
 from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
@@ -180,8 +180,10 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
         for row in finished:
             rows[row["store_id"]] = row
         update_progress_artifact(artifact_id=progress_id, progress=100.0 * len(rows) / len(selected))
-        logger.info("wave %d done: %d/%d finished, %d failed", number, len(rows), len(selected),
-                    sum(1 for r in rows.values() if r["state"] != "Completed"))
+        logger.info("wave %d done: %d/%d finished, %d failed, %d need a person (approval)",
+                    number, len(rows), len(selected),
+                    sum(1 for r in rows.values() if r["state"] not in NOT_FAILED),
+                    sum(1 for r in rows.values() if r["state"] in NOT_FAILED - {"Completed"}))
         going = [region for region in by_region if region not in halted_after]
         for region, (failed, ended) in regions_to_halt(list(rows.values()), going,
                                                        halt_failure_ratio).items():
