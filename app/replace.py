@@ -3,9 +3,7 @@ run in this process like `rollout` (the store-rollout deployment's `replace_box`
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +11,7 @@ import typer
 from rich.console import Console
 
 from app.offline import Confirmed, Now, RequiredInventory
-from app.runner import console, refuse, refuse_settings, run_stores
+from app.runner import console, refuse, refuse_settings, run_stores, terminal_person
 from store_rollout.guard import WHAT, Action
 from store_rollout.settings import SettingsError
 
@@ -69,7 +67,7 @@ def replace(
         fields = ", ".join(f"{k} {v}" for k, v in box.items())
         refuse(f"replace of store {store_id} {WHAT[Action.REPLACE_BOX]} ({fields}): add --yes "
                "to go on (in the store's maintenance window; --now outside it)")
-    person = f"{getpass.getuser()}@{socket.gethostname()}"
+    person = terminal_person()
     result = run_stores([store_id], inventory, live=not as_json, replace_box=box,
                         confirmed_by=person, ignore_windows=now)[0]
     if as_json:
