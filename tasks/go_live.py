@@ -23,6 +23,7 @@ from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.retry import retry_on
 from tasks.salt import SaltTransientError, master_client
+from tasks.salt.probes import contested_key
 
 RECHECK_SECONDS = 3.0
 CHECK_TIMEOUT = 60.0
@@ -74,9 +75,11 @@ def go_live_gate(store: Store) -> dict[str, Any]:
     artifact. Raises GoLiveFailed naming the store and each failed check."""
     logger = get_run_logger()
     settings = load_settings()
-    gate = GoLiveGate(master_client(settings.salt_master_config), store,
-                      settings.go_live_settle_seconds)
+    master = master_client(settings.salt_master_config)
+    gate = GoLiveGate(master, store, settings.go_live_settle_seconds)
+    contested_key(master, store.store_id, store.vm_minion_id, role="VM")
     report = gate.check()
+    contested_key(master, store.store_id, store.vm_minion_id, role="VM")  # none came meanwhile
     create_table_artifact(key=f"go-live-{store.store_id.lower()}", table=report.table(),
                           description=f"store {store.store_id}: go-live checks of "
                                       f"{store.vm_minion_id} ({'passed' if report.passed else 'FAILED'})")

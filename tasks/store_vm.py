@@ -12,6 +12,7 @@ from typing import Any
 from store_rollout import step_rules
 from store_rollout.inventory import Store
 from tasks.salt import SaltMasterClient
+from tasks.salt.probes import contested_key
 
 DEFINE_TIMEOUT = 180  # seconds virt.init may take (it writes the domain's XML and disks)
 
@@ -28,6 +29,9 @@ class StoreVm:
         self.hypervisor, self.name = store.hypervisor_minion_id, store.vm_name
 
     def summary(self) -> dict[str, Any] | None:
+        """Fails first when two keys claim the VM's id (an intruder signed in as this store's
+        server: nothing is defined, started or seeded for either)."""
+        contested_key(self.master, self.store.store_id, self.store.vm_minion_id, role="VM")
         # by name: virt.vm_state enumerates every domain of the host and fails when another
         # one goes away meanwhile
         summary: dict[str, Any] | None = self.master.cmd(

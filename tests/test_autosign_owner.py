@@ -36,7 +36,7 @@ def write_config(root: Path, user: str) -> Path:
 def test_token_file_is_readable_by_the_masters_user(master_dir: Path) -> None:
     client = SaltMasterClient(write_config(master_dir, "nobody"))
     token = client.issue_token("store-0001-vm")
-    path = client.autosign_file
+    path = client.tokens.autosign_file
     path.parent.chmod(0o755)
     assert path.stat().st_mode & 0o777 == 0o600  # nobody else
     read = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",

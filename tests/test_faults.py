@@ -194,13 +194,14 @@ def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inproc
 def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
         lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path) -> None:
     """Leap 15.6's stock salt-minion (Salt 3006.0 on Python 3.6) signs in with auth protocol 2,
-    which the 3008 master refuses, firing no event: step 3 fails soon after the refusal, not at
-    its timeout, naming the minion, both protocol versions and the two fixes; not retried."""
+    which the 3008 master refuses, firing no event: step 3 fails at its timeout (a refusal needs
+    no key, so anyone could cause one: issue 44), naming the minion, both protocol versions and
+    the two fixes, not as a plain timeout; not retried."""
     inv = write_inventory(tmp_path / "inv.yaml", ["f-proto2"], "52:54:00:fd:00", lab=lab)
     faults("old_host_salt", {"fail": 1})
     started = time.monotonic()
     try:
-        failed = inprocess("f-proto2", inv, hypervisor_timeout=600)
+        failed = inprocess("f-proto2", inv, hypervisor_timeout=45)
         elapsed = time.monotonic() - started
     finally:  # the host's minion would keep signing in: its power goes off
         bmc_power(lab, "store-f-proto2-hv", "off")
@@ -211,7 +212,7 @@ def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
                  "auth protocol 2, the master requires at least 3",
                  "Salt 3006.10 or later", "minimum_auth_version: 2"):
         assert said in message, message
-    assert elapsed < 120, elapsed
+    assert elapsed < 150, elapsed  # the timeout (45 s), not later: a refusal is a hint
     runs = task_runs(lab, "wait_for_hypervisor-f-proto2")
     assert [r["run_count"] for r in runs] == [1], runs  # a refusal is not waited out twice
 

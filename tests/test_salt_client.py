@@ -4,7 +4,9 @@ exceptions they raise are Salt's own."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,13 +31,21 @@ CONFIG = "/nonexistent/master"  # never read: the fakes replace everything built
 
 
 class FakeClient:
-    """Stands in for LocalClient / WheelClient: answers (or raises) `answers` in turn."""
+    """Stands in for LocalClient / WheelClient: answers (or raises) `answers` in turn. As a
+    LocalClient, an answer is what the bus shows ({minion: {ret, retcode}}) and, unless `cache`
+    says otherwise, what the master's job cache holds too."""
 
-    def __init__(self, *answers: Any) -> None:
+    opts = {"job_cache": True, "master_job_cache": "local_cache"}
+
+    def __init__(self, *answers: Any, cache: dict[str, Any] | None = None) -> None:
         self.answers = list(answers)
         self.calls: list[tuple[Any, ...]] = []
-        self.options: list[dict[str, Any]] = []  # cmd's keyword arguments, call by call
+        self.options: list[dict[str, Any]] = []  # the job's keyword arguments, call by call
         self.destroyed = False
+        self.cache = cache
+        self.on_bus: dict[str, Any] = {}
+        self.event = SimpleNamespace(cpub=True, close_pub=lambda: None)
+        self.returners = {"local_cache.get_jid": self._cached}
 
     def _next(self, *call: Any) -> Any:
         self.calls.append(call)
@@ -47,6 +57,23 @@ class FakeClient:
     def cmd(self, *args: Any, **kwargs: Any) -> Any:
         self.options.append(kwargs)
         return self._next(*args)
+
+    def run_job(self, tgt: Any, fun: Any, arg: Any, tgt_type: str = "glob", ret: str = "",
+                timeout: Any = None, jid: str = "", kwarg: Any = None, listen: bool = False,
+                **kwargs: Any) -> dict[str, Any]:
+        self.options.append({"timeout": timeout, **kwargs})
+        self.on_bus = self._next(tgt, fun, arg)
+        return {"jid": "20261127170000000000", "minions": list(self.on_bus) or [tgt]}
+
+    def get_cli_event_returns(self, jid: str, minions: list[str], *args: Any,
+                              **kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield from ({minion: data} for minion, data in self.on_bus.items())
+
+    def _cached(self, jid: str) -> dict[str, Any]:
+        if self.cache is not None:
+            return self.cache
+        return {minion: {"return": data["ret"], "retcode": data.get("retcode", 0)}
+                for minion, data in self.on_bus.items()}
 
     def cmd_async(self, *args: Any) -> Any:
         return self._next(*args)
@@ -292,3 +319,30 @@ def test_a_store_s_minions_are_forgotten_tokens_first_then_both_keys_in_one_call
         "keys_deleted": ["store-0007-hv"], "tokens_revoked": ["store-0007-vm"]}
     assert calls == [("revoke", "store-0007-hv"), ("revoke", "store-0007-vm"),
                      ("delete", ("store-0007-hv", "store-0007-vm"))]
+
+
+def test_an_answer_is_what_the_minions_key_sent_not_what_the_bus_shows(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 44: another minion can fire `salt/job/<jid>/ret/<id>` on the bus first; the
+    answer is the job cache's (written by the master under the authenticated id)."""
+    forged = {"vm": {"ret": {"result": True, "checks": []}, "retcode": 0}}
+    real = {"vm": {"return": {"result": False, "checks": ["pos down"]}, "retcode": 1}}
+    master = master_with(FakeClient(forged, cache=real))
+    with caplog.at_level("WARNING"), pytest.raises(SaltCommandFailed, match="retcode 1"):
+        master.cmd("vm", "storegate.run", timeout=1)
+    assert "differs from the one its key sent" in caplog.text and "vm's" in caplog.text
+
+
+def test_a_return_only_on_the_bus_is_no_answer(caplog: pytest.LogCaptureFixture) -> None:
+    """The minion itself never answered: a forged return alone is no answer at all."""
+    master = master_with(FakeClient({"vm": {"ret": True, "retcode": 0}}, cache={}))
+    with caplog.at_level("WARNING"), pytest.raises(SaltMinionNoResponse):
+        master.cmd("vm", "test.ping", timeout=0.3)
+    assert "holds none from that minion's key: forged" in caplog.text, caplog.text
+
+
+def test_a_master_without_a_job_cache_is_refused() -> None:
+    local = FakeClient({"vm": {"ret": True, "retcode": 0}})
+    local.opts = {"job_cache": False, "master_job_cache": "local_cache"}
+    with pytest.raises(SaltError, match="job_cache: True"):
+        master_with(local).cmd("vm", "test.ping", timeout=1)

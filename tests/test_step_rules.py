@@ -260,6 +260,10 @@ class FakeMaster:
     def key_state(self, minion: str) -> str | None:
         return self.keys.get(minion)
 
+    def list_keys(self) -> dict[str, list[str]]:
+        buckets = {"accepted": "minions", "pending": "minions_pre", "denied": "minions_denied"}
+        return {buckets[state]: [minion] for minion, state in self.keys.items()}
+
     def delete_key(self, minion: str) -> bool:
         return self.keys.pop(minion, None) is not None
 
@@ -562,7 +566,9 @@ SITES: dict[str, list[tuple[str, str]]] = {
     "seed_needed": [("tasks/store_vm.py", "settle"), ("store_rollout/fleet/plan.py", "_reuse_vm")],
     "start_needed": [("tasks/virt.py", "create_vm"), ("store_rollout/fleet/plan.py", "_reuse_vm"),
                      ("store_rollout/fleet/facts.py", "running")],
-    "firstboot_done": [("tasks/salt/watchers.py", "wait"), ("tasks/salt/watchers.py", "_relevant"),
+    "firstboot_done": [("tasks/salt/firstboot_watcher.py", "wait"),
+                       ("tasks/salt/firstboot_watcher.py", "_relevant"),
+                       ("tasks/salt/firstboot_watcher.py", "_confirm_done"),
                        ("store_rollout/fleet/facts.py", "firstboot_done")],
     "hardware_matches": [("tasks/salt/watchers.py", "_check_hardware"),
                          ("store_rollout/fleet/facts.py", "wrong_hardware")],

@@ -2,7 +2,8 @@
 
 - `client`: `SaltMasterClient`, the thin typed client (bus, keys, LocalClient calls).
 - `events`: the event bus read as `SaltEvent`s, with an injectable clock.
-- `watchers`: the waits of steps 3 and 6 (`HypervisorReadyWatcher`, `FirstbootWatcher`).
+- `watchers`, `firstboot_watcher`: the waits of steps 3 and 6 (`HypervisorReadyWatcher`,
+  `FirstbootWatcher`).
 - `probes`: one question to a minion, or one action on it, shared by steps and waits.
 - `tokens`: the one-time autosign token store; `masterlog`: the master's log tail.
 - `errors`: the error tree, with structured context; `runtime`: Salt's process set-up.
@@ -17,6 +18,7 @@ from tasks.salt.errors import (
     HypervisorKeyContested,
     HypervisorMinionRefused,
     HypervisorWrongHardware,
+    MinionKeyContested,
     SaltCommandFailed,
     SaltError,
     SaltEventTimeout,
@@ -26,10 +28,11 @@ from tasks.salt.errors import (
     VmNeverContacted,
 )
 from tasks.salt.events import SaltEvent
+from tasks.salt.firstboot_watcher import FirstbootWatcher
 from tasks.salt.minions import key_state_in
 from tasks.salt.probes import hypervisor_ready
 from tasks.salt.runtime import prepare_salt_runtime
-from tasks.salt.watchers import FirstbootWatcher, HypervisorReadyWatcher
+from tasks.salt.watchers import HypervisorReadyWatcher
 
 __all__ = [
     "FirstbootFailed",
@@ -41,6 +44,7 @@ __all__ = [
     "HypervisorWrongHardware",
     "key_state_in",
     "master_client",
+    "MinionKeyContested",
     "prepare_salt_runtime",
     "SaltCommandFailed",
     "SaltError",

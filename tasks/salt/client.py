@@ -23,6 +23,7 @@ from tasks.salt.errors import (
 )
 from tasks.salt.events import EventBus, SaltEvent, next_event
 from tasks.salt.extensions import served_extension_hashes
+from tasks.salt.jobs import cached_return, run_job
 from tasks.salt.masterlog import MasterLogTail
 from tasks.salt.minions import check_minion_id, key_state_in, keys_of, summarize_failure
 from tasks.salt.runtime import SALT_LOADING, prepare_salt_runtime
@@ -35,10 +36,8 @@ def _system_of(fun: str) -> str:
 
 
 class SaltMasterClient:
-    """Thin client over the master's Python API: bus, wheel (keys) and LocalClient.
-
-    `local_client` and `wheel_client` build Salt's LocalClient and WheelClient (default: from
-    the master config); a test passes factories of fakes instead."""
+    """Thin client over the master's Python API: bus, wheel (keys) and LocalClient (built by
+    `local_client` / `wheel_client`, default from the master config; a test passes fakes)."""
 
     def __init__(self, master_config: str | Path, *, local_client: Callable[[], Any] | None = None,
                  wheel_client: Callable[[], Any] | None = None) -> None:
@@ -160,10 +159,6 @@ class SaltMasterClient:
         return AutosignTokens(self.opts["autosign_grains_dir"], self.opts.get("user") or "root",
                               self.master_config)
 
-    @property
-    def autosign_file(self) -> Path:
-        return self.tokens.autosign_file
-
     def issue_token(self, minion_id: str) -> str:
         """A one-time autosign token for exactly one minion id (reused until revoked)."""
         return self.tokens.issue(minion_id)
@@ -182,13 +177,13 @@ class SaltMasterClient:
     def cmd(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = (),
             kwarg: dict[str, Any] | None = None, timeout: float = 60,
             gather_job_timeout: float | None = None) -> Any:
-        """Run `fun` on one minion; returns its `ret`. Raises on no answer or retcode != 0.
+        """Run `fun` on one minion; returns its `ret` as the master's job cache holds it (what
+        its key sent: tasks/salt/jobs.py). Raises on no answer or retcode != 0.
         `gather_job_timeout`: how long the master asks a silent minion whether the job still
         runs, after `timeout` (default: its config's, 10 s)."""
-        gather = {} if gather_job_timeout is None else {"gather_job_timeout": gather_job_timeout}
         with external(_system_of(fun)), self._master_call(f"{fun} for {minion_id}"):
-            result = self._local().cmd(minion_id, fun, list(arg), timeout=timeout,
-                                       kwarg=kwarg, full_return=True, **gather)
+            result = run_job(self._local(), minion_id, fun, list(arg), timeout=timeout,
+                             kwarg=kwarg, gather_job_timeout=gather_job_timeout)
         if minion_id not in result:
             self.close()  # a silent target may mean a stale connection (master restart): renew
             raise SaltMinionNoResponse(minion_id, fun, timeout)
@@ -208,8 +203,8 @@ class SaltMasterClient:
             raise ValueError(f"cmd_multi: each function once, got {funs}")
         what = f"{'+'.join(funs)} for {minion_id}"
         with external(_system_of(funs[0])), self._master_call(what):
-            result = self._local().cmd(minion_id, funs, [list(args) for _, args in calls],
-                                       timeout=timeout, full_return=True)
+            result = run_job(self._local(), minion_id, funs, [list(args) for _, args in calls],
+                             timeout=timeout)
         if minion_id not in result:
             self.close()
             raise SaltMinionNoResponse(minion_id, "+".join(funs), timeout)
@@ -242,17 +237,21 @@ class SaltMasterClient:
         if not minion_ids:
             return {}
         with external(_system_of(fun)), self._master_call(f"{fun} for {len(minion_ids)} minions"):
-            result = self._local().cmd(list(minion_ids), fun, list(arg), timeout=timeout,
-                                       tgt_type="list", kwarg=kwarg, full_return=True,
-                                       gather_job_timeout=min(timeout, 2))
+            result = run_job(self._local(), list(minion_ids), fun, list(arg), timeout=timeout,
+                             tgt_type="list", kwarg=kwarg, gather_job_timeout=min(timeout, 2))
         answers: dict[str, Any] = {}
         for minion, ret in result.items():
-            if not isinstance(ret, dict):  # "Minion did not return" on a find_job miss
+            if minion not in minion_ids:
                 continue
             retcode = int(ret.get("retcode", 0) or 0)
             answers[minion] = (ret.get("ret") if retcode == 0 else SaltCommandFailed(
                 minion, fun, retcode, summarize_failure(ret.get("ret"))))
         return answers
+
+    def job_return(self, jid: str, minion_id: str, wait: float = 5) -> dict[str, Any] | None:
+        """What this minion's key returned for job `jid` (the job cache's), or None."""
+        with self._master_call(f"job {jid} of {minion_id}"):
+            return cached_return(self._local(), jid, minion_id, wait)
 
     def cmd_async(self, minion_id: str, fun: str, arg: list[Any] | tuple[Any, ...] = ()) -> str:
         """Publish `fun` to one minion without waiting for it; returns the job id."""

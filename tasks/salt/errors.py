@@ -59,7 +59,8 @@ class SaltCommandFailed(SaltError):
 
 
 class HypervisorMinionRefused(SaltError):
-    """The master refuses the hypervisor's minion: no wait can end well (not retried)."""
+    """The master refused sign-ins as the hypervisor's id for its auth protocol and the host
+    never got ready within step 3's timeout (not retried: a rerun would wait as long)."""
 
     def __init__(self, store_id: str, refusal: AuthRefusal, master_config: str) -> None:
         super().__init__(
@@ -69,26 +70,39 @@ class HypervisorMinionRefused(SaltError):
             f"protocol {refusal.minimum} on the host (Salt 3006.10 or later, e.g. "
             f"the upstream 3006 LTS onedir; docs/production.md, 'Salt on the store hosts'), or "
             f"set `minimum_auth_version: {refusal.version}` in {master_config} and restart the "
-            "master (it then accepts the older protocol from every minion)",
+            "master (it then accepts the older protocol from every minion). A sign-in needs no "
+            "key: if the host's Salt is new enough, a machine on the store network claimed its "
+            "id, and the host itself never signed in",
             operation="auth", minion_id=refusal.minion, master_config=master_config)
         self.store_id, self.refusal = store_id, refusal
 
 
-class HypervisorKeyContested(SaltError):
-    """Two keys claim the hypervisor's id: its one-time token was used by another machine
-    before (or after) the host itself. Nothing goes on with either (not retried)."""
+class MinionKeyContested(SaltError):
+    """Two keys claim a store minion's id (the hypervisor's or the VM's): another machine
+    signed in with its one-time token, before or after the machine itself. Both keys are
+    removed and nothing goes on with either (not retried: a person decides)."""
 
-    def __init__(self, store_id: str, minion: str, fingerprints: dict[str, list[str]]) -> None:
+    FIX = {"hypervisor": "Check the store network, then rerun the rollout: it reinstalls the "
+                         "host with a new token",
+           "VM": "Check the store's machines, then rerun the rollout asking for recreate_vm: "
+                 "the VM is made anew with a new token"}
+
+    def __init__(self, store_id: str, minion: str, fingerprints: dict[str, list[str]],
+                 role: str = "hypervisor") -> None:
         accepted = ", ".join(fingerprints.get("minions", [])) or "none"
-        denied = ", ".join(fingerprints.get("minions_denied", [])) or "none"
+        others = "; ".join(f"{bucket.removeprefix('minions_')} {', '.join(found)}"
+                           for bucket, found in fingerprints.items() if bucket != "minions")
         super().__init__(
-            f"store {store_id}: two keys claim hypervisor minion {minion}: accepted {accepted}, "
-            f"denied {denied}. Another machine on the store network signed in with the host's "
-            "one-time token (the install profile was read): both keys were removed and nothing "
-            "was sent to either. Check the store network, then rerun the rollout: it "
-            f"reinstalls the host with a new token (docs/design.md, 'Threat model')",
+            f"store {store_id}: two keys claim {role} minion {minion}: accepted {accepted}, "
+            f"{others or 'denied none'}. Another machine signed in with the {role}'s one-time "
+            "token: both keys were removed and nothing more was sent to either. "
+            f"{self.FIX[role]} (docs/design.md, 'Threat model')",
             operation="key.list_all", minion_id=minion)
         self.store_id, self.minion, self.fingerprints = store_id, minion, fingerprints
+
+
+class HypervisorKeyContested(MinionKeyContested):
+    """Two keys claim the hypervisor's id (step 3)."""
 
 
 class HypervisorWrongHardware(SaltError):

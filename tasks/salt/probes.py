@@ -16,7 +16,7 @@ from store_rollout.contracts import (
     HYPERVISOR_EXTENSION_FORMS,
     HYPERVISOR_READY_GRAIN,
 )
-from tasks.salt.errors import HypervisorKeyContested, SaltError
+from tasks.salt.errors import HypervisorKeyContested, MinionKeyContested, SaltError
 from tasks.salt.events import EventBus
 from tasks.salt.extensions import SALTENV
 from tasks.salt.masterlog import MasterLogTail
@@ -39,6 +39,8 @@ class MasterApi(Protocol):
 
     def cmd_async(self, minion_id: str, fun: str,
                   arg: list[Any] | tuple[Any, ...] = ()) -> str: ...
+
+    def job_return(self, jid: str, minion_id: str, wait: float = 5) -> dict[str, Any] | None: ...
 
     def key_state(self, minion_id: str) -> str | None: ...
 
@@ -90,14 +92,17 @@ def reapply_highstate(master: MasterApi, minion_id: str) -> str | None:
     return master.cmd_async(minion_id, "state.highstate")
 
 
-def contested_key(master: MasterApi, store_id: str, minion: str) -> None:
-    """Fail when the hypervisor's id has an accepted key and a denied one (the master denies a
-    later key for an accepted id), after removing both."""
+def contested_key(master: MasterApi, store_id: str, minion: str, role: str = "hypervisor") -> None:
+    """Fail when a store minion's id has an accepted key and another one (denied: the master
+    denies a later key for an accepted id; pending or rejected), after removing them all."""
     keys = master.list_keys()
-    if minion in keys.get("minions", []) and minion in keys.get("minions_denied", []):
+    second = [b for b in ("minions_denied", "minions_pre", "minions_rejected")
+              if minion in keys.get(b, [])]
+    if minion in keys.get("minions", []) and second:
         fingerprints = master.fingerprints(minion)
         master.delete_key(minion)
-        raise HypervisorKeyContested(store_id, minion, fingerprints)
+        error = HypervisorKeyContested if role == "hypervisor" else MinionKeyContested
+        raise error(store_id, minion, fingerprints, role)
 
 
 def firstboot_stage(master: MasterApi, minion: str) -> str | None:

@@ -1,6 +1,7 @@
-"""The waits of steps 3 and 6 on the master's event bus, as objects a task calls once.
+"""The wait of step 3 on the master's event bus, as an object a task calls once (step 6's:
+firstboot_watcher.py).
 
-Each takes the master (`MasterApi`), a logger and a clock: in a rollout Salt's client, the
+It takes the master (`MasterApi`), a logger and a clock: in a rollout Salt's client, the
 Prefect run logger and the system clock; in a unit test a fake master with a scripted event
 stream and a fake clock (tests/test_salt_watchers.py).
 """
@@ -13,33 +14,29 @@ from typing import Any
 from store_rollout import step_rules
 from store_rollout.contracts import (
     AUTOSIGN_REFUSED_TAG,
-    FIRSTBOOT_EVENT_DONE,
-    FIRSTBOOT_EVENT_PREFIX,
     HYPERVISOR_READY_TAG,
 )
-from store_rollout.inventory import Store
 from tasks.salt.errors import (
-    FirstbootFailed,
     HypervisorKeyContested,
     HypervisorMinionRefused,
     HypervisorWrongHardware,
     SaltEventTimeout,
-    VmNeverContacted,
 )
 from tasks.salt.events import SYSTEM_CLOCK, Clock, SaltEvent, next_event
-from tasks.salt.minions import failed_states
+from tasks.salt.masterlog import AuthRefusal
 from tasks.salt.probes import (
     MasterApi,
     contested_key,
-    firstboot_stage,
     hardware_serial,
     hypervisor_state,
     reapply_highstate,
-    reset_vm,
 )
 
 Logger = logging.Logger | logging.LoggerAdapter
 STATE_FUNS = {"state.sls", "state.apply", "state.highstate"}
+# after an event claims a minion's progress, its own answer is asked at once and then a little
+# later (a grain set by the state before the event may reach the minion's memory a moment after)
+CONFIRM_PAUSES = (0.0, 0.5, 1.5)
 
 
 def _describe(event: SaltEvent | None) -> str:
@@ -72,6 +69,7 @@ class HypervisorReadyWatcher:
         self.silent_since: float | None = None  # since when it has not answered at all
         self.reapplied: str | None = None
         self.master_log = master.log_tail()
+        self.refusals: list[AuthRefusal] = []
 
     def wait(self, already_ready: bool = False) -> dict[str, Any]:
         """`already_ready`: step 2 found the hypervisor ready a moment ago (a rerun) and skipped
@@ -83,6 +81,9 @@ class HypervisorReadyWatcher:
             ready = self._listen(deadline)
             if not ready and self.clock.monotonic() >= deadline:
                 key = self.master.key_state(self.minion)
+                if self.refusals and key != step_rules.KEY_ACCEPTED:
+                    raise HypervisorMinionRefused(self.store_id, self.refusals[-1],
+                                                  self.master.master_config)
                 silent = ""
                 if self.silent_since is not None and key == step_rules.KEY_ACCEPTED:
                     silent = (f"; silent for {self.clock.monotonic() - self.silent_since:.0f}s: "
@@ -125,10 +126,11 @@ class HypervisorReadyWatcher:
                 ready = self._check()
                 while not ready and self.clock.monotonic() < deadline:
                     try:
-                        next_event(bus, self._is_ready_event, what=HYPERVISOR_READY_TAG,
-                                   timeout=min(10.0, max(0.1, deadline - self.clock.monotonic())),
-                                   seen=self._seen, clock=self.clock)
-                        ready = True
+                        claimed = next_event(
+                            bus, self._is_ready_event, what=HYPERVISOR_READY_TAG,
+                            timeout=min(10.0, max(0.1, deadline - self.clock.monotonic())),
+                            seen=self._seen, clock=self.clock)
+                        ready = self._confirm_ready(claimed)
                     except SaltEventTimeout:
                         ready = self._check()
                 return ready
@@ -138,6 +140,21 @@ class HypervisorReadyWatcher:
             self.logger.warning("store %s: event bus lost (%s); resubscribing", self.store_id, exc)
             self.clock.sleep(1)
             return False
+
+    def _confirm_ready(self, claimed: SaltEvent) -> bool:
+        """A ready event is only a hint: its `id` is the sender's word (any accepted minion can
+        fire it). The host's own ready grain, read through the job cache, decides."""
+        state = "silent"
+        for pause in CONFIRM_PAUSES:
+            self.clock.sleep(pause)
+            state = hypervisor_state(self.master, self.minion)
+            if state == "ready":
+                return True
+        self.logger.warning(
+            "store %s: a %s event claiming to come from %s was not confirmed by %s itself (it "
+            "answers: %s): another minion forged it; ignored (event data: %s)", self.store_id,
+            claimed.tag, self.minion, self.minion, state, str(claimed.data)[:200])
+        return False
 
     def _is_ready_event(self, event: SaltEvent) -> bool:
         return event.tag == HYPERVISOR_READY_TAG and event.minion == self.minion
@@ -154,9 +171,14 @@ class HypervisorReadyWatcher:
 
     def _check(self) -> bool:
         """The current state: refused or contested fails; a stalled one gets its highstate."""
-        refused = self.master_log.auth_refusals(self.minion)
-        if refused:
-            raise HypervisorMinionRefused(self.store_id, refused[-1], self.master.master_config)
+        for refusal in self.master_log.auth_refusals(self.minion):
+            if refusal not in self.refusals:
+                self.logger.warning(
+                    "store %s: the master refused a sign-in as %s with auth protocol %d (it "
+                    "requires %d): the host's salt-minion is too old, or a machine on the store "
+                    "network claims its id (a sign-in needs no key); waiting on for the host",
+                    self.store_id, self.minion, refusal.version, refusal.minimum)
+            self.refusals.append(refusal)
         contested_key(self.master, self.store_id, self.minion)
         state = hypervisor_state(self.master, self.minion)
         now = self.clock.monotonic()
@@ -171,113 +193,3 @@ class HypervisorReadyWatcher:
                     "highstate applied again (job %s)", self.store_id, self.minion, up_for,
                     self.reapplied)
         return state == "ready"
-
-
-class FirstbootWatcher:
-    """Step 6: the store VM through `provisioning_helper.firstboot`, judged by the VM itself.
-
-    Follows stage events `store/vm/firstboot/{started,highstate,report,done}` from the VM's
-    minion, its (re)starts and the returns of its state runs, failing fast with the failing
-    states' ids and comments. Its `firstboot_stage` grain is checked after subscribing and
-    after every (re)start of its minion. A VM whose accepted minion stays silent for
-    `stall_timeout` (hung after a reboot) is reset once. A VM whose minion never contacts the
-    master (no key, no event) within `contact_timeout` fails at once, naming the master
-    address the image was built with (`master_endpoint`): no wait for the whole `timeout`."""
-
-    def __init__(self, master: MasterApi, store: Store, *, timeout: float, stall_timeout: float,
-                 contact_timeout: float, master_endpoint: tuple[str, str], logger: Logger,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
-        self.master, self.store, self.minion = master, store, store.vm_minion_id
-        self.timeout, self.stall_timeout = timeout, stall_timeout
-        self.contact_timeout, self.master_endpoint = contact_timeout, master_endpoint
-        self.logger, self.clock = logger, clock
-        self.started = self.last_seen = clock.monotonic()
-        self.stages: dict[str, float] = {}
-        self.boot_ids: dict[str, str] = {}
-        self.minion_starts: list[float] = []
-        self.last: SaltEvent | None = None
-        self.token_revoked = False
-        self.resets = 0
-
-    def wait(self) -> dict[str, Any]:
-        """Until the VM's firstboot is done; its token is revoked once its key is accepted.
-        Returns each stage event's and minion start's time (seconds into the wait) and the
-        kernel's boot id each stage ran under: two reboots show as three boot ids."""
-        self.started = self.last_seen = self.clock.monotonic()
-        deadline = self.started + self.timeout
-        with self.master.subscribe("") as bus:
-            self._revoke_once()
-            done = step_rules.firstboot_done(firstboot_stage(self.master, self.minion))
-            contacted = done or self.master.key_state(self.minion) is not None
-            while not done:
-                contacted = contacted or self.last is not None
-                self._fail_if_never_contacted(contacted)
-                remaining = deadline - self.clock.monotonic()
-                if remaining <= 0:
-                    raise SaltEventTimeout(
-                        f"store {self.store.store_id}: VM minion {self.minion} did not finish "
-                        f"firstboot within {self.timeout:.0f}s; stages seen: "
-                        f"{list(self.stages) or 'none'}; last event from it: "
-                        f"{self.last.tag if self.last else 'none'}; resets: {self.resets}",
-                        operation="firstboot", minion_id=self.minion, timeout=self.timeout)
-                try:
-                    next_event(bus, self._relevant, timeout=min(remaining, 5), what="firstboot",
-                               clock=self.clock)
-                    done = True
-                except SaltEventTimeout:
-                    self._reset_if_stalled()
-        self._revoke_once()
-        return {"minion": self.minion, "stages": self.stages, "boot_ids": self.boot_ids,
-                "minion_starts": self.minion_starts, "boots_seen": len(self.minion_starts),
-                "resets": self.resets}
-
-    def _since_start(self) -> float:
-        return round(self.clock.monotonic() - self.started, 3)
-
-    def _revoke_once(self) -> None:
-        if not self.token_revoked and self.master.key_state(self.minion) == "accepted":
-            self.token_revoked = self.master.revoke_token(self.minion) or True
-
-    def _relevant(self, event: SaltEvent) -> bool:
-        """Records an event of this VM's minion; True when firstboot is done."""
-        minion = self.minion
-        if event.minion != minion and not event.tag.startswith(f"salt/minion/{minion}/"):
-            return False
-        self.last, self.last_seen = event, self.clock.monotonic()
-        if event.tag == f"salt/minion/{minion}/start":
-            self.minion_starts.append(self._since_start())
-            self._revoke_once()
-            return step_rules.firstboot_done(firstboot_stage(self.master, minion))
-        if event.tag.startswith(FIRSTBOOT_EVENT_PREFIX):
-            stage = event.tag[len(FIRSTBOOT_EVENT_PREFIX):]
-            self.stages[stage] = self._since_start()
-            if event.payload.get("boot_id"):
-                self.boot_ids[stage] = str(event.payload["boot_id"])
-            self.logger.info("store %s: firstboot stage %s", self.store.store_id, stage)
-            return stage == FIRSTBOOT_EVENT_DONE
-        if (event.tag.startswith("salt/job/") and event.data.get("fun") in STATE_FUNS
-                and int(event.data.get("retcode", 0) or 0) != 0):
-            ret = event.data.get("return")
-            raise FirstbootFailed(self.store.store_id, minion, failed_states(ret), str(ret)[:500])
-        return False
-
-    def _fail_if_never_contacted(self, contacted: bool) -> None:
-        if (not contacted and self.clock.monotonic() - self.started > self.contact_timeout
-                and self.master.key_state(self.minion) is None):
-            address, port = self.master_endpoint
-            raise VmNeverContacted(self.store.store_id, self.minion, self.contact_timeout,
-                                   master_address=address, master_port=port,
-                                   vm_name=self.store.vm_name,
-                                   hypervisor=self.store.hypervisor_minion_id)
-
-    def _reset_if_stalled(self) -> None:
-        """Reset, once, a VM whose accepted minion has been silent for `stall_timeout`."""
-        silent = self.clock.monotonic() - self.last_seen
-        if (silent > self.stall_timeout and self.resets == 0
-                and self.master.key_state(self.minion) == "accepted"
-                and firstboot_stage(self.master, self.minion) is None):
-            self.logger.warning("store %s: VM minion %s silent for %.0fs; resetting the VM",
-                                self.store.store_id, self.minion, silent)
-            reset_vm(self.master, self.store.hypervisor_minion_id, self.store.vm_name)
-            self.resets += 1
-            self.last_seen = self.clock.monotonic()
