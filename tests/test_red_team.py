@@ -92,7 +92,7 @@ class Fleet:
         for minion in ids:
             token = self.master.issue_token(minion)
             conf = {"master": self.network.gateway, "id": minion,
-                    "grains": {AUTOSIGN_GRAIN: token}}
+                    "grains": {AUTOSIGN_GRAIN: token}, "autosign_grains": [AUTOSIGN_GRAIN]}
             self.minions.install(minion, {"50-store-rollout.conf": yaml.safe_dump(conf)}, {})
             self.minions.start(minion, "red team: a store's machine")
         wait_for(lambda: all(self.master.key_state(m) == "accepted" for m in ids), timeout=60,
@@ -258,7 +258,7 @@ def test_a_spoofed_auth_protocol_refusal_does_not_fail_step_3(fleet: Fleet) -> N
     said = fleet.stranger(A_HV, HOST_PY36_SALT_BIN)
     wait_for(lambda: any(f"'{A_HV}' using protocol version 2" in line for line in
                          Path(fleet.master.opts["log_file"]).read_text().splitlines()[-200:]),
-             timeout=30, what="the master's refusal logged")
+             timeout=30, what=f"the master's refusal logged (the stranger: {said[-800:]})")
     fleet.master.cmd(A_HV, "grains.setval", [HYPERVISOR_READY_GRAIN, True])
     try:
         assert watcher.wait()["minion"] == A_HV, said
