@@ -303,6 +303,14 @@ def check_reactor(r: Report) -> None:
         if m := re.match(r"\s*- tag: (\S+)", line):
             r.expect(progress, number, "re-announced tag", m.group(1), c.ROLLOUT_PROGRESS_TAG,
                      "ROLLOUT_PROGRESS_TAG")
+    # the only tags it reacts to (a minion writes the tag, and the glob above matches anything)
+    spelled = {m.group(1): (m.group(2), number) for number, line in r.lines(progress)
+               if (m := re.match(r"\{%-? set (firstboot_prefix|firstboot_events) = (.*?) -?%\}", line))}
+    for name, expected, contract in (("firstboot_prefix", c.FIRSTBOOT_EVENT_PREFIX, "FIRSTBOOT_EVENT_PREFIX"),
+                                     ("firstboot_events", list(c.FIRSTBOOT_EVENTS), "FIRSTBOOT_EVENTS")):
+        value, number = spelled.get(name, (None, None))
+        r.expect(progress, number, name, None if value is None else yaml.safe_load(value),
+                 expected, contract)
 
 
 def check_salt_modules(r: Report) -> None:
