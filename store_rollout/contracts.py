@@ -24,6 +24,10 @@ AUTOSIGN_GRAIN: Final = "store_rollout_token"
 TOKEN_MAP_FILE: Final = "store_rollout_tokens.json"
 # the guard's event when a minion signed in with a token issued for another id (key removed)
 AUTOSIGN_REFUSED_TAG: Final = "store/autosign/refused"
+# the guard's event when a salt/auth accept event is not backed by the master's own key files
+# (no such accepted key, another public key, or a key accepted long before): a minion forged it;
+# the guard did nothing else
+AUTOSIGN_FORGED_TAG: Final = "store/autosign/forged"
 
 # -- AutoYaST profile inputs -----------------------------------------------------------------
 # Cobbler autoinstall_meta keys step 2 (tasks/pxe_install.system_spec) sets and the profile

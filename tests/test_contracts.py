@@ -320,7 +320,8 @@ def check_salt_modules(r: Report) -> None:
             ("_utils", "store_seed_iso",
              ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS")),
             ("_engines", "store_autosign_guard",
-             ("AUTOSIGN_GRAIN", "TOKEN_MAP_FILE", "AUTOSIGN_REFUSED_TAG"))):
+             ("AUTOSIGN_GRAIN", "TOKEN_MAP_FILE", "AUTOSIGN_REFUSED_TAG",
+              "AUTOSIGN_FORGED_TAG"))):
         path = SALT / kind / f"{module}.py"
         constants = python_constants(r.root / path)
         for name in names:
@@ -500,7 +501,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",
         "store_libvirt_events.py:62: CONNECTION_LOST: found 'connection/gone'",
         "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
-        "store_autosign_guard.py:35: TOKEN_MAP_FILE: found 'tokens.json'",
+        "store_autosign_guard.py:48: TOKEN_MAP_FILE: found 'tokens.json'",
         "DOWNLOAD_CUT: found 'download stopped', expected 'download cut'",
     ):
         assert expected in found, f"{expected!r} not reported; reported:\n{found}"
