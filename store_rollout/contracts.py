@@ -86,6 +86,11 @@ LIBVIRT_EVENTS_ENGINE: Final = "store_libvirt_events"
 # store_prefect_events forwards them as `salt.store.libvirt.connection.lost|restored`.
 LIBVIRT_CONNECTION_LOST: Final = "connection/lost"
 LIBVIRT_CONNECTION_RESTORED: Final = "connection/restored"
+# The field of each such event's body that holds its signature ({"time", "value"}): the
+# hypervisor engine signs tag, minion id, body and time with its own minion key, and
+# store_prefect_events forwards only what the claimed id's accepted key verifies (a batch event
+# on the master's bus carries whatever id its sender wrote).
+STORE_EVENT_SIGNATURE: Final = "signature"
 
 # -- store VM firstboot ----------------------------------------------------------------------
 # The image's bootstrap minion.d file runs this sls at minion start (startup_states).

@@ -124,6 +124,11 @@ def yaml_value(text: str, *keys: str) -> tuple[Any, int | None]:
     return yaml.safe_load(yaml.serialize(node)), node.start_mark.line + 1
 
 
+def engine_line(engine: str, name: str) -> int:
+    """The line of a module-level constant in one of the checkout's salt_states/_engines."""
+    return python_constants(REPO_ROOT / SALT / "_engines" / f"{engine}.py")[name][1]
+
+
 def python_constants(path: Path) -> dict[str, tuple[Any, int]]:
     """Module-level NAME = literal assignments of a Python file: value and line."""
     found = {}
@@ -233,6 +238,9 @@ def check_hypervisor_events(r: Report) -> None:
     value, line = python_constants(r.root / engine).get("LIBVIRT_CONNECTION_EVENTS", (None, None))
     r.expect(engine, line, "LIBVIRT_CONNECTION_EVENTS", value, connection,
              "LIBVIRT_CONNECTION_LOST / _RESTORED")
+    value, line = python_constants(r.root / engine).get("SIGNATURE_FIELD", (None, None))
+    r.expect(engine, line, "SIGNATURE_FIELD", value, c.STORE_EVENT_SIGNATURE,
+             "STORE_EVENT_SIGNATURE")
     check_libvirt_events_engine(r)
 
 
@@ -247,7 +255,8 @@ def check_libvirt_events_engine(r: Report) -> None:
     else:
         constants = python_constants(r.root / module)
         for constant, contract in (("CONNECTION_LOST", "LIBVIRT_CONNECTION_LOST"),
-                                   ("CONNECTION_RESTORED", "LIBVIRT_CONNECTION_RESTORED")):
+                                   ("CONNECTION_RESTORED", "LIBVIRT_CONNECTION_RESTORED"),
+                                   ("SIGNATURE_FIELD", "STORE_EVENT_SIGNATURE")):
             value, line = constants.get(constant, (None, None))
             r.expect(module, line, constant, value, getattr(c, contract), contract)
     value, line = yaml_value(r.text(HYPERVISOR_DEFAULTS), "values", "events", "engine")
@@ -499,9 +508,13 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "lab-debian/config.sh:-: does not remove a stray minion.d/15-identity.conf",
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",
-        "store_libvirt_events.py:62: CONNECTION_LOST: found 'connection/gone'",
-        "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
-        "store_autosign_guard.py:48: TOKEN_MAP_FILE: found 'tokens.json'",
+        # the engines' lines as they stand (they change more often than the files above)
+        f"store_libvirt_events.py:{engine_line('store_libvirt_events', 'CONNECTION_LOST')}: "
+        "CONNECTION_LOST: found 'connection/gone'",
+        f"store_prefect_events.py:{engine_line('store_prefect_events', 'LIBVIRT_EVENT_PREFIX')}: "
+        "LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
+        f"store_autosign_guard.py:{engine_line('store_autosign_guard', 'TOKEN_MAP_FILE')}: "
+        "TOKEN_MAP_FILE: found 'tokens.json'",
         "DOWNLOAD_CUT: found 'download stopped', expected 'download cut'",
     ):
         assert expected in found, f"{expected!r} not reported; reported:\n{found}"
