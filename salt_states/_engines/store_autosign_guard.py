@@ -32,7 +32,6 @@ import fcntl
 import json
 import logging
 import os
-
 import time
 
 import salt.crypt
