@@ -71,6 +71,8 @@ class SignedEvents:
         self.seen = {}  # signature -> when it was signed: each is believed once
 
     def _problem(self, tag, data):
+        if not isinstance(data, dict):
+            return "not an event body"
         claimed, body = data.get("id"), data.get("data")
         signature = body.get(SIGNATURE_FIELD) if isinstance(body, dict) else None
         if not isinstance(signature, dict):
@@ -103,7 +105,7 @@ class SignedEvents:
         problem = self._problem(tag, data)
         if problem is not None:
             log.warning("store_prefect_events: dropped %s claiming minion %r: %s", tag,
-                        data.get("id"), problem)
+                        data.get("id") if isinstance(data, dict) else None, problem)
         return problem is None
 
 
