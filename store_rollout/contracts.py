@@ -24,6 +24,10 @@ AUTOSIGN_GRAIN: Final = "store_rollout_token"
 TOKEN_MAP_FILE: Final = "store_rollout_tokens.json"
 # the guard's event when a minion signed in with a token issued for another id (key removed)
 AUTOSIGN_REFUSED_TAG: Final = "store/autosign/refused"
+# the guard's event when a salt/auth accept event is not backed by the master's own key files
+# (no such accepted key, another public key, or a key accepted long before): a minion forged it;
+# the guard did nothing else
+AUTOSIGN_FORGED_TAG: Final = "store/autosign/forged"
 
 # -- AutoYaST profile inputs -----------------------------------------------------------------
 # Cobbler autoinstall_meta keys step 2 (tasks/pxe_install.system_spec) sets and the profile
@@ -82,6 +86,11 @@ LIBVIRT_EVENTS_ENGINE: Final = "store_libvirt_events"
 # store_prefect_events forwards them as `salt.store.libvirt.connection.lost|restored`.
 LIBVIRT_CONNECTION_LOST: Final = "connection/lost"
 LIBVIRT_CONNECTION_RESTORED: Final = "connection/restored"
+# The field of each such event's body that holds its signature ({"time", "value"}): the
+# hypervisor engine signs tag, minion id, body and time with its own minion key, and
+# store_prefect_events forwards only what the claimed id's accepted key verifies (a batch event
+# on the master's bus carries whatever id its sender wrote).
+STORE_EVENT_SIGNATURE: Final = "signature"
 
 # -- store VM firstboot ----------------------------------------------------------------------
 # The image's bootstrap minion.d file runs this sls at minion start (startup_states).

@@ -124,6 +124,11 @@ def yaml_value(text: str, *keys: str) -> tuple[Any, int | None]:
     return yaml.safe_load(yaml.serialize(node)), node.start_mark.line + 1
 
 
+def engine_line(engine: str, name: str) -> int:
+    """The line of a module-level constant in one of the checkout's salt_states/_engines."""
+    return python_constants(REPO_ROOT / SALT / "_engines" / f"{engine}.py")[name][1]
+
+
 def python_constants(path: Path) -> dict[str, tuple[Any, int]]:
     """Module-level NAME = literal assignments of a Python file: value and line."""
     found = {}
@@ -233,6 +238,9 @@ def check_hypervisor_events(r: Report) -> None:
     value, line = python_constants(r.root / engine).get("LIBVIRT_CONNECTION_EVENTS", (None, None))
     r.expect(engine, line, "LIBVIRT_CONNECTION_EVENTS", value, connection,
              "LIBVIRT_CONNECTION_LOST / _RESTORED")
+    value, line = python_constants(r.root / engine).get("SIGNATURE_FIELD", (None, None))
+    r.expect(engine, line, "SIGNATURE_FIELD", value, c.STORE_EVENT_SIGNATURE,
+             "STORE_EVENT_SIGNATURE")
     check_libvirt_events_engine(r)
 
 
@@ -247,7 +255,8 @@ def check_libvirt_events_engine(r: Report) -> None:
     else:
         constants = python_constants(r.root / module)
         for constant, contract in (("CONNECTION_LOST", "LIBVIRT_CONNECTION_LOST"),
-                                   ("CONNECTION_RESTORED", "LIBVIRT_CONNECTION_RESTORED")):
+                                   ("CONNECTION_RESTORED", "LIBVIRT_CONNECTION_RESTORED"),
+                                   ("SIGNATURE_FIELD", "STORE_EVENT_SIGNATURE")):
             value, line = constants.get(constant, (None, None))
             r.expect(module, line, constant, value, getattr(c, contract), contract)
     value, line = yaml_value(r.text(HYPERVISOR_DEFAULTS), "values", "events", "engine")
@@ -303,6 +312,14 @@ def check_reactor(r: Report) -> None:
         if m := re.match(r"\s*- tag: (\S+)", line):
             r.expect(progress, number, "re-announced tag", m.group(1), c.ROLLOUT_PROGRESS_TAG,
                      "ROLLOUT_PROGRESS_TAG")
+    # the only tags it reacts to (a minion writes the tag, and the glob above matches anything)
+    spelled = {m.group(1): (m.group(2), number) for number, line in r.lines(progress)
+               if (m := re.match(r"\{%-? set (firstboot_prefix|firstboot_events) = (.*?) -?%\}", line))}
+    for name, expected, contract in (("firstboot_prefix", c.FIRSTBOOT_EVENT_PREFIX, "FIRSTBOOT_EVENT_PREFIX"),
+                                     ("firstboot_events", list(c.FIRSTBOOT_EVENTS), "FIRSTBOOT_EVENTS")):
+        value, number = spelled.get(name, (None, None))
+        r.expect(progress, number, name, None if value is None else yaml.safe_load(value),
+                 expected, contract)
 
 
 def check_salt_modules(r: Report) -> None:
@@ -312,7 +329,8 @@ def check_salt_modules(r: Report) -> None:
             ("_utils", "store_seed_iso",
              ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS")),
             ("_engines", "store_autosign_guard",
-             ("AUTOSIGN_GRAIN", "TOKEN_MAP_FILE", "AUTOSIGN_REFUSED_TAG"))):
+             ("AUTOSIGN_GRAIN", "TOKEN_MAP_FILE", "AUTOSIGN_REFUSED_TAG",
+              "AUTOSIGN_FORGED_TAG"))):
         path = SALT / kind / f"{module}.py"
         constants = python_constants(r.root / path)
         for name in names:
@@ -490,9 +508,13 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "lab-debian/config.sh:-: does not remove a stray minion.d/15-identity.conf",
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",
-        "store_libvirt_events.py:62: CONNECTION_LOST: found 'connection/gone'",
-        "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
-        "store_autosign_guard.py:35: TOKEN_MAP_FILE: found 'tokens.json'",
+        # the engines' lines as they stand (they change more often than the files above)
+        f"store_libvirt_events.py:{engine_line('store_libvirt_events', 'CONNECTION_LOST')}: "
+        "CONNECTION_LOST: found 'connection/gone'",
+        f"store_prefect_events.py:{engine_line('store_prefect_events', 'LIBVIRT_EVENT_PREFIX')}: "
+        "LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
+        f"store_autosign_guard.py:{engine_line('store_autosign_guard', 'TOKEN_MAP_FILE')}: "
+        "TOKEN_MAP_FILE: found 'tokens.json'",
         "DOWNLOAD_CUT: found 'download stopped', expected 'download cut'",
     ):
         assert expected in found, f"{expected!r} not reported; reported:\n{found}"

@@ -34,8 +34,10 @@ from store_rollout.contracts import (
     LIBVIRT_CONNECTION_LOST,
     LIBVIRT_CONNECTION_RESTORED,
     LIBVIRT_EVENT_TAG_PREFIX,
+    STORE_EVENT_SIGNATURE,
 )
 from tasks.salt.extensions import served_extension_hashes
+from tests.helpers import load_salt_module
 
 HOST_PY36 = Path(os.environ.get("STORE_ROLLOUT_HOST_PY36_VENV",
                                 REPO_ROOT / ".venv-host-py36")) / "bin" / "python"
@@ -312,10 +314,18 @@ def test_the_libvirt_events_engine_survives_a_lost_connection_under_the_store_ho
     Python 3.6 and started as the minion starts it, on libvirt's test driver: a close of its
     connection (reason EOF, from libvirt's event loop) sends `connection/lost`, the engine
     reconnects and sends `connection/restored` with the domains' states, and a domain event
-    after that comes through Salt 3006.0's own libvirt_events callbacks."""
+    after that comes through Salt 3006.0's own libvirt_events callbacks. Each is signed with
+    the minion's key by Salt 3006.0's salt.crypt, and the master's forwarder (Salt 3008)
+    verifies it with the accepted public key (tests/test_signed_store_events.py)."""
     if not HOST_PY36.exists():
         pytest.fail(f"{HOST_PY36} missing: `make setup` builds it (needs CPython 3.6, README)")
     root = tmp_path / "minion-root"
+    from tests.test_signed_store_events import key_pair
+
+    key_pair(root / "etc/salt/pki")
+    master_pki = tmp_path / "master-pki"
+    (master_pki / "minions").mkdir(parents=True)
+    (master_pki / "minions" / HV).write_bytes((root / "etc/salt/pki/minion.pub").read_bytes())
     opts = {"id": HV, "root_dir": str(root), "conf_file": str(root / "etc/salt/minion"),
             "cachedir": str(root / "var/cache/salt/minion"),
             "pki_dir": str(root / "etc/salt/pki"), "sock_dir": str(root / "var/run/salt"),
@@ -331,6 +341,11 @@ def test_the_libvirt_events_engine_survives_a_lost_connection_under_the_store_ho
     assert [tag for tag, _ in out["events"]] == [
         prefix + LIBVIRT_CONNECTION_LOST, prefix + LIBVIRT_CONNECTION_RESTORED,
         prefix + "domain/lifecycle"], out["events"]
+    forwarder = load_salt_module("_engines", "store_prefect_events")
+    signed = forwarder.SignedEvents({"pki_dir": str(master_pki)})
+    for tag, data in out["events"]:
+        assert signed.verified(tag, {"id": HV, "data": data}), (tag, data)
+        del data[STORE_EVENT_SIGNATURE]
     lost, restored, lifecycle = (data for _, data in out["events"])
     assert lost == {"uri": URI, "reason": "eof"}
     assert restored["reason"] == "eof" and restored["domains"] == {"test": "running"}

@@ -13,6 +13,14 @@ sees which token signed which id, at the moment the key is accepted:
 A second key claiming the token's own id is the master's business: it denies the later key,
 and step 3 fails on the two keys.
 
+The event is only a hint: any accepted minion can fire a `salt/auth` of its own making (a batch
+event, which Salt's minion event blacklist lets through) naming another store's id and an
+outstanding token. So the guard acts, revoking or deleting, only when the master's own key files
+back the event: `<pki_dir>/minions/<id>` exists, holds the event's public key, and was written
+within KEY_FRESH_SECONDS (a real accept fires `salt/auth` at once; a key accepted before that is
+never the guard's to delete). Anything else is logged as a forged `salt/auth`, ignored, and
+fired as `store/autosign/forged` (tests/test_autosign_guard.py).
+
 Master config:
     engines_dirs: [<file_roots>/_engines]
     engines: [store_autosign_guard]
@@ -24,16 +32,25 @@ import fcntl
 import json
 import logging
 import os
+import time
 
+import salt.crypt
 import salt.key
 import salt.utils.crypt
 import salt.utils.event
+import salt.utils.verify
 
 log = logging.getLogger(__name__)
-# store_rollout.contracts: AUTOSIGN_GRAIN, TOKEN_MAP_FILE, AUTOSIGN_REFUSED_TAG (checked)
+# store_rollout.contracts: AUTOSIGN_GRAIN, TOKEN_MAP_FILE, AUTOSIGN_REFUSED_TAG,
+# AUTOSIGN_FORGED_TAG (checked)
 AUTOSIGN_GRAIN = "store_rollout_token"
 TOKEN_MAP_FILE = "store_rollout_tokens.json"
 AUTOSIGN_REFUSED_TAG = "store/autosign/refused"
+AUTOSIGN_FORGED_TAG = "store/autosign/forged"
+# how old an accepted key file may be for its salt/auth to be acted on: the master writes the file
+# and fires the event in the same request, the guard reads it within milliseconds; the margin is
+# for a busy master, and a key older than this was accepted before any event the guard sees
+KEY_FRESH_SECONDS = 120
 
 
 def _paths(opts):
@@ -62,6 +79,37 @@ def _rewrite(path, text):
         fh.write(text)
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def owner_of(opts, token):
+    """The minion id an outstanding one-time token was issued for, or None."""
+    with _tokens_locked(opts) as (_autosign, _token_map, mapping):
+        return next((mid for mid, tok in mapping.items() if tok == token), None)
+
+
+def _same_key(one, other):
+    return bool(one) and salt.crypt.clean_key(one) == salt.crypt.clean_key(other)
+
+
+def unbacked(opts, minion_id, pub, now=None):
+    """Why the master's key files do not back an accept of `minion_id` with `pub`, or None when
+    they do: its accepted key file exists, holds `pub` and was written just now."""
+    if not isinstance(minion_id, str) or not salt.utils.verify.valid_id(opts, minion_id):
+        return "not a valid minion id"
+    pki = opts["cluster_pki_dir"] if opts.get("cluster_id") else opts["pki_dir"]
+    path = os.path.join(pki, "minions", minion_id)
+    try:
+        written = os.stat(path).st_mtime
+        with open(path) as fh:
+            on_file = fh.read()
+    except OSError:
+        return "no accepted key"
+    if not _same_key(str(pub or ""), on_file):
+        return "its public key is not the accepted key"
+    age = (time.time() if now is None else now) - written
+    if not -5 <= age <= KEY_FRESH_SECONDS:
+        return "its key was accepted {:.0f} s ago, not by this sign-in".format(age)
+    return None
 
 
 def judge(opts, minion_id, token):
@@ -94,6 +142,37 @@ def _refuse(opts, bus, minion_id, owner, pub):
                    AUTOSIGN_REFUSED_TAG)
 
 
+def _forged(bus, minion_id, owner, why):
+    log.warning("autosign guard: forged salt/auth for minion %r (token of %r) ignored: %s",
+                minion_id, owner, why)
+    bus.fire_event({"id": minion_id, "token_of": owner, "reason": why}, AUTOSIGN_FORGED_TAG)
+
+
+def handle(opts, bus, data, now=None):
+    """One `salt/auth` event's data: "revoked", "foreign" (key deleted), "forged" (ignored) or
+    None (not an accept with an outstanding token: nothing to do)."""
+    if not isinstance(data, dict):
+        return None
+    grains = data.get("autosign_grains")
+    token = grains.get(AUTOSIGN_GRAIN) if isinstance(grains, dict) else None
+    if data.get("act") != "accept" or data.get("result") is not True or not token:
+        return None
+    token, minion_id = str(token), data.get("id")
+    owner = owner_of(opts, token)
+    if owner is None:
+        return None  # not an outstanding token: a re-auth, or a key accepted another way
+    why = unbacked(opts, minion_id, data.get("pub"), now)
+    if why is not None:
+        _forged(bus, minion_id, owner, why)
+        return "forged"
+    verdict, owner = judge(opts, minion_id, token)
+    if verdict == "revoked":
+        log.info("autosign guard: %s signed in; its one-time token is revoked", minion_id)
+    elif verdict == "foreign":
+        _refuse(opts, bus, minion_id, owner, str(data["pub"]))
+    return verdict
+
+
 def start():
     opts = __opts__  # noqa: F821 (the loader's)
     with salt.utils.event.get_master_event(opts, opts["sock_dir"], listen=True) as bus:
@@ -102,16 +181,9 @@ def start():
             if not event or event.get("tag") != "salt/auth":
                 continue
             data = event.get("data") or {}
-            token = (data.get("autosign_grains") or {}).get(AUTOSIGN_GRAIN)
-            if data.get("act") != "accept" or not data.get("result") or not token:
-                continue
             try:
-                verdict, owner = judge(opts, data["id"], str(token))
-                if verdict == "revoked":
-                    log.info("autosign guard: %s signed in; its one-time token is revoked",
-                             data["id"])
-                elif verdict == "foreign":
-                    _refuse(opts, bus, data["id"], owner, str(data.get("pub") or ""))
+                handle(opts, bus, data)
             except Exception:  # pylint: disable=broad-except
                 # one bad event must not end the guard for every later one
-                log.exception("autosign guard: sign-in of %s not judged", data.get("id"))
+                log.exception("autosign guard: sign-in of %r not judged",
+                              data.get("id") if isinstance(data, dict) else data)

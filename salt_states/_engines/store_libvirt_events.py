@@ -18,6 +18,11 @@ same events (that engine's own callbacks, tags and data) but keeps the connectio
 - a saltutil sync that replaces this file (every highstate syncs `_engines`) makes it return;
   the minion's process manager starts the engine again from the new file within about 10 s.
 
+Every event is signed with this minion's own key (Signer): the master's event bus cannot tell a
+host's events from another minion's that claim its id (a minion's batch event carries whatever id
+its sender wrote), so the master's store_prefect_events believes one only when the accepted
+public key of the id it claims verifies its signature.
+
 Before the reboot into Xen the host has no virtxend socket: the engine retries quietly (one
 warning in the minion log) and fires nothing, since it never had a connection to lose.
 
@@ -37,11 +42,14 @@ has it: Cobbler renders the snippet with Cheetah, so the text must come out unch
 sign, no hash sign followed by anything but a space; tests/test_libvirt_events_engine.py).
 """
 
+import base64
 import hashlib
 import json
 import logging
 import os
 import time
+
+import salt.crypt
 
 try:
     import libvirt
@@ -68,6 +76,9 @@ DOMAIN_STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shut
                  5: "shutoff", 6: "crashed", 7: "pmsuspended"}
 # the loss that no restored event has answered yet, kept across restarts of this process
 STATE_FILE = "store_libvirt_events.json"
+# where each event body carries its signature, {"time": epoch seconds, "value": base64}
+# (store_rollout.contracts.STORE_EVENT_SIGNATURE; the master's store_prefect_events reads it)
+SIGNATURE_FIELD = "signature"
 # libvirt's event loop wakes at least this often (seconds), whatever the connection does: a
 # sync that replaced this file is seen, and the minion's SIGTERM handled, without waiting for it
 WAKE_SECONDS = 5
@@ -77,6 +88,52 @@ def __virtual__():
     if builtin is None:
         return False, "store_libvirt_events needs Salt 3006's built-in libvirt_events engine"
     return builtin.__virtual__()
+
+
+def canonical(tag, minion_id, body, signed_at):
+    """The text a store event's signature covers: its tag, the minion id it claims, its body
+    (without the signature and Salt's own __ keys) and when it was signed, as sorted compact
+    JSON. The master's store_prefect_events builds the same text to verify it."""
+    body = dict((key, value) for key, value in body.items()
+                if key != SIGNATURE_FIELD and not str(key).startswith("__"))
+    return json.dumps({"tag": tag, "id": minion_id, "body": body, "time": signed_at},
+                      sort_keys=True, separators=(",", ":"), default=str)
+
+
+class Signer(object):
+    """The minion's functions as the built-in engine's event helper reaches them
+    (__salt__["event.send"]), with each event body signed by this minion's own key, the one the
+    master accepted (salt.crypt.sign_message: the same PKCS1v15 signature in Salt 3006.0 and
+    3008). Without a readable key the event goes out unsigned, and the master believes none."""
+
+    def __init__(self, functions, minion_id, key_path, clock=time.time):
+        self.functions = functions
+        self.minion_id = minion_id
+        self.key_path = key_path
+        self.clock = clock
+        self.warned = False
+
+    def __getitem__(self, name):
+        return self.send if name == "event.send" else self.functions[name]
+
+    def __contains__(self, name):
+        return name in self.functions
+
+    def send(self, tag, data=None, **kwargs):
+        body = dict(data or {})
+        signed_at = int(self.clock())
+        try:
+            signature = salt.crypt.sign_message(
+                self.key_path, canonical(tag, self.minion_id, body, signed_at))
+        except Exception as exc:  # pylint: disable=broad-except
+            if not self.warned:
+                log.warning("store_libvirt_events: cannot sign with %s (%s): the master ignores "
+                            "this host's events", self.key_path, exc)
+                self.warned = True
+        else:
+            body[SIGNATURE_FIELD] = {"time": signed_at,
+                                     "value": base64.b64encode(signature).decode("ascii")}
+        return self.functions["event.send"](tag, body, **kwargs)
 
 
 class _Uri(object):
@@ -355,9 +412,10 @@ def start(uri=None, tag_prefix="salt/engines/libvirt_events", filters=None,
     """Engine entry point: runs in its own process, started (and restarted when it returns or
     fails) by the minion's process manager."""
     # the built-in engine's callbacks send through its own module's dunders, which only a
-    # module the loader loaded has: give it this process's
+    # module the loader loaded has: give it this process's, its events signed
     builtin.__opts__ = __opts__
-    builtin.__salt__ = __salt__
+    builtin.__salt__ = Signer(__salt__, __opts__["id"],
+                              os.path.join(__opts__["pki_dir"], "minion.pem"))
     libvirt.virEventRegisterDefaultImpl()
     libvirt.registerErrorHandler(_libvirt_error, None)
     libvirt.virEventAddTimeout(WAKE_SECONDS * 1000, _wake, None)

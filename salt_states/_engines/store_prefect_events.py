@@ -16,17 +16,27 @@ rollout's Salt side next to its flow runs.
 A hypervisor's libvirt_events engine (tags under LIBVIRT_EVENT_PREFIX) reports its domains'
 lifecycle: a store VM's becomes `salt.store.libvirt.domain.<event>` (started, stopped,
 crashed...) on the resource `libvirt.domain.<name>`, related to its store. Only the store's own
-hypervisor is believed (several hypervisors' minions may watch one shared libvirtd).
+hypervisor is believed (several hypervisors' minions may watch one shared libvirtd), and only
+on its key's word: the event's `id` is what the sending minion wrote (a batch event), so each
+event must carry a signature of its tag, claimed id, body and time made with the claimed
+minion's own key (the hypervisor's store_libvirt_events engine signs them), verified here with
+that id's accepted public key and at most SIGNED_EVENT_MAX_AGE seconds old (SignedEvents); what
+does not verify is dropped with a warning naming the id it claimed.
 """
 
+import base64
 import datetime
 import json
 import logging
+import os
 import re
+import time
 import urllib.request
 import uuid
 
+import salt.crypt
 import salt.utils.event
+import salt.utils.verify
 
 log = logging.getLogger(__name__)
 STORE_MINION = re.compile(r"^store-(?P<store>[a-z0-9-]+)-(?:hv|vm)$")
@@ -38,6 +48,65 @@ LIBVIRT_EVENT_PREFIX = "store/libvirt"
 # `salt.store.libvirt.connection.lost|restored` on the hypervisor, related to its store, so a
 # gap in the domain events is seen next to the store's runs
 LIBVIRT_CONNECTION_EVENTS = ("connection/lost", "connection/restored")
+# where the hypervisor engine puts each event's signature (store_rollout.contracts.
+# STORE_EVENT_SIGNATURE), and how long after signing an event is believed: the hosts' and the
+# master's clocks agree to seconds (NTP), a replay inside the window is dropped by its signature
+SIGNATURE_FIELD = "signature"
+SIGNED_EVENT_MAX_AGE = 300
+
+
+def _canonical(tag, minion_id, body, signed_at):
+    """What the signature covers: as store_libvirt_events.canonical builds it on the host."""
+    body = {key: value for key, value in body.items()
+            if key != SIGNATURE_FIELD and not str(key).startswith("__")}
+    return json.dumps({"tag": tag, "id": minion_id, "body": body, "time": signed_at},
+                      sort_keys=True, separators=(",", ":"), default=str)
+
+
+class SignedEvents:
+    """Store events believed on their claimed minion's key, not on their word."""
+
+    def __init__(self, opts, max_age=SIGNED_EVENT_MAX_AGE, clock=time.time):
+        self.opts, self.max_age, self.clock = opts, max_age, clock
+        self.seen = {}  # signature -> when it was signed: each is believed once
+
+    def _problem(self, tag, data):
+        if not isinstance(data, dict):
+            return "not an event body"
+        claimed, body = data.get("id"), data.get("data")
+        signature = body.get(SIGNATURE_FIELD) if isinstance(body, dict) else None
+        if not isinstance(signature, dict):
+            return "not signed"
+        if not isinstance(claimed, str) or not salt.utils.verify.valid_id(self.opts, claimed):
+            return "no valid minion id"
+        pub = os.path.join(self.opts["pki_dir"], "minions", claimed)
+        if not os.path.isfile(pub):
+            return "no accepted key for that id"
+        signed_at, value = signature.get("time"), signature.get("value")
+        if not isinstance(signed_at, int) or abs(self.clock() - signed_at) > self.max_age:
+            return f"signed at {signed_at!r}, not within {self.max_age} s"
+        try:
+            raw = base64.b64decode(str(value), validate=True)
+            valid = salt.crypt.verify_signature(pub, _canonical(tag, claimed, body, signed_at), raw)
+        except Exception as exc:  # pylint: disable=broad-except
+            # a malformed event (or key file) is dropped; it must not end the forwarder
+            return f"signature unreadable ({type(exc).__name__}: {exc})"
+        if not valid:
+            return "its signature is not that minion's"
+        if value in self.seen:
+            return "a replay of an event already forwarded"
+        now = self.clock()
+        self.seen = {v: at for v, at in self.seen.items() if now - at <= self.max_age}
+        self.seen[value] = signed_at
+        return None
+
+    def verified(self, tag, data):
+        """True when the minion `data` claims signed this event just now; else a warning."""
+        problem = self._problem(tag, data)
+        if problem is not None:
+            log.warning("store_prefect_events: dropped %s claiming minion %r: %s", tag,
+                        data.get("id") if isinstance(data, dict) else None, problem)
+        return problem is None
 
 
 def _store_related(store):
@@ -103,6 +172,14 @@ def _connection_event(tag, data):
     }
 
 
+def _libvirt_event(signed, tag, data):
+    """A hypervisor's libvirt event as a Prefect event, or None (not signed by the hypervisor it
+    claims, not the store's own domain, or not one to forward)."""
+    if not signed.verified(tag, data):
+        return None
+    return _connection_event(tag, data) or _domain_event(data)
+
+
 def _prefect_event(tag, data):
     # a master-side re-announcement (reactor runner.event.send) names its minion in the data
     minion = data.get("id") or data.get("minion") or (data.get("data") or {}).get("minion") or ""
@@ -139,6 +216,7 @@ def _post(api_url, events):
 
 def start(api_url, prefixes=("store/",)):
     """Engine entry point: runs in its own master process for the master's lifetime."""
+    signed = SignedEvents(__opts__)
     with salt.utils.event.get_master_event(__opts__, __opts__["sock_dir"], listen=True) as bus:
         while True:
             raw = bus.get_event(full=True, wait=1)
@@ -148,7 +226,7 @@ def start(api_url, prefixes=("store/",)):
             if not raw["tag"].startswith(LIBVIRT_EVENT_PREFIX + "/"):
                 event = _prefect_event(raw["tag"], data)
             else:
-                event = _connection_event(raw["tag"], data) or _domain_event(data)
+                event = _libvirt_event(signed, raw["tag"], data)
             if event is None:
                 continue
             try:
