@@ -179,6 +179,15 @@ class CobblerClient:
                                    lambda: self._proxy.save_system(handle, tok), name),
                         f"system {name!r} was not saved; see Cobbler's log", name)
 
+    def forget_meta(self, name: str, keys: tuple[str, ...]) -> list[str]:
+        """`keys` out of the record's autoinstall_meta, the others kept; returns the keys it
+        held. A record already without them (or none) is not written: a rerun changes nothing."""
+        meta = (self.get_system(name) or {}).get("autoinstall_meta")
+        held = [k for k in keys if isinstance(meta, dict) and k in meta]
+        if held and isinstance(meta, dict):
+            self.set_autoinstall_meta(name, {k: v for k, v in meta.items() if k not in keys})
+        return held
+
     def _modify(self, name: str, handle: str, key: str, value: Any) -> None:
         tok = self.token()
         ok = self._call(f"modify_system {key}",

@@ -9,6 +9,7 @@ from prefect import get_run_logger, task
 from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
+from store_rollout.contracts import INSTALL_SECRETS_META
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.blocks import load_block
@@ -47,6 +48,13 @@ def cobbler_client(settings: RolloutSettings | None = None) -> CobblerClient:
     return CobblerCredentials(
         url=settings.cobbler_url, username=settings.cobbler_user, password=settings.cobbler_password,
         allow_default_credentials=settings.cobbler_allow_default_credentials).get_client()
+
+
+def forget_install_secrets(store: Store, client: CobblerClient | None = None) -> list[str]:
+    """An installed host's record without its one-time autosign token and its root password's
+    hash (INSTALL_SECRETS_META): Cobbler serves a record's profile to anyone asking by name,
+    and the host needs neither any more. Returns the keys removed ([] on a rerun)."""
+    return (client or cobbler_client()).forget_meta(store.cobbler_system, INSTALL_SECRETS_META)
 
 
 @task(name="disable_hypervisor_netboot", task_run_name="disable-netboot-{store.store_id}",
