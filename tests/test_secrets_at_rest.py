@@ -231,3 +231,25 @@ def test_the_lab_writes_its_settings_file_0600(tmp_path: Path) -> None:
     assert "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK='lab-cobbler-password'" in text
     assert "STORE_ROLLOUT_ERP_TOKEN_BLOCK='lab-erp-token'" in text
     assert "STORE_ROLLOUT_COBBLER_PASSWORD=" not in text and "STORE_ROLLOUT_ERP_TOKEN=" not in text
+
+
+def test_cobbler_and_the_erp_verify_https_against_their_ca_bundles(tmp_path: Path) -> None:
+    import ssl
+    import subprocess
+    import xmlrpc.client
+
+    key, cert = tmp_path / "ca.key", tmp_path / "ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=test CA", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    cobbler = CobblerClient(url="https://cobbler.example/cobbler_api", user="u", password="p",
+                            ca_bundle=str(cert))
+    transport = cobbler._proxy._ServerProxy__transport
+    # https goes over TLS (a plain-HTTP transport would send the login in clear), verified
+    assert isinstance(transport, xmlrpc.client.SafeTransport)
+    assert transport.context.verify_mode == ssl.CERT_REQUIRED
+    assert any(c["subject"] == ((("commonName", "test CA"),),)
+               for c in transport.context.get_ca_certs())
+    erp = ErpClient(base_url="https://erp.example/", token=SecretStr("t"), ca_bundle=str(cert))
+    assert erp.session.verify == str(cert)
+    assert ErpClient(base_url="https://erp.example/", token=SecretStr("t")).session.verify is True
