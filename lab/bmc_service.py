@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lab.procs import ProcessRecord, spawn, wait_until
 from lab.state import REPO_ROOT
+from store_rollout.private_files import write_private
 
 BMC_VENV = Path(os.environ.get("STORE_ROLLOUT_BMC_VENV", REPO_ROOT / ".venv-bmc"))
 BMC_ADDRESS = "127.0.0.1"
@@ -76,8 +77,7 @@ def prepare(cfg: BmcLabConfig) -> None:
          "import bcrypt, sys; print(bcrypt.hashpw(sys.stdin.read().encode(), "
          "bcrypt.gensalt(rounds=8)).decode())"],
         input=cfg.password, capture_output=True, text=True, check=True).stdout.strip()
-    cfg.htpasswd.write_text(f"{cfg.user}:{digest}\n")
-    os.chmod(cfg.htpasswd, 0o600)
+    write_private(cfg.htpasswd, f"{cfg.user}:{digest}\n")
     cfg.redfish_config.write_text(
         # a Python file: its INFO lines ('System "<uuid>" power state set to "On"') are the
         # record of each reset, and Flask's logger stops at WARNING unless told

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import sys
 import time
@@ -34,7 +33,9 @@ from lab import (
 from lab import regions as lab_regions
 from lab.procs import ProcessRecord, spawn, stop, stop_many, tree_rss, wait_until
 from lab.state import (
+    COBBLER_PASSWORD_BLOCK,
     COBBLER_VENV,
+    ERP_TOKEN_BLOCK,
     IMAGE_BUILDS_DIR,
     LabInfo,
     LabPaths,
@@ -44,6 +45,7 @@ from lab.state import (
     state_dir_from_env,
 )
 from lab.store_network import GATEWAY, StoreNetwork, machine_address
+from store_rollout.private_files import write_private
 
 # start order; `down` stops in reverse (dependants first)
 SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master",
@@ -185,8 +187,7 @@ class Lab:
         installer_initrd = netboot.build_initramfs(cob.state_dir / "boot")
         self.paths.erp.mkdir(exist_ok=True)
         token_file = self.paths.erp / "token"
-        token_file.write_text(self.secrets.erp_token)
-        os.chmod(token_file, 0o600)
+        write_private(token_file, self.secrets.erp_token)
         self.paths.image_cache.mkdir(exist_ok=True)
 
         noop: Callable[[], None] = lambda: None  # noqa: E731
@@ -310,6 +311,8 @@ class Lab:
         # the Blocks first: prefect-setup's automations send through the notification block
         prefect_server.save_bmc_block(info.prefect_api_url, info.bmc_block, info.bmc_user,
                                       info.bmc_password)
+        prefect_server.save_secret_blocks(info.prefect_api_url, {
+            COBBLER_PASSWORD_BLOCK: info.cobbler_password, ERP_TOKEN_BLOCK: info.erp_token})
         prefect_server.save_notification_block(info.prefect_api_url, info.notify_block,
                                                info.notify_url)
         # side by side with the deployments (each is seconds of CLI start and Prefect import)

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from lab.procs import ProcessRecord, spawn, wait_until
+from store_rollout.private_files import write_private
 
 DB_USER = "prefect"
 DB_NAME = "prefect"
@@ -41,7 +42,7 @@ def prepare(pg_dir: Path, password: str) -> None:
         shutil.rmtree(data)  # a half-initialised cluster from a crashed `lab up`
     (pg_dir / "sock").mkdir(parents=True, exist_ok=True)
     pwfile = pg_dir / "pwfile"
-    pwfile.write_text(password + "\n")
+    write_private(pwfile, password + "\n")
     _chown_tree(pg_dir, "postgres")
     subprocess.run(
         [_pg_bin("initdb"), "-D", str(data), "-U", DB_USER, f"--pwfile={pwfile}",

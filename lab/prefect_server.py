@@ -115,6 +115,19 @@ def save_bmc_block(api: str, name: str, username: str, password: str) -> None:
         BmcCredentials(username=username, password=SecretStr(password)).save(name, overwrite=True)
 
 
+def save_secret_blocks(api: str, secrets: dict[str, str]) -> None:
+    """The lab's Cobbler password and ERP token as the flows get them: Prefect Secret blocks
+    the settings name ({block name: secret}; never a setting)."""
+    from prefect.blocks.system import Secret
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from pydantic import SecretStr
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        for name, value in secrets.items():
+            block: Secret[str] = Secret(value=SecretStr(value))
+            block.save(name, overwrite=True)
+
+
 def save_notification_block(api: str, reference: str, url: str) -> None:
     """The lab's chat channel as the automations send to it: a webhook notification block
     (`reference`: custom-webhook/<name>)."""

@@ -13,6 +13,7 @@ import yaml
 from lab.procs import ProcessRecord, spawn
 from lab.state import LAB_FILE_ROOTS, SALT_STATES_DIR, VENV_BIN
 from store_rollout.contracts import AUTOSIGN_GRAIN
+from store_rollout.private_files import open_private
 
 
 def daemon_paths(root: Path, daemon: str) -> dict[str, str]:
@@ -53,9 +54,8 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
                         "provisioning": {"reboot_delay_minutes": 0}})
     )
     grains_file = root / "autosign_grains" / AUTOSIGN_GRAIN
-    if not grains_file.exists():
-        grains_file.write_text("")
-    os.chmod(grains_file, 0o600)
+    os.close(open_private(grains_file, os.O_WRONLY | os.O_CREAT))  # 0600 from its creation
+    os.chmod(grains_file, 0o600)  # one an older lab made otherwise
     engines: list[Any] = ["store_autosign_guard"]
     if prefect_api_url:
         # the rollout's Salt events show up in the Prefect UI's event feed

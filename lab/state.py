@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 
 from lab.procs import ProcessRecord
+from store_rollout.private_files import write_private
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".lab"
@@ -22,6 +23,9 @@ IMAGE_BUILDS_DIR = REPO_ROOT / "image_builds"
 LAB_IMAGE_BUILDS_DIR = REPO_ROOT / "lab" / "image_builds"
 # what the lab's store VMs boot (the full lab builds it; the default lab simulates its guest)
 LAB_IMAGE_DESCRIPTION = LAB_IMAGE_BUILDS_DIR / "lab-debian"
+# the Prefect Secret blocks of the lab's Cobbler password and ERP token (named by the settings)
+COBBLER_PASSWORD_BLOCK = "lab-cobbler-password"
+ERP_TOKEN_BLOCK = "lab-erp-token"
 VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
 # the Salt a Leap 15.6 store host runs (3006, built-in virt module): the simulated hypervisors'
 # minions run it, the VMs' minions and the master run the project's Salt (VENV_BIN)
@@ -181,15 +185,12 @@ class LabPaths:
         return LabInfo.model_validate_json(self.lab_json.read_text())
 
     def write_info(self, info: LabInfo) -> None:
-        tmp = self.lab_json.with_suffix(".tmp")
-        tmp.write_text(info.model_dump_json(indent=2))
-        os.chmod(tmp, 0o600)  # holds lab credentials
-        tmp.replace(self.lab_json)
-        tmp = self.settings_file.with_suffix(".tmp")
-        tmp.write_text("".join(f"{name}='{_dotenv_value(name, value)}'\n"
-                               for name, value in flow_settings(info, self.root).items()))
-        os.chmod(tmp, 0o600)
-        tmp.replace(self.settings_file)
+        # both 0600 from their creation: lab.json holds lab credentials, and load_settings
+        # refuses a settings file others may read
+        write_private(self.lab_json, info.model_dump_json(indent=2))
+        write_private(self.settings_file, "".join(
+            f"{name}='{_dotenv_value(name, value)}'\n"
+            for name, value in flow_settings(info, self.root).items()))
 
     def load_or_create_ports(self) -> LabPorts:
         from lab.procs import free_port
@@ -222,8 +223,7 @@ class LabPaths:
             created = stored  # an older lab: keep its secrets, persist the new ones once
         else:
             created = LabSecrets()
-        self.secrets_json.write_text(created.model_dump_json(indent=2))
-        os.chmod(self.secrets_json, 0o600)
+        write_private(self.secrets_json, created.model_dump_json(indent=2))
         return created
 
 
@@ -254,14 +254,15 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
     Prefect server a client of the lab talks to."""
     return {
         "STORE_ROLLOUT_COBBLER_URL": info.cobbler_url, "STORE_ROLLOUT_COBBLER_USER": info.cobbler_user,
-        "STORE_ROLLOUT_COBBLER_PASSWORD": info.cobbler_password,
+        # secrets only in Blocks (lab up saves them, lab/prefect_server.save_secret_blocks)
+        "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK": COBBLER_PASSWORD_BLOCK,
         "STORE_ROLLOUT_SALT_MASTER_CONFIG": info.salt_master_config,
         "STORE_ROLLOUT_SALT_MASTER_ADDRESS": info.salt_master_address,
         "STORE_ROLLOUT_SALT_PUBLISH_PORT": str(info.salt_publish_port),
         "STORE_ROLLOUT_SALT_RET_PORT": str(info.salt_ret_port),
         "STORE_ROLLOUT_HYPERVISOR_LIBVIRT_URI": info.libvirt_uri,
         "STORE_ROLLOUT_VM_TYPE": info.vm_type, "STORE_ROLLOUT_VM_IMAGES_DIR": info.vm_images_dir,
-        "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN": info.erp_token,
+        "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN_BLOCK": ERP_TOKEN_BLOCK,
         "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": info.bmc_block,
         "STORE_ROLLOUT_NOTIFICATION_BLOCK": info.notify_block,
         # the operators hear of a host not ready this long after its power-on: Prefect's

@@ -40,6 +40,15 @@ UPDATE_REPOS_META: Final = "update_repos"
 # when step 2 powered the host on into its install (UTC, ISO 8601): a rerun within the install's
 # time finds it and does not power-cycle a host in the middle of its install; no template reads it
 POWER_CYCLED_META: Final = "install_power_cycled_at"
+# the host's one-time autosign token (the profile writes it as the AUTOSIGN_GRAIN grain)
+AUTOSIGN_TOKEN_META: Final = "autosign_token"
+# the master's public key fingerprint the profile pins as the minion's `master_finger`
+MASTER_FINGER_META: Final = "master_finger"
+# the master's hash_type: the minion computes the fingerprint in its own, so the profile sets it
+MASTER_HASH_TYPE_META: Final = "master_hash_type"
+# what an installed host's record no longer holds (step 4 removes them, once step 3 saw the
+# host ready): Cobbler serves a record's profile to anyone who asks for it by name
+INSTALL_SECRETS_META: Final = (AUTOSIGN_TOKEN_META, ROOT_PASSWORD_HASH_META)
 
 # -- image delivery ----------------------------------------------------------------------------
 # storevirt.ensure_base_image's failure text when the image server's answer stopped midway; the

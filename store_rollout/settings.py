@@ -1,13 +1,14 @@
 """Where the rollout's outside systems are, and their credentials.
 
-pydantic-settings sources, earlier ones win: Prefect Secret blocks for single secrets
-(`STORE_ROLLOUT_<FIELD>_BLOCK=<block name>`), environment variables `STORE_ROLLOUT_<FIELD>`,
+pydantic-settings sources, earlier ones win: environment variables `STORE_ROLLOUT_<FIELD>`,
 and the dotenv file STORE_ROLLOUT_SETTINGS_FILE names (the same variables, one per line; the
-local lab writes one). A settings file is only ever read when named.
+local lab writes one; mode 600, or it is refused). A settings file is only ever read when named.
 
-Credentials Blocks (tasks/cobbler/, tasks/erp.py) are named here too
-(`STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK`...); loading them is the tasks' business, so with a
-Block named the service's own fields (URL, user, secret) are no longer required.
+Secrets live in Prefect Blocks only (store_rollout/settings_guard.py refuses one given here):
+the settings name them, a Credentials Block (tasks/cobbler/, tasks/erp.py,
+`STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK`...; with one named the service's URL and user are no
+longer required) or a Secret block of the one secret (`STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK`,
+`STORE_ROLLOUT_ERP_TOKEN_BLOCK`); loading them is the tasks' business.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from dotenv import dotenv_values
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -40,37 +40,24 @@ from store_rollout.regions import (
     DEFAULT_REGION,
     REGION_RE,
     Regions,
-    RegionsError,
     load_regions,
 )
-from store_rollout.settings_calendar import DefaultCalendarSettings
+from store_rollout.settings_guard import SettingsError, refuse_unsafe, region_settings
+from store_rollout.settings_transport import TransportSettings
 from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
 from store_rollout.update_repos import LEAP_UPDATE_REPOS, checked_repo_urls, repo_list
 
 SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
-SECRET_FIELDS = ("cobbler_password", "erp_token")
-# settings an older release read; set now, they would be ignored (a BMC password among them)
-RETIRED = ("STORE_ROLLOUT_POWER_USER", "STORE_ROLLOUT_POWER_PASSWORD",
-           "STORE_ROLLOUT_POWER_PASSWORD_BLOCK", "STORE_ROLLOUT_POWER_ADDRESS")
+__all__ = ["SETTINGS_FILE_ENV", "RolloutSettings", "SettingsError", "load_settings",
+           "settings_file"]
 # a named credentials Block replaces these fields; without one they are required
-BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user", "cobbler_password"),
-                  "erp_credentials_block": ("erp_url", "erp_token")}
+BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user",
+                                                "cobbler_password_block"),
+                  "erp_credentials_block": ("erp_url", "erp_token_block")}
 _REPLACED_BY = {name: block for block, names in BLOCK_REPLACES.items() for name in names}
 
 
-class SettingsError(ValueError):
-    """Settings are missing or invalid; the message names the field and where to set it.
-
-    `missing`: the environment variables of the required settings nobody set; `brief`: all of it
-    in one line for a person at a terminal (the message, for logs, has each field's detail)."""
-
-    def __init__(self, message: str, missing: tuple[str, ...] = (), brief: str = "") -> None:
-        super().__init__(message)
-        self.missing = missing
-        self.brief = brief or message
-
-
-class RolloutSettings(DefaultCalendarSettings):
+class RolloutSettings(TransportSettings):
     model_config = SettingsConfigDict(env_prefix="STORE_ROLLOUT_", extra="ignore", frozen=True)
 
     # declared before the fields they replace: _required_without_block reads them
@@ -84,7 +71,8 @@ class RolloutSettings(DefaultCalendarSettings):
     cobbler_url: str = Field("", validate_default=True,
                              description="Cobbler XML-RPC URL, e.g. http://cobbler:25151/")
     cobbler_user: str = Field("", validate_default=True)
-    cobbler_password: SecretStr = Field(SecretStr(""), validate_default=True)
+    cobbler_password_block: str = Field("", validate_default=True,
+                                        description="Prefect Secret block of Cobbler's password")
     cobbler_allow_default_credentials: bool = False
     # Cobbler syncs never overlap on one Cobbler: a region with its own names its own limit
     cobbler_sync_limit: str = Field(DEFAULT_COBBLER_SYNC_LIMIT, pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
@@ -109,7 +97,8 @@ class RolloutSettings(DefaultCalendarSettings):
         description="repository URLs (space-separated or a JSON list), e.g. a mirror of Leap "
                     "15.6's update repositories")
     erp_url: str = Field("", validate_default=True)
-    erp_token: SecretStr = Field(SecretStr(""), validate_default=True)
+    erp_token_block: str = Field("", validate_default=True,
+                                 description="Prefect Secret block of the ERP's token")
     erp_timeout_seconds: float = Field(15.0, gt=0, le=300, description="ERP read timeout")
     # the store hosts' BMC protocol where the inventory names none; their logins live only in
     # BMC Credentials Blocks (bmc_credentials_block, or the store's own)
@@ -155,9 +144,8 @@ class RolloutSettings(DefaultCalendarSettings):
 
     @field_validator(*_REPLACED_BY, mode="after")
     @classmethod
-    def _required_without_block(cls, value: str | SecretStr, info: ValidationInfo) -> str | SecretStr:
-        empty = not (value.get_secret_value() if isinstance(value, SecretStr) else value)
-        if empty and not info.data.get(_REPLACED_BY[str(info.field_name)]):
+    def _required_without_block(cls, value: str, info: ValidationInfo) -> str:
+        if not value and not info.data.get(_REPLACED_BY[str(info.field_name)]):
             raise PydanticCustomError("missing", "Field required")
         return value
 
@@ -184,11 +172,8 @@ class RolloutSettings(DefaultCalendarSettings):
         return load_regions(self.regions_file)
 
     def public(self) -> dict[str, Any]:
-        """For logs and artifacts: secrets masked."""
-        data = self.model_dump(mode="json")
-        for name in SECRET_FIELDS:
-            data[name] = "**********"
-        return data
+        """For logs and artifacts (no secret is a setting: the Blocks' names only)."""
+        return self.model_dump(mode="json")
 
 
 def settings_file(environ: dict[str, str] | None = None) -> Path | None:
@@ -227,61 +212,22 @@ class _Sourced(RolloutSettings):
         return (init_settings, _Environ(settings_cls, env), *from_file)
 
 
-def _secret_from_block(block_name: str) -> str:
-    from prefect.blocks.system import Secret
-
-    block: Any = Secret.load(block_name)
-    return str(block.get())
-
-
-def _refuse_retired(env: dict[str, str], path: Path | None) -> None:
-    given = sorted(k for k in RETIRED if k in env)
-    if path is not None:
-        given += sorted(f"{k} (in {path})" for k in dotenv_values(path) if k in RETIRED)
-    if given:
-        raise SettingsError(
-            f"{', '.join(given)}: no longer read. A BMC login lives only in a BMC Credentials "
-            "Block (name it in STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK, or per store in "
-            "hypervisor.bmc_credentials_block) and a BMC's address in the inventory "
-            "(hypervisor.power_address); remove these variables")
-
-
-def _region_settings(env: dict[str, str], path: Path | None) -> dict[str, Any]:
-    """The settings the regions file gives this process's region (STORE_ROLLOUT_REGION)."""
-    given = dotenv_values(path) if path is not None else {}
-
-    def setting(name: str) -> str:
-        variable = f"STORE_ROLLOUT_{name.upper()}"
-        return env.get(variable) or given.get(variable) or ""
-
-    try:
-        regions = load_regions(setting("regions_file"))
-        region = setting("region") or DEFAULT_REGION
-        return dict(regions.spec(region, "region (STORE_ROLLOUT_REGION)").settings)
-    except RegionsError as exc:
-        raise SettingsError(str(exc)) from None
-
-
 def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
     env = dict(os.environ if environ is None else environ)
-    blocks: dict[str, Any] = {name: _secret_from_block(env[f"STORE_ROLLOUT_{name.upper()}_BLOCK"])
-                              for name in SECRET_FIELDS if env.get(f"STORE_ROLLOUT_{name.upper()}_BLOCK")}
     path = settings_file(env)
     if path is not None and not path.is_file():
         raise SettingsError(f"{SETTINGS_FILE_ENV}={path}: no such file (name a settings file of "
                             "STORE_ROLLOUT_* lines, or unset it)")
-    _refuse_retired(env, path)
-    regional = _region_settings(env, path)
+    refuse_unsafe(env, path)
+    regional = region_settings(env, path)
     token = _SOURCES.set((env, path))
     try:
-        return RolloutSettings.model_validate(_Sourced(**regional, **blocks).model_dump())
+        return RolloutSettings.model_validate(_Sourced(**regional).model_dump())
     except ValidationError as exc:
         problems, missing, invalid = [], [], []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"])
             hint = (f"set STORE_ROLLOUT_{field.upper()}" +
-                    (f" or STORE_ROLLOUT_{field.upper()}_BLOCK (a Prefect Secret block)"
-                     if field in SECRET_FIELDS else "") +
                     (f", or name a Credentials Block with STORE_ROLLOUT_{_REPLACED_BY[field].upper()}"
                      if field in _REPLACED_BY else ""))
             problems.append(f"{field}: {err['msg']} ({hint})")
@@ -292,7 +238,7 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
         named = f"or name a settings file with {SETTINGS_FILE_ENV}"
         # a shell without any settings misses eight of them: one line, not eight times the advice
         brief = "; ".join(([f"settings missing: {', '.join(missing)} (export them; secrets and "
-                            "logins may come from Prefect blocks instead, see README; " + named +
+                            "logins come from Prefect blocks they name, see README; " + named +
                             ")"] if missing else []) + invalid)
         raise SettingsError(f"settings invalid: {'; '.join(problems)}; {named}",
                             tuple(missing), brief) from None

@@ -33,6 +33,19 @@ def load_block(block_type: type[B], name: str) -> B:
                          f"Prefect server (check STORE_ROLLOUT_*_CREDENTIALS_BLOCK): {exc}") from exc
 
 
+def secret_of(block_name: str, setting: str) -> SecretStr:
+    """The text of the Prefect Secret block `block_name` (named by the setting `setting`): a
+    secret setting's one source besides a Credentials Block."""
+    if not block_name:
+        raise ValueError(f"{setting} names no Secret block: save the secret in a Prefect Secret "
+                         f"block and set {setting} to its name")
+    secret = _load_secret(block_name)
+    if secret is None:
+        raise ValueError(f"no Secret block named {block_name!r} on the Prefect server (check "
+                         f"{setting})")
+    return secret
+
+
 def root_password_block_name(store_id: str) -> str:
     """The Prefect Secret block holding the root password of a store's hypervisor."""
     return f"store-{store_id}-root-password"

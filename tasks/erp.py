@@ -25,8 +25,10 @@ from store_rollout.contracts import (
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
-from tasks.blocks import load_block
+from store_rollout.transport import checked_url
+from tasks.blocks import load_block, secret_of
 from tasks.retry import OutsideCallFailed, retry_on
+from tasks.transport import outside_url
 
 ERP_CONNECT_TIMEOUT = 3.05
 ERP_TIMEOUT = (ERP_CONNECT_TIMEOUT, 15.0)  # (connect, read) seconds: never wait forever
@@ -98,11 +100,13 @@ class ErpClient:
     """Keyword-only, explicit timeouts; one POST per `notify` (retrying is the task's job)."""
 
     def __init__(self, *, base_url: str, token: SecretStr,
-                 timeout: tuple[float, float] = ERP_TIMEOUT) -> None:
-        self.base_url = base_url.rstrip("/")
+                 timeout: tuple[float, float] = ERP_TIMEOUT, insecure_http: bool = False,
+                 ca_bundle: str = "") -> None:
+        self.base_url = checked_url(base_url, "erp", "erp_url", insecure_http).rstrip("/")
         self.timeout = timeout
         self._token = token
         self.session = requests.Session()  # requests' default adapter: no retries
+        self.session.verify = ca_bundle or True
 
     def __repr__(self) -> str:
         return f"ErpClient(base_url={self.base_url!r})"
@@ -181,19 +185,29 @@ class ErpCredentials(CredentialsBlock):
     timeout_seconds: float = Field(default=ERP_TIMEOUT[1], gt=0, le=300, title="Read timeout",
                                    description="Seconds the ERP may take to answer.")
 
-    def get_client(self) -> ErpClient:
+    def get_client(self, insecure_http: bool = False, ca_bundle: str = "") -> ErpClient:
+        """`insecure_http`, `ca_bundle`: the settings' insecure_erp_http, erp_ca_bundle."""
         return ErpClient(base_url=self.base_url, token=self.token,
-                         timeout=(ERP_CONNECT_TIMEOUT, self.timeout_seconds))
+                         timeout=(ERP_CONNECT_TIMEOUT, self.timeout_seconds),
+                         insecure_http=insecure_http, ca_bundle=ca_bundle)
 
 
 def erp_client(settings: RolloutSettings | None = None) -> ErpClient:
     """The ERP client every task uses: from the Block STORE_ROLLOUT_ERP_CREDENTIALS_BLOCK names,
-    else from the erp_* settings (env or lab)."""
+    else from the erp_* settings and the Secret block STORE_ROLLOUT_ERP_TOKEN_BLOCK names (the
+    token is never a setting)."""
     settings = settings or load_settings()
     if settings.erp_credentials_block:
-        return load_block(ErpCredentials, settings.erp_credentials_block).get_client()
-    return ErpCredentials(base_url=settings.erp_url, token=settings.erp_token,
-                          timeout_seconds=settings.erp_timeout_seconds).get_client()
+        credentials = load_block(ErpCredentials, settings.erp_credentials_block)
+        field = f"the base_url of the ERP Credentials Block {settings.erp_credentials_block!r}"
+    else:
+        credentials = ErpCredentials(
+            base_url=settings.erp_url,
+            token=secret_of(settings.erp_token_block, "STORE_ROLLOUT_ERP_TOKEN_BLOCK"),
+            timeout_seconds=settings.erp_timeout_seconds)
+        field = "STORE_ROLLOUT_ERP_URL"
+    outside_url(credentials.base_url, "erp", field, settings.insecure_erp_http)
+    return credentials.get_client(settings.insecure_erp_http, settings.erp_ca_bundle)
 
 
 @task(name="notify_erp", retries=ERP_RETRIES,

@@ -14,7 +14,7 @@ from store_rollout.regions import RegionsError, wrong_region
 from store_rollout.settings import RolloutSettings, load_settings
 from tasks.bmc import bmc_problems
 from tasks.cobbler import CobblerClient, CobblerError, cobbler_client
-from tasks.erp import erp_client
+from tasks.erp import ErpClient, erp_client
 from tasks.kiwi import KiwiDescriptionError, resolve_description
 from tasks.salt import master_client
 from tasks.slots import limit_problem
@@ -163,12 +163,18 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
         if down:
             problems.append(down)
     client: CobblerClient | None = None
+    erp: ErpClient | None = None
+    # the URLs and logins the tasks will use (a Block, or the settings and a Secret block)
     try:
-        client = cobbler_client(settings)  # the URL and login the tasks will use (Block or env)
-    except CobblerError as exc:
+        client = cobbler_client(settings)
+    except (CobblerError, ValueError) as exc:  # a Block missing, a URL refused
         problems.append(f"cobbler: {exc}")
+    try:
+        erp = erp_client(settings)
+    except ValueError as exc:
+        problems.append(f"erp: {exc}")
     for url, what, field in ((client.url if client else None, "Cobbler", "cobbler_url"),
-                             (erp_client(settings).base_url, "the ERP", "erp_url")):
+                             (erp.base_url if erp else None, "the ERP", "erp_url")):
         problem = _reachable(url, what, field) if url is not None else None
         if problem:
             problems.append(problem)

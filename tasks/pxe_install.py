@@ -39,9 +39,11 @@ from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
 from tasks.run_health import run_started_at
 from tasks.salt import hypervisor_ready, master_client
+from tasks.salt.master_key import master_pin
 from tasks.slots import fleet_slot
 from tasks.windows import install_window
 
+ROOT_HASH_ROUNDS = 656000  # SHA-512 crypt's rounds (docs/production.md)
 # Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
 # segment of the URL, as download.opensuse.org and its mirrors lay them out
 LEAP_UPDATE_ALIASES = {"oss": "repo-update", "non-oss": "repo-update-non-oss",
@@ -63,17 +65,19 @@ def update_repos_meta(urls: list[str]) -> str:
 
 def root_password_hash(password: SecretStr, current: str = "") -> str:
     """SHA-512 crypt(3) of a root password (`$6$`, what glibc and YaST take). `current`, the
-    hash Cobbler holds, is kept when it is of this password: a rerun changes nothing."""
+    hash Cobbler holds, is kept when it is of this password and of ROOT_HASH_ROUNDS: a rerun
+    changes nothing."""
     secret = password.get_secret_value()
     if current and sha512_crypt.identify(current):
         try:
-            if sha512_crypt.verify(secret, current):
+            if (sha512_crypt.from_string(current).rounds == ROOT_HASH_ROUNDS
+                    and sha512_crypt.verify(secret, current)):
                 return current
         except ValueError:  # malformed: replaced below
             pass
-    # glibc's default of 5000 rounds (`openssl passwd -6`): the password is 114 random bits, so
-    # passlib's 656000 would only cost each step 2 another half second
-    return str(sha512_crypt.using(rounds=5000).hash(secret))
+    # docs/production.md's 656000 rounds (passlib's default): an operator may choose a weaker
+    # password than the generated 114 bits, and Cobbler served the hash during the install
+    return str(sha512_crypt.using(rounds=ROOT_HASH_ROUNDS).hash(secret))
 
 
 def store_root_password_hash(store: Store, record: dict[str, Any] | None) -> str:
@@ -95,11 +99,12 @@ def power_cycled_at(record: dict[str, Any] | None) -> datetime | None:
 
 
 def system_spec(store: Store, settings: RolloutSettings, token: str,
-                root_hash: str = "") -> SystemSpec:
+                root_hash: str = "", pin: dict[str, str] | None = None) -> SystemSpec:
     """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
     autosign token; `root_hash`: crypt(3) of its root password, left out of the
-    record when empty, as for a plan, which never reads the password). No BMC field: step 2
-    drives the BMC itself."""
+    record when empty, as for a plan, which never reads the password; `pin`: the master's key
+    fingerprint and hash_type, tasks/salt/master_key.py, left out as well when not given). No
+    BMC field: step 2 drives the BMC itself."""
     hv = store.hypervisor
     root = {ROOT_PASSWORD_HASH_META: root_hash} if root_hash else {}
     return SystemSpec(
@@ -114,7 +119,7 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
             "virt_uri": settings.hypervisor_libvirt_uri,
             "vm_images_dir": settings.vm_images_dir,
             UPDATE_REPOS_META: update_repos_meta(settings.hypervisor_update_repos),
-            **root,
+            **root, **(pin or {}),
         })
 
 
@@ -242,9 +247,10 @@ def reinstall(store: Store, settings: RolloutSettings, master: Any, client: Cobb
         raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
                               "exist; create it or fix hypervisor.cobbler_profile")
     root_hash = store_root_password_hash(store, record)  # before any change: no Secret, no install
+    pin = master_pin(master.opts)  # as well: no master key, no install
     master.delete_key(minion)  # a stale key of a previous install would be 'denied'
     token = master.issue_token(minion)
-    spec = system_spec(store, settings, token, root_hash)
+    spec = system_spec(store, settings, token, root_hash, pin)
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")

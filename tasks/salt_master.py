@@ -14,6 +14,7 @@ from store_rollout import step_rules
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
+from tasks.cobbler import CobblerUnavailable, forget_install_secrets
 from tasks.notifications import announce_hypervisor_ready, end_hypervisor_wait
 from tasks.retry import retry_on
 from tasks.salt import HypervisorReadyWatcher, SaltMasterClient, SaltTransientError, master_client
@@ -53,13 +54,19 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
     return ready
 
 
-@task(name="prepare_vm_keys",
-      retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
+@task(name="prepare_vm_keys", retries=2, retry_delay_seconds=[2, 5],
+      retry_condition_fn=retry_on(SaltTransientError, CobblerUnavailable))
 def prepare_vm_keys(store: Store) -> dict[str, Any]:
-    """Step 4: delete a stale key of the VM's minion id (exact id) and issue its one-time
-    autosign token. A VM already running with an accepted key keeps it (rerun)."""
+    """Step 4: the installed host's Cobbler record without its one-time token and root hash
+    (step 3 saw it ready: it needs neither again), then delete a stale key of the VM's minion
+    id (exact id) and issue its one-time autosign token. A VM already running with an
+    accepted key keeps it (rerun)."""
     logger = get_run_logger()
     settings = load_settings()
+    forgotten = forget_install_secrets(store)
+    if forgotten:
+        logger.info("store %s: Cobbler system %s no longer holds %s", store.store_id,
+                    store.cobbler_system, ", ".join(forgotten))
     master = master_client(settings.salt_master_config)
     minion = store.vm_minion_id
     # the hypervisor's storevirt as the master has it (steps 4-6 call it); a key is stale only

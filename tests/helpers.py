@@ -407,11 +407,14 @@ def load_salt_module(kind: str, name: str, salt: dict[str, Any] | None = None) -
 
 
 # minimal settings of a non-lab run: what tests of the settings and client factories start from
-BASE_ENV = {"STORE_ROLLOUT_COBBLER_URL": "http://cobbler.invalid/cobbler_api",
-            "STORE_ROLLOUT_COBBLER_USER": "u", "STORE_ROLLOUT_COBBLER_PASSWORD": "p",
+# (secrets only named: the Secret blocks `cobbler-password` and `erp-token`)
+BASE_ENV = {"STORE_ROLLOUT_COBBLER_URL": "https://cobbler.invalid/cobbler_api",
+            "STORE_ROLLOUT_COBBLER_USER": "u",
+            "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK": "cobbler-password",
             "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
-            "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "http://erp.invalid/",
-            "STORE_ROLLOUT_ERP_TOKEN": "t", "STORE_ROLLOUT_IMAGE_BASE_URL": "http://images.invalid"}
+            "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "https://erp.invalid/",
+            "STORE_ROLLOUT_ERP_TOKEN_BLOCK": "erp-token",
+            "STORE_ROLLOUT_IMAGE_BASE_URL": "http://images.invalid"}
 
 
 def cli_in_process(lab_env: dict[str, str], *args: str,

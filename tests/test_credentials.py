@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from prefect.blocks.system import Secret
 from pydantic import SecretStr
 
 from store_rollout.inventory import InventoryError, Store, parse_inventory
@@ -28,8 +29,8 @@ def store(**hypervisor: object) -> Store:
 
 
 def test_secrets_are_not_in_the_repr_or_str_of_blocks_and_clients() -> None:
-    cobbler = CobblerCredentials(url="http://cobbler.invalid/", username="admin", password=SECRET)
-    erp = ErpCredentials(base_url="http://erp.invalid", token=SECRET)
+    cobbler = CobblerCredentials(url="https://cobbler.invalid/", username="admin", password=SECRET)
+    erp = ErpCredentials(base_url="https://erp.invalid", token=SECRET)
     bmc = BmcCredentials(username="bmc-admin", password=SECRET)
     ipmi = bmc.get_client(store(power_address="10.0.0.9"), "ipmi")
     redfish = bmc.get_client(store(power_address="bmc.invalid"), "redfish")
@@ -38,8 +39,8 @@ def test_secrets_are_not_in_the_repr_or_str_of_blocks_and_clients() -> None:
     for block in (cobbler, erp, bmc):
         assert SECRET not in block.model_dump_json()
     # the clients are built from the Block's values
-    assert repr(cobbler.get_client()) == "CobblerClient(url='http://cobbler.invalid/', user='admin')"
-    assert erp.get_client().base_url == "http://erp.invalid"
+    assert repr(cobbler.get_client()) == "CobblerClient(url='https://cobbler.invalid/', user='admin')"
+    assert erp.get_client().base_url == "https://erp.invalid"
 
 
 def test_every_block_field_has_a_title_and_description() -> None:
@@ -49,25 +50,29 @@ def test_every_block_field_has_a_title_and_description() -> None:
         assert block.get_block_type_slug().endswith("-credentials")
 
 
-def test_without_a_block_the_clients_come_from_the_settings() -> None:
+def test_without_a_block_the_clients_come_from_the_settings(prefect_harness: None) -> None:
+    for name in ("cobbler-password", "erp-token"):  # the secrets: Secret blocks they name
+        Secret(value=SECRET).save(name, overwrite=True)
     settings = load_settings({**BASE_ENV, "STORE_ROLLOUT_ERP_TIMEOUT_SECONDS": "7"})
     cobbler = cobbler_client(settings)
-    assert (cobbler.url, cobbler.user) == ("http://cobbler.invalid/cobbler_api", "u")
+    assert (cobbler.url, cobbler.user) == ("https://cobbler.invalid/cobbler_api", "u")
+    assert cobbler._password.get_secret_value() == SECRET
     erp = erp_client(settings)
-    assert erp.base_url == "http://erp.invalid" and erp.timeout == (3.05, 7.0)
+    assert erp.base_url == "https://erp.invalid" and erp.timeout == (3.05, 7.0)
 
 
 def test_service_fields_are_required_unless_a_block_is_named() -> None:
     bare = {k: v for k, v in BASE_ENV.items() if "COBBLER" not in k and "ERP" not in k}
     with pytest.raises(SettingsError) as err:
         load_settings(bare)
-    for field in ("cobbler_url", "cobbler_user", "cobbler_password", "erp_url", "erp_token"):
+    for field in ("cobbler_url", "cobbler_user", "cobbler_password_block", "erp_url",
+                  "erp_token_block"):
         assert f"{field}: Field required (set STORE_ROLLOUT_{field.upper()}" in str(err.value)
     assert "or name a Credentials Block with STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK" in str(err.value)
     settings = load_settings({**bare, "STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK": "cobbler-prod",
                               "STORE_ROLLOUT_ERP_CREDENTIALS_BLOCK": "erp-prod"})
     assert settings.cobbler_credentials_block == "cobbler-prod" and settings.cobbler_url == ""
-    assert "**" in settings.public()["cobbler_password"]
+    assert not {"cobbler_password", "erp_token"} & set(settings.public())  # no secret is a setting
 
 
 def test_the_bmc_client_follows_the_inventory() -> None:
@@ -113,9 +118,9 @@ def test_preflight_names_a_store_without_bmc_address_or_block() -> None:
 
 def test_named_blocks_win_over_the_settings(prefect_harness: None) -> None:
     suffix = uuid.uuid4().hex[:8]
-    CobblerCredentials(url="http://cobbler-block.invalid/", username="block-user",
+    CobblerCredentials(url="https://cobbler-block.invalid/", username="block-user",
                        password=SECRET).save(f"cobbler-{suffix}")
-    ErpCredentials(base_url="http://erp-block.invalid/", token=SECRET,
+    ErpCredentials(base_url="https://erp-block.invalid/", token=SECRET,
                    timeout_seconds=4).save(f"erp-{suffix}")
     BmcCredentials(username="block-bmc", password=SECRET).save(f"bmc-{suffix}")
     BmcCredentials(username="own-bmc", password=SECRET).save(f"own-{suffix}")
@@ -124,10 +129,10 @@ def test_named_blocks_win_over_the_settings(prefect_harness: None) -> None:
                               "STORE_ROLLOUT_ERP_CREDENTIALS_BLOCK": f"erp-{suffix}",
                               "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": f"bmc-{suffix}"})
     cobbler = cobbler_client(settings)
-    assert (cobbler.url, cobbler.user) == ("http://cobbler-block.invalid/", "block-user")
+    assert (cobbler.url, cobbler.user) == ("https://cobbler-block.invalid/", "block-user")
     assert SECRET not in repr(cobbler)
     erp = erp_client(settings)
-    assert erp.base_url == "http://erp-block.invalid" and erp.timeout == (3.05, 4.0)
+    assert erp.base_url == "https://erp-block.invalid" and erp.timeout == (3.05, 4.0)
     bmc = bmc_credentials(store(), settings)
     assert bmc.username == "block-bmc" and bmc.password.get_secret_value() == SECRET
     # a store's own Block wins over the fleet's

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from prefect import flow
+from prefect.blocks.system import Secret
 
 from store_rollout.inventory import Store, parse_inventory
 from tasks.erp import ERP_RETRIES, ErpUnavailable, notify_erp
@@ -34,6 +35,7 @@ def erp_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     with ExitStack() as servers:
         def make(statuses: list[int]) -> ScriptedErp:
+            Secret(value="t").save(BASE_ENV["STORE_ROLLOUT_ERP_TOKEN_BLOCK"], overwrite=True)
             erp = ScriptedErp([(status, b'{"error": "no"}') for status in statuses] + [ERP_CREATED])
             monkeypatch.setenv("STORE_ROLLOUT_ERP_URL", servers.enter_context(serving(erp)))
             monkeypatch.setenv("STORE_ROLLOUT_ERP_TIMEOUT_SECONDS", "5")

@@ -274,8 +274,8 @@ def test_the_default_calendar_setting() -> None:
     base = {"STORE_ROLLOUT_SALT_MASTER_CONFIG": "/dev/null",
             "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "127.0.0.1",
             "STORE_ROLLOUT_COBBLER_URL": "https://c.invalid/", "STORE_ROLLOUT_COBBLER_USER": "u",
-            "STORE_ROLLOUT_COBBLER_PASSWORD": "p" * 20, "STORE_ROLLOUT_ERP_URL": "https://e.invalid",
-            "STORE_ROLLOUT_ERP_TOKEN": "t" * 20, "STORE_ROLLOUT_IMAGE_BASE_URL": "https://i.invalid"}
+            "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK": "p", "STORE_ROLLOUT_ERP_URL": "https://e.invalid",
+            "STORE_ROLLOUT_ERP_TOKEN_BLOCK": "t", "STORE_ROLLOUT_IMAGE_BASE_URL": "https://i.invalid"}
     assert load_settings(base).default_calendar is None
     given = load_settings({**base, "STORE_ROLLOUT_DEFAULT_TIME_ZONE": "Europe/Berlin",
                            "STORE_ROLLOUT_DEFAULT_MAINTENANCE_WINDOWS":

@@ -257,8 +257,8 @@ def test_rollback_and_decommission_show_what_they_would_do_without_yes(tmp_path:
             "STORE_ROLLOUT_SETTINGS_FILE": "", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/dev/null",
             "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "127.0.0.1",
             "STORE_ROLLOUT_COBBLER_URL": "https://c.invalid/", "STORE_ROLLOUT_COBBLER_USER": "u",
-            "STORE_ROLLOUT_COBBLER_PASSWORD": "p" * 20,
-            "STORE_ROLLOUT_ERP_URL": "https://e.invalid", "STORE_ROLLOUT_ERP_TOKEN": "t" * 20,
+            "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK": "p",
+            "STORE_ROLLOUT_ERP_URL": "https://e.invalid", "STORE_ROLLOUT_ERP_TOKEN_BLOCK": "t",
             "STORE_ROLLOUT_IMAGE_BASE_URL": "https://i.invalid"})
         text = " ".join(result.output.split())
         assert result.exit_code == 2 and says in text and "add --yes to go on" in text, text

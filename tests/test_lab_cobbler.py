@@ -56,6 +56,9 @@ META = {
     "autosign_token": "tok-0042-a1b2c3",
     "virt_uri": "xen:///system",
     "vm_images_dir": "/srv/store-vm-images",
+    # the master's key as step 2 pins it (tasks/salt/master_key.py)
+    "master_finger": "3a:9f:" + ":".join(["0c"] * 30),
+    "master_hash_type": "sha256",
     # as step 2 sends the settings' default (tasks/pxe_install.update_repos_meta); no root hash:
     # this record stands for one written without it, whose root the profile locks
     UPDATE_REPOS_META: "repo-update=https://download.opensuse.org/update/leap/15.6/oss/ "
@@ -211,6 +214,7 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
                                             "netmask": "255.255.255.0",
                                             "gateway": "192.0.2.1"}},
         "autosign_grains": [META["autosign_grain"]],
+        "master_finger": META["master_finger"], "hash_type": "sha256",
         "startup_states": "highstate",
         "virt": {"connection": {"uri": META["virt_uri"]}, "images": META["vm_images_dir"]},
     }
@@ -353,6 +357,7 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
     its store's Secret block, the two differ, neither is Cobbler's default; a rerun of step 2
     keeps the password and the hash."""
     from tasks.blocks import store_root_password
+    from tasks.cobbler import forget_install_secrets
     from tasks.pxe_install import store_root_password_hash, system_spec
 
     settings = load_settings(BASE_ENV)
@@ -389,6 +394,17 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
         assert client.upsert_system(again) is False
         assert _root_password(client.render_autoinstall(first.cobbler_system)) \
             == hashes[first.store_id]
+        # installed and ready (step 4): neither the token nor the hash stays in the record
+        # or in what Cobbler serves for it; the rest stays; a rerun finds it clean
+        assert forget_install_secrets(first, client) == ["autosign_token",
+                                                         ROOT_PASSWORD_HASH_META]
+        meta = client.get_system(first.cobbler_system)["autoinstall_meta"]
+        assert not {"autosign_token", ROOT_PASSWORD_HASH_META} & set(meta), meta
+        assert meta["minion_id"] == first.hypervisor_minion_id
+        rendered = client.render_autoinstall(first.cobbler_system)
+        assert "tok-rerun" not in rendered and hashes[first.store_id] not in rendered
+        assert _root_password(rendered) == "!"
+        assert forget_install_secrets(first, client) == []
     finally:
         for store in stores:
             client.remove_system(store.cobbler_system)

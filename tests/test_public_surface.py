@@ -22,7 +22,7 @@ SURFACES = {
     "tasks.cobbler": [
         "CobblerAuthError", "CobblerClient", "CobblerCredentials", "CobblerError",
         "CobblerNotFound", "CobblerRejected", "CobblerUnavailable", "SystemSpec",
-        "cobbler_client", "disable_hypervisor_netboot", "record_fields",
+        "cobbler_client", "disable_hypervisor_netboot", "forget_install_secrets", "record_fields",
         "remove_hypervisor_record", "spec_fields", "system_changes",
     ],
     "tasks.kiwi": [

@@ -31,6 +31,7 @@ from lab.simulator.minions import MinionManager
 from lab.state import HOST_PY36_SALT_BIN, VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork
 from store_rollout.contracts import (
+    AUTOSIGN_FORGED_TAG,
     AUTOSIGN_GRAIN,
     FIRSTBOOT_EVENT_DONE,
     FIRSTBOOT_EVENT_PREFIX,
@@ -115,7 +116,8 @@ class Fleet:
         """A machine on the store network with no accepted key, claiming `minion`: one
         salt-call (its key is made anew), whatever the master says to it."""
         root = self.tmp / f"stranger-{secrets.token_hex(3)}"
-        (root / "etc").mkdir(parents=True)
+        for sub in ("etc", "pki", "c", "s"):  # Salt 3006.0 wants its pki dir made
+            (root / sub).mkdir(parents=True)
         ports = yaml.safe_load((self.minions.minion_dir(B_VM) / "etc" / "minion.d" /
                                 "zz-lab-hardware.conf").read_text())
         (root / "etc" / "minion").write_text(yaml.safe_dump({
@@ -183,10 +185,13 @@ def test_a_forged_salt_auth_does_not_steer_the_autosign_guard(fleet: Fleet) -> N
     from that store's step-5 publication): the guard used to delete A's key."""
     token = fleet.master.issue_token(f"store-{B}x-vm")  # a store in the middle of its step 5
     try:
-        fleet.as_b(("salt/auth", {"act": "accept", "result": True, "id": A_VM,
-                                  "pub": "-----BEGIN PUBLIC KEY-----\nforged\n",
-                                  "autosign_grains": {AUTOSIGN_GRAIN: token}}))
-        time.sleep(3)  # the guard reads the bus every few seconds
+        with fleet.master.subscribe(AUTOSIGN_FORGED_TAG) as bus:
+            fleet.as_b(("salt/auth", {"act": "accept", "result": True, "id": A_VM,
+                                      "pub": "-----BEGIN PUBLIC KEY-----\nforged\n",
+                                      "autosign_grains": {AUTOSIGN_GRAIN: token}}))
+            forged = fleet.master.wait_for_event(bus, lambda e: e.tag == AUTOSIGN_FORGED_TAG,
+                                                 timeout=30, what=AUTOSIGN_FORGED_TAG)
+        assert forged.data["id"] == A_VM, forged.data  # the master names the attempt
         assert fleet.keys()[A_VM] == "accepted"
         assert fleet.master.token_for(f"store-{B}x-vm") == token  # not spent either
     finally:

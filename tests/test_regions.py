@@ -36,7 +36,7 @@ def regions_file(tmp_path: Path, regions: dict[str, Any]) -> Path:
 
 NORTH = {"work_pool": "rollout-north", "settings": {
     "salt_master_config": "/srv/north/master", "salt_ret_port": 14506,
-    "cobbler_url": "http://cobbler-north:25151/", "cobbler_sync_limit": "cobbler-sync-north",
+    "cobbler_url": "https://cobbler-north:25151/", "cobbler_sync_limit": "cobbler-sync-north",
     "image_params": {"SALT_MASTER": "salt-north", "SALT_MASTER_PORT": "14506"}}}
 
 
@@ -48,7 +48,7 @@ def test_a_worker_sees_the_chain_s_settings_with_its_region_s_on_top(tmp_path: P
     assert (default.region, default.salt_master_config, default.cobbler_sync_limit) == \
         ("default", "/etc/salt/master", "cobbler-sync")
     assert (north.region, north.salt_master_config, north.salt_ret_port, north.cobbler_url) == \
-        ("north", "/srv/north/master", 14506, "http://cobbler-north:25151/")
+        ("north", "/srv/north/master", 14506, "https://cobbler-north:25151/")
     assert north.cobbler_sync_limit == "cobbler-sync-north"
     assert north.image_params == {"SALT_MASTER": "salt-north", "SALT_MASTER_PORT": "14506"}
     assert north.erp_url == default.erp_url  # the ERP is the chain's

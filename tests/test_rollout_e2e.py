@@ -57,6 +57,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     procs = [start_rollout(bare_env, "e2e2", inventory), start_rollout(lab_env, "e2e3", inventory)]
 
     check_store(lab, "e2e1", first)
+    check_cobbler_keeps_no_install_secrets(lab, "e2e1")
     check_defined_as_vm_xml_says(lab, inventory, "e2e1")
     check_image_server_answers_ranges_on_the_store_network(lab, first["image_key"])
     check_staging(lab_env, inventory, first)
@@ -113,6 +114,28 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     check_another_box_stops_at_step_3(lab, lab_env, inventory, "e2e2")
     check_decommission_leaves_nothing(lab, lab_env, inventory, "e2e3")
     check_a_destroyed_box_is_replaced(lab, lab_env, inventory, "e2e2")
+
+
+def check_cobbler_keeps_no_install_secrets(lab: LabInfo, store_id: str) -> None:
+    """After the rollout the store's Cobbler record holds neither the host's one-time token
+    nor its root password's hash, and its profile renders without them; it pins the master's
+    key (the lab host's real minion checked it: the rollout passed)."""
+    from lab.autoyast import parse_autoyast
+    from store_rollout.contracts import AUTOSIGN_GRAIN, ROOT_PASSWORD_HASH_META
+    from tasks.salt.master_key import master_pin
+
+    cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
+                            password=lab.cobbler_password)
+    hv = f"store-{store_id}-hv"
+    meta = cobbler.get_system(hv)["autoinstall_meta"]
+    assert not {"autosign_token", ROOT_PASSWORD_HASH_META} & set(meta), meta
+    master = SaltMasterClient(lab.salt_master_config)
+    assert {k: meta.get(k) for k in master_pin(master.opts)} == master_pin(master.opts)
+    rendered = cobbler.render_autoinstall(hv)
+    minion = yaml.safe_load(
+        parse_autoyast(rendered).files["/etc/salt/minion.d/50-store-rollout.conf"])
+    assert minion["grains"][AUTOSIGN_GRAIN] == "" and "$6$" not in rendered
+    assert minion["master_finger"] == master_pin(master.opts)["master_finger"]
 
 
 def check_a_destroyed_box_is_replaced(lab: LabInfo, lab_env: dict[str, str], inventory: Path,

@@ -109,6 +109,17 @@ def test_the_hash_is_sha512_crypt_of_the_password_and_kept_when_it_still_is() ->
         assert renewed != current and sha512_crypt.verify(password.get_secret_value(), renewed)
 
 
+def test_the_hash_uses_the_documented_rounds_and_renews_a_weaker_one() -> None:
+    password = SecretStr("Kc7mQ2xWpa9RtH4vNe8u")
+    hashed = root_password_hash(password)
+    assert hashed.startswith("$6$rounds=656000$"), hashed  # docs/production.md
+    assert sha512_crypt.from_string(hashed).rounds == 656000
+    # a record written by an older release (glibc's 5000 rounds) gets a hash of today's rounds
+    old = sha512_crypt.using(rounds=5000).hash(password.get_secret_value())
+    renewed = root_password_hash(password, old)
+    assert renewed != old and sha512_crypt.from_string(renewed).rounds == 656000
+
+
 def test_the_hash_reaches_the_record_but_no_plan_or_repr() -> None:
     settings = load_settings(BASE_ENV)
     hashed = root_password_hash(SecretStr("Kc7mQ2xWpa9RtH4vNe8u"))

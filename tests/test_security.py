@@ -22,9 +22,9 @@ from tests.helpers import check_store, write_inventory
 
 def test_default_cobbler_credentials_refused_outside_the_lab() -> None:
     with pytest.raises(CobblerAuthError, match="default credentials"):
-        CobblerClient(url="http://cobbler.invalid/cobbler_api", user="cobbler", password="cobbler")
+        CobblerClient(url="https://cobbler.invalid/cobbler_api", user="cobbler", password="cobbler")
     # an explicit opt-in exists for a throwaway Cobbler, never the default
-    CobblerClient(url="http://cobbler.invalid/", user="cobbler", password="cobbler",
+    CobblerClient(url="https://cobbler.invalid/", user="cobbler", password="cobbler",
                   allow_default_credentials=True)
 
 

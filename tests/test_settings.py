@@ -16,10 +16,10 @@ import lab.state
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo, LabPaths, running_labs
 from store_rollout.settings import SettingsError, load_settings
 
-BASE = {"STORE_ROLLOUT_COBBLER_URL": "http://cobbler/", "STORE_ROLLOUT_COBBLER_USER": "u",
-        "STORE_ROLLOUT_COBBLER_PASSWORD": "p", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
-        "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "http://erp/",
-        "STORE_ROLLOUT_ERP_TOKEN": "t"}
+BASE = {"STORE_ROLLOUT_COBBLER_URL": "https://cobbler/", "STORE_ROLLOUT_COBBLER_USER": "u",
+        "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK": "p", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
+        "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "https://erp/",
+        "STORE_ROLLOUT_ERP_TOKEN_BLOCK": "t"}
 
 
 def test_image_base_url_is_required_and_named() -> None:
@@ -86,8 +86,8 @@ def test_missing_settings_are_named_once_in_one_line() -> None:
     with pytest.raises(SettingsError) as err:
         load_settings({})
     brief, missing = err.value.brief, err.value.missing
-    assert {"STORE_ROLLOUT_COBBLER_URL", "STORE_ROLLOUT_COBBLER_PASSWORD",
-            "STORE_ROLLOUT_SALT_MASTER_CONFIG", "STORE_ROLLOUT_ERP_TOKEN",
+    assert {"STORE_ROLLOUT_COBBLER_URL", "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK",
+            "STORE_ROLLOUT_SALT_MASTER_CONFIG", "STORE_ROLLOUT_ERP_TOKEN_BLOCK",
             "STORE_ROLLOUT_IMAGE_BASE_URL"} <= set(missing)
     assert brief.startswith(f"settings missing: {', '.join(missing)} (export them")
     assert "\n" not in brief and brief.count("STORE_ROLLOUT_SETTINGS_FILE") == 1
@@ -196,9 +196,9 @@ def test_settings_file_is_read_only_when_named_and_the_environment_wins(tmp_path
     with pytest.raises(SettingsError):  # not named: nothing read from it
         load_settings({})
     settings = load_settings({"STORE_ROLLOUT_SETTINGS_FILE": str(path),
-                              "STORE_ROLLOUT_ERP_URL": "http://erp.example/"})
-    assert settings.erp_url == "http://erp.example/" and settings.cobbler_url == "http://127.0.0.1:1/"
-    assert settings.erp_token.get_secret_value() == "t"
+                              "STORE_ROLLOUT_ERP_URL": "https://erp.example/"})
+    assert settings.erp_url == "https://erp.example/" and settings.cobbler_url == "http://127.0.0.1:1/"
+    assert settings.erp_token_block == "lab-erp-token"  # the lab's secrets: Blocks it names
     with pytest.raises(SettingsError, match="STORE_ROLLOUT_SETTINGS_FILE=.*: no such file"):
         load_settings({"STORE_ROLLOUT_SETTINGS_FILE": str(tmp_path / "nowhere.env")})
 

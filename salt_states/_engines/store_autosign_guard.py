@@ -63,7 +63,8 @@ def _paths(opts):
 def _tokens_locked(opts):
     """The pipeline's token files, under the lock it takes for them (tasks/salt/tokens.py)."""
     autosign, token_map = _paths(opts)
-    with open(os.path.splitext(autosign)[0] + ".lock", "a") as lock:
+    lock_path = os.path.splitext(autosign)[0] + ".lock"
+    with os.fdopen(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600), "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             with open(token_map) as fh:
@@ -75,9 +76,11 @@ def _tokens_locked(opts):
 
 def _rewrite(path, text):
     tmp = os.path.splitext(path)[0] + ".tmp"
-    with open(tmp, "w") as fh:
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    # 0600 from its creation (a chmod after the write leaves the tokens readable meanwhile)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
         fh.write(text)
-    os.chmod(tmp, 0o600)
     os.replace(tmp, path)
 
 

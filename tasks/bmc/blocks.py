@@ -12,6 +12,7 @@ from tasks.blocks import load_block
 from tasks.bmc.client import Bmc
 from tasks.bmc.ipmi import IPMI_PASSWORD_MAX_BYTES, IPMI_PORT, IpmiBmc
 from tasks.bmc.redfish import RedfishBmc
+from tasks.transport import outside_url
 
 
 class BmcCredentials(CredentialsBlock):
@@ -33,8 +34,10 @@ class BmcCredentials(CredentialsBlock):
         return [n for n, v in (("user", self.username), ("password", self.password.get_secret_value()))
                 if not v]
 
-    def get_client(self, store: Store, power_type: str) -> Bmc:
-        """The client for the store's BMC (`power_type`: the store's, else the settings')."""
+    def get_client(self, store: Store, power_type: str, insecure_http: bool = False,
+                   ca_bundle: str = "") -> Bmc:
+        """The client for the store's BMC (`power_type`: the store's, else the settings';
+        `insecure_http`, `ca_bundle`: the settings' insecure_redfish_http, redfish_ca_bundle)."""
         hv = store.hypervisor
         address = hv.power_address or ""
         if power_type == "redfish":
@@ -42,8 +45,9 @@ class BmcCredentials(CredentialsBlock):
             if hv.power_port and "://" not in address:
                 url = f"{url}:{hv.power_port}"
             return RedfishBmc(url, self.username, self.password, system_id=hv.redfish_system_id,
-                              timeout=self.timeout, verify=self.verify_tls,
-                              store_id=store.store_id)
+                              timeout=self.timeout,
+                              verify=(ca_bundle or True) if self.verify_tls else False,
+                              store_id=store.store_id, insecure_http=insecure_http)
         return IpmiBmc(address, self.username, self.password, port=hv.power_port or IPMI_PORT,
                        timeout=self.timeout, store_id=store.store_id,
                        cipher_suite=hv.ipmi_cipher_suite)
@@ -69,7 +73,13 @@ def power_type_of(store: Store, settings: RolloutSettings) -> str:
 
 def bmc_client(store: Store, settings: RolloutSettings) -> Bmc:
     """The store host's BMC, over its protocol, with the login from its Block."""
-    return bmc_credentials(store, settings).get_client(store, power_type_of(store, settings))
+    client = bmc_credentials(store, settings).get_client(
+        store, power_type_of(store, settings), settings.insecure_redfish_http,
+        settings.redfish_ca_bundle)
+    if isinstance(client, RedfishBmc):  # the warning when plain HTTP is let through
+        outside_url(client.url, "redfish", f"store {store.store_id}: hypervisor.power_address",
+                    settings.insecure_redfish_http)
+    return client
 
 
 def bmc_problems(stores: list[Store], settings: RolloutSettings) -> list[str]:

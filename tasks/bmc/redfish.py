@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from pydantic import SecretStr
 
 from store_rollout.instrument import external
+from store_rollout.transport import checked_url
 from tasks.bmc.client import BmcLogin, PowerState
 from tasks.bmc.errors import BmcAuthFailed, BmcError, BmcRejected, BmcUnreachable
 
@@ -22,7 +23,10 @@ SERVER_SIDE_RETRIES = 1
 class RedfishBmc(BmcLogin):
     def __init__(self, url: str, username: str, password: SecretStr, *,
                  system_id: str | None = None, timeout: float = 20.0, verify: bool | str = True,
-                 store_id: str = "") -> None:
+                 store_id: str = "", insecure_http: bool = False) -> None:
+        """`verify`: check the BMC's certificate (True), against a CA bundle (its path), or not
+        (False); `insecure_http`: the setting insecure_redfish_http (store_rollout/transport.py)."""
+        checked_url(url, "redfish", f"store {store_id}: hypervisor.power_address", insecure_http)
         super().__init__(username, password, timeout, store_id)
         self.url, self.system_id, self.verify = url.rstrip("/"), system_id, verify
         self._system: Any = None

@@ -17,6 +17,7 @@ from tasks.cobbler.task import (
     CobblerCredentials,
     cobbler_client,
     disable_hypervisor_netboot,
+    forget_install_secrets,
     remove_hypervisor_record,
 )
 
@@ -31,6 +32,7 @@ __all__ = [
     "SystemSpec",
     "cobbler_client",
     "disable_hypervisor_netboot",
+    "forget_install_secrets",
     "record_fields",
     "remove_hypervisor_record",
     "spec_fields",

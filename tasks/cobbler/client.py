@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import ssl
 import xmlrpc.client
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from pydantic import SecretStr
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from store_rollout.instrument import external
+from store_rollout.transport import checked_url
 from tasks.cobbler.errors import (
     CobblerAuthError,
     CobblerError,
@@ -45,21 +47,37 @@ class _TimeoutTransport(xmlrpc.client.Transport):
         return conn
 
 
+class _TimeoutSafeTransport(xmlrpc.client.SafeTransport):
+    """https://, the certificate verified (against `ca_bundle` when given)."""
+
+    def __init__(self, timeout: float, ca_bundle: str = "") -> None:
+        super().__init__(context=ssl.create_default_context(cafile=ca_bundle or None))
+        self.timeout = timeout
+
+    def make_connection(self, host: Any) -> http.client.HTTPSConnection:
+        conn = super().make_connection(host)
+        conn.timeout = self.timeout
+        return conn
+
+
 class CobblerClient:
     """Keyword-only, explicit timeout; one login token reused until Cobbler drops it."""
 
     def __init__(self, *, url: str, user: str, password: SecretStr | str,
-                 timeout: float = DEFAULT_TIMEOUT, allow_default_credentials: bool = False) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, allow_default_credentials: bool = False,
+                 insecure_http: bool = False, ca_bundle: str = "") -> None:
+        checked_url(url, "cobbler", "cobbler_url", insecure_http)
         secret = password if isinstance(password, SecretStr) else SecretStr(password)
         if (user, secret.get_secret_value()) == DEFAULT_CREDENTIALS and not allow_default_credentials:
             raise CobblerAuthError(
                 "refusing Cobbler's default credentials cobbler/cobbler: set cobbler_user and "
-                "cobbler_password (Secret block or env) to a real account")
+                "cobbler_password (its Block) to a real account")
         self.url = url
         self.user = user
         self._password = secret
-        self._proxy: Any = xmlrpc.client.ServerProxy(url, allow_none=True,
-                                                transport=_TimeoutTransport(timeout))
+        transport = (_TimeoutSafeTransport(timeout, ca_bundle) if url.lower().startswith("https:")
+                     else _TimeoutTransport(timeout))
+        self._proxy: Any = xmlrpc.client.ServerProxy(url, allow_none=True, transport=transport)
         self._token: str | None = None
 
     def __repr__(self) -> str:
@@ -178,6 +196,15 @@ class CobblerClient:
                         self._call(f"save_system {name}",
                                    lambda: self._proxy.save_system(handle, tok), name),
                         f"system {name!r} was not saved; see Cobbler's log", name)
+
+    def forget_meta(self, name: str, keys: tuple[str, ...]) -> list[str]:
+        """`keys` out of the record's autoinstall_meta, the others kept; returns the keys it
+        held. A record already without them (or none) is not written: a rerun changes nothing."""
+        meta = (self.get_system(name) or {}).get("autoinstall_meta")
+        held = [k for k in keys if isinstance(meta, dict) and k in meta]
+        if held and isinstance(meta, dict):
+            self.set_autoinstall_meta(name, {k: v for k, v in meta.items() if k not in keys})
+        return held
 
     def _modify(self, name: str, handle: str, key: str, value: Any) -> None:
         tok = self.token()

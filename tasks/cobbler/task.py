@@ -9,13 +9,15 @@ from prefect import get_run_logger, task
 from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
+from store_rollout.contracts import INSTALL_SECRETS_META
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings, load_settings
-from tasks.blocks import load_block
+from tasks.blocks import load_block, secret_of
 from tasks.cobbler.client import DEFAULT_TIMEOUT, CobblerClient
 from tasks.cobbler.errors import CobblerUnavailable
 from tasks.retry import retry_on
 from tasks.slots import fleet_slot
+from tasks.transport import outside_url
 
 
 class CobblerCredentials(CredentialsBlock):
@@ -23,7 +25,7 @@ class CobblerCredentials(CredentialsBlock):
 
     _block_type_name = "Cobbler Credentials"
 
-    url: str = Field(title="URL", description="Cobbler XML-RPC URL, e.g. http://cobbler/cobbler_api")
+    url: str = Field(title="URL", description="Cobbler XML-RPC URL, e.g. https://cobbler/cobbler_api")
     username: str = Field(title="Username", description="Cobbler API user.")
     password: SecretStr = Field(title="Password", description="Cobbler API password; never logged.")
     timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, title="Timeout",
@@ -32,21 +34,38 @@ class CobblerCredentials(CredentialsBlock):
         default=False, title="Allow default credentials",
         description="Accept cobbler/cobbler (a throwaway Cobbler only).")
 
-    def get_client(self) -> CobblerClient:
+    def get_client(self, insecure_http: bool = False, ca_bundle: str = "") -> CobblerClient:
+        """`insecure_http`, `ca_bundle`: the settings' insecure_cobbler_http, cobbler_ca_bundle."""
         return CobblerClient(url=self.url, user=self.username, password=self.password,
                              timeout=self.timeout,
-                             allow_default_credentials=self.allow_default_credentials)
+                             allow_default_credentials=self.allow_default_credentials,
+                             insecure_http=insecure_http, ca_bundle=ca_bundle)
 
 
 def cobbler_client(settings: RolloutSettings | None = None) -> CobblerClient:
     """The Cobbler client every task uses: from the Block STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK
-    names, else from the cobbler_* settings (env or lab)."""
+    names, else from the cobbler_* settings and the Secret block
+    STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK names (the password is never a setting)."""
     settings = settings or load_settings()
     if settings.cobbler_credentials_block:
-        return load_block(CobblerCredentials, settings.cobbler_credentials_block).get_client()
-    return CobblerCredentials(
-        url=settings.cobbler_url, username=settings.cobbler_user, password=settings.cobbler_password,
-        allow_default_credentials=settings.cobbler_allow_default_credentials).get_client()
+        credentials = load_block(CobblerCredentials, settings.cobbler_credentials_block)
+        field = f"the url of the Cobbler Credentials Block {settings.cobbler_credentials_block!r}"
+    else:
+        credentials = CobblerCredentials(
+            url=settings.cobbler_url, username=settings.cobbler_user,
+            password=secret_of(settings.cobbler_password_block,
+                               "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK"),
+            allow_default_credentials=settings.cobbler_allow_default_credentials)
+        field = "STORE_ROLLOUT_COBBLER_URL"
+    outside_url(credentials.url, "cobbler", field, settings.insecure_cobbler_http)
+    return credentials.get_client(settings.insecure_cobbler_http, settings.cobbler_ca_bundle)
+
+
+def forget_install_secrets(store: Store, client: CobblerClient | None = None) -> list[str]:
+    """An installed host's record without its one-time autosign token and its root password's
+    hash (INSTALL_SECRETS_META): Cobbler serves a record's profile to anyone asking by name,
+    and the host needs neither any more. Returns the keys removed ([] on a rerun)."""
+    return (client or cobbler_client()).forget_meta(store.cobbler_system, INSTALL_SECRETS_META)
 
 
 @task(name="disable_hypervisor_netboot", task_run_name="disable-netboot-{store.store_id}",

@@ -123,7 +123,7 @@ class ImageCache:
 
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
-        fd = os.open(self.cache_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.cache_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kiwi.version import __version__ as KIWI_VERSION
 
+from store_rollout.private_files import write_private
 from tasks.kiwi.errors import KiwiBuildError, KiwiBuildTimeout
 from tasks.kiwi.inprocess import local_repo_args
 from tasks.kiwi.models import BuildOutput, LineSink
@@ -83,12 +84,9 @@ class KiwiBuilder:
         shutil.copytree(desc_dir, dest, symlinks=False)
         params_file = dest / "root" / BUILD_PARAMS_FILE
         params_file.parent.mkdir(parents=True, exist_ok=True)
-        params_file.write_text(
-            "# store-rollout build parameters, applied and removed by config.sh\n"
-            + "".join(f"{k}={v}\n" for k, v in sorted(params.items())),
-            encoding="utf-8",
-        )
-        params_file.chmod(0o600)
+        write_private(params_file,
+                      "# store-rollout build parameters, applied and removed by config.sh\n"
+                      + "".join(f"{k}={v}\n" for k, v in sorted(params.items())))
         return dest
 
     @staticmethod

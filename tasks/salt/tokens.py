@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from store_rollout.contracts import AUTOSIGN_GRAIN, TOKEN_MAP_FILE
+from store_rollout.private_files import open_private, write_private
 from tasks.salt.errors import SaltError
 from tasks.salt.minions import check_minion_id
 
@@ -44,7 +45,7 @@ class AutosignTokens:
         path = self.autosign_file
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = path.with_suffix(".lock")
-        with open(lock_path, "w") as lock:
+        with os.fdopen(open_private(lock_path), "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             # the master's autosign guard takes this lock and edits these files too
             self._give_to_master(lock_path)
@@ -52,12 +53,8 @@ class AutosignTokens:
             tokens = [t for t in (line.strip() for line in lines) if t]
             before = list(tokens)
             yield tokens
-            if tokens != before:
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text("".join(f"{t}\n" for t in tokens))
-                os.chmod(tmp, 0o600)
-                self._give_to_master(tmp)
-                tmp.replace(path)  # the master re-reads the file on each auth
+            if tokens != before:  # the master re-reads the file on each auth
+                write_private(path, "".join(f"{t}\n" for t in tokens), self._give_to_master)
 
     def _give_to_master(self, path: Path) -> None:
         """The master reads the autosign file as its own user (`user:` in its config; Leap's
@@ -90,11 +87,8 @@ class AutosignTokens:
         return json.loads(path.read_text()) if path.exists() else {}
 
     def _write_map(self, mapping: dict[str, str]) -> None:
-        tmp = self._map_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(mapping, sort_keys=True))
-        os.chmod(tmp, 0o600)
-        self._give_to_master(tmp)  # the master's autosign guard reads it
-        tmp.replace(self._map_file)
+        # the master's autosign guard reads it
+        write_private(self._map_file, json.dumps(mapping, sort_keys=True), self._give_to_master)
 
     def issue(self, minion_id: str) -> str:
         """A one-time autosign token for exactly one minion id (reused until revoked)."""
