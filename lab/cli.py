@@ -133,14 +133,13 @@ def demo(inventory: Inventory = Path(DEFAULT_INVENTORY), state_dir: StateDir = N
     # the demo is the lab's by definition: it names the lab itself
     lab_dir = state_dir_from_env(state_dir)
     os.environ[SETTINGS_FILE_ENV] = str(LabPaths(lab_dir).settings_file)
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    from prefect.settings import PREFECT_HOME, temporary_settings
 
-    with temporary_settings(
-        updates={
-            PREFECT_API_URL: load_lab_info(lab_dir).prefect_api_url,
-            PREFECT_HOME: lab_dir / "prefect-client-home",
-        }
-    ):
+    from lab.prefect_access import PrefectAccess
+
+    # the lab's API over TLS, logged in with the lab's credential
+    with PrefectAccess.of(load_lab_info(lab_dir)).settings(), \
+            temporary_settings(updates={PREFECT_HOME: lab_dir / "prefect-client-home"}):
         _demo(_racked_copy(inventory, lab_dir))
 
 

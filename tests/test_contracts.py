@@ -491,7 +491,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "store-hypervisor.xml:265: engine tag_prefix: found 'store/libvirt_events'",
         "store-hypervisor.xml:263: engine engine: found 'libvirt_events'",
         "store_libvirt_events.py:62: CONNECTION_LOST: found 'connection/gone'",
-        "store_prefect_events.py:35: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
+        "store_prefect_events.py:48: LIBVIRT_EVENT_PREFIX: found 'salt/engines/libvirt_events'",
         "store_autosign_guard.py:35: TOKEN_MAP_FILE: found 'tokens.json'",
         "DOWNLOAD_CUT: found 'download stopped', expected 'download cut'",
     ):
