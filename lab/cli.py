@@ -73,7 +73,9 @@ def lab_up(
     console.print(
         f"lab ready: {lab.paths.lab_json}\n"
         "to run rollouts against it (the CLI never picks a lab by itself):\n"
-        f"  export {SETTINGS_FILE_ENV}={lab.paths.settings_file}"
+        f"  export {SETTINGS_FILE_ENV}={lab.paths.settings_file}\n"
+        f"Prefect UI: {info.prefect_ui_url} (its login: the line in {info.prefect_auth_file}; "
+        f"a browser trusts the lab CA {info.prefect_ca_file} once imported)"
     )
 
 
@@ -113,7 +115,8 @@ def lab_status(state_dir: StateDir = None, as_json: Annotated[bool, typer.Option
             racked.add_row(h["system"], h["store_id"], h["mac"], bmc, "on" if h["on"] else "off")
         Console().print(racked)
     if info is not None:
-        Console().print(f"Prefect UI: {info.prefect_ui_url}")
+        Console().print(f"Prefect UI: {info.prefect_ui_url} (login: the line in "
+                        f"{info.prefect_auth_file})")
     if rows and not all(r["alive"] for r in rows):
         raise typer.Exit(1)
 

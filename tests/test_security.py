@@ -14,7 +14,7 @@ import pytest
 from prefect.blocks.system import Secret
 from pydantic import SecretStr
 
-from lab.prefect_access import api_session
+from lab.prefect_access import PrefectAccess, api_session
 from lab.state import VENV_BIN, LabInfo
 from tasks.bmc import BmcCredentials
 from tasks.cobbler import CobblerAuthError, CobblerClient
@@ -111,7 +111,8 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
         block: Any = Secret.load("store-sec-canary-root-password")
         root_password = block.value.get_secret_value()
     assert len(root_password) == 20, "no root password block for the store"
-    secrets = [canary, lab.cobbler_password, lab.bmc_password, root_password]
+    secrets = [canary, lab.cobbler_password, lab.bmc_password, root_password,
+               PrefectAccess.of(lab).auth_string.split(":", 1)[1]]  # the API's credential
     api = lab.prefect_api_url
     run = api_session(api).post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": ["rollout-sec-canary"]}}}, timeout=10).json()[0]
