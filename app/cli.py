@@ -21,6 +21,7 @@ from app.runner import (
     console,
     finished,
     recent_runs,
+    refuse_settings,
     run_batch,
     run_store_undo,
     run_stores,
@@ -29,6 +30,7 @@ from app.runner import (
 )
 from app.setup import prefect_setup
 from app.views import print_batch, print_plan, print_reconcile, print_runs, print_staged
+from store_rollout.settings import SettingsError
 from store_rollout.step_timeouts import STEP_TIMEOUTS, StepTimeouts
 
 app = typer.Typer(
@@ -43,7 +45,10 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
     """With STORE_ROLLOUT_SETTINGS_FILE (and no PREFECT_API_URL), every command talks to the
     Prefect server that file names: set as Prefect settings for the command's duration, whatever
     was imported before."""
-    ctx.with_resource(command_prefect_settings())
+    try:  # the Prefect credential's file, when named, is read here
+        ctx.with_resource(command_prefect_settings())
+    except SettingsError as exc:
+        refuse_settings(exc)
 
 
 # commands that only read the inventory (and settings) and print

@@ -27,17 +27,17 @@ def command_prefect_settings() -> Any:
     Prefect's own flow-run heartbeat is off: the flows send theirs (tasks/run_health.py), and
     Prefect's thread, sleeping in 1-s steps, held each run's return up to a second after it
     was Completed."""
+    import prefect.settings
     from prefect.settings import (
-        PREFECT_API_URL,
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
-        PREFECT_HOME,
         temporary_settings,
     )
 
     from store_rollout.settings_outside import prefect_settings_of_file
 
-    names = {"PREFECT_API_URL": PREFECT_API_URL, "PREFECT_HOME": PREFECT_HOME}
-    updates: dict[Any, Any] = {names[k]: v for k, v in prefect_settings_of_file().items()}
+    # the server, its CA and the credential (PREFECT_API_AUTH_STRING) the file names
+    updates: dict[Any, Any] = {getattr(prefect.settings, k): v
+                               for k, v in prefect_settings_of_file().items()}
     return temporary_settings(updates={**updates, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 

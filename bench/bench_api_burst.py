@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import requests
 from common import (
     cleanup,
     cleanup_store,
@@ -32,6 +31,8 @@ from common import (
 )
 from cpu import snapshot
 
+from lab.prefect_access import api_session
+
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 # lab-sized: a hypervisor the lab lost fails the store after 10 min instead of an hour
 STORE_PARAMS = {"hypervisor_timeout": 600.0, "hypervisor_stall_timeout": 120.0}
@@ -40,7 +41,7 @@ STORE_PARAMS = {"hypervisor_timeout": 600.0, "hypervisor_stall_timeout": 120.0}
 def read_runs(api: str, run_ids: list[str]) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     for start in range(0, len(run_ids), 200):
-        runs += requests.post(f"{api}/flow_runs/filter", json={
+        runs += api_session(api).post(f"{api}/flow_runs/filter", json={
             "flow_runs": {"id": {"any_": run_ids[start:start + 200]}}, "limit": 200},
             timeout=30).json()
     return runs
@@ -50,7 +51,7 @@ def slots_taken(api: str, names: list[str]) -> dict[str, int]:
     """Active slots of these global concurrency limits that are still taken."""
     taken = {}
     for name in names:
-        resp = requests.get(f"{api}/v2/concurrency_limits/{name}", timeout=10)
+        resp = api_session(api).get(f"{api}/v2/concurrency_limits/{name}", timeout=10)
         if resp.status_code == 200 and resp.json()["active_slots"]:
             taken[name] = resp.json()["active_slots"]
     return taken
@@ -66,7 +67,7 @@ def main() -> None:
     info = lab_info()
     api = info.prefect_api_url
     inv, ids = fresh_inventory(info, Path(tempfile.mkdtemp()) / "inv.yaml", "burst-", stores)
-    deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
+    deployment = api_session(api).get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
     cpu_before = snapshot(info)
     started = time.perf_counter()
@@ -74,7 +75,7 @@ def main() -> None:
     try:
         for sid in ids:
             asked = time.perf_counter()
-            resp = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+            resp = api_session(api).post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
                 "parameters": {"store_id": sid, "inventory": str(inv), **STORE_PARAMS}},
                 timeout=30)
             resp.raise_for_status()

@@ -12,9 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
 from common import cleanup, emit, fresh_inventory, lab_info, machine, prefect_on_lab
 from cpu import per_store, snapshot
+
+from lab.prefect_access import api_session
 
 # lab-sized: a hypervisor the lab lost fails the store after 10 min instead of an hour
 STORE_PARAMS = {"hypervisor_timeout": 600.0, "hypervisor_stall_timeout": 120.0}
@@ -24,7 +25,7 @@ def runs_not_finished(api_url: str, store_ids: list[str]) -> int:
     """Store flow runs Prefect still sees as scheduled, pending or running (stuck or lost)."""
     from prefect.client.schemas.objects import TERMINAL_STATES, StateType
 
-    runs = requests.post(f"{api_url}/flow_runs/filter", json={
+    runs = api_session(api_url).post(f"{api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{sid}" for sid in store_ids]}},
         "limit": 200}, timeout=30).json()
     return sum(StateType(run["state_type"]) not in TERMINAL_STATES for run in runs)

@@ -23,6 +23,7 @@ from typing import Any
 
 from common import cleanup, emit, fresh_inventory, lab_info, machine, median, prefect_on_lab
 
+from lab.prefect_access import PrefectAccess
 from lab.state import VENV_BIN, LabPaths
 
 
@@ -94,7 +95,7 @@ def main() -> None:
                 counts = result["counts"]
             env = {**os.environ,
                    "STORE_ROLLOUT_SETTINGS_FILE": str(LabPaths(Path(info.state_dir)).settings_file),
-                   "PREFECT_API_URL": info.prefect_api_url}
+                   **PrefectAccess.of(info).env()}
             cli_started = time.monotonic()
             cli = subprocess.run([str(VENV_BIN / "store-rollout"), "plan", ids[0], "--inventory",
                                   str(inv), "--json"], env=env, capture_output=True, text=True,

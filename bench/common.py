@@ -25,20 +25,24 @@ sys.stdout = sys.stderr
 
 
 def lab_info() -> LabInfo:
-    return load_lab_info()
+    """The running lab; its Prefect API is then known to `api_session(url)`."""
+    from lab.prefect_access import PrefectAccess
+
+    info = load_lab_info()
+    PrefectAccess.of(info)
+    return info
 
 
 @contextmanager
 def prefect_on_lab(info: LabInfo) -> Iterator[None]:
     """Prefect as `store-rollout`'s commands set it (app/runner.py), on the lab's server."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     from app.runner import command_prefect_settings
+    from lab.prefect_access import PrefectAccess
 
     os.environ.setdefault("STORE_ROLLOUT_SETTINGS_FILE",
                           str(LabPaths(Path(info.state_dir)).settings_file))
-    with command_prefect_settings(), \
-            temporary_settings(updates={PREFECT_API_URL: info.prefect_api_url}):
+    # the lab's server over TLS, logged in with the lab's credential
+    with command_prefect_settings(), PrefectAccess.of(info).settings():
         yield
 
 

@@ -73,7 +73,9 @@ def lab_up(
     console.print(
         f"lab ready: {lab.paths.lab_json}\n"
         "to run rollouts against it (the CLI never picks a lab by itself):\n"
-        f"  export {SETTINGS_FILE_ENV}={lab.paths.settings_file}"
+        f"  export {SETTINGS_FILE_ENV}={lab.paths.settings_file}\n"
+        f"Prefect UI: {info.prefect_ui_url} (its login: the line in {info.prefect_auth_file}; "
+        f"a browser trusts the lab CA {info.prefect_ca_file} once imported)"
     )
 
 
@@ -113,7 +115,8 @@ def lab_status(state_dir: StateDir = None, as_json: Annotated[bool, typer.Option
             racked.add_row(h["system"], h["store_id"], h["mac"], bmc, "on" if h["on"] else "off")
         Console().print(racked)
     if info is not None:
-        Console().print(f"Prefect UI: {info.prefect_ui_url}")
+        Console().print(f"Prefect UI: {info.prefect_ui_url} (login: the line in "
+                        f"{info.prefect_auth_file})")
     if rows and not all(r["alive"] for r in rows):
         raise typer.Exit(1)
 
@@ -133,14 +136,13 @@ def demo(inventory: Inventory = Path(DEFAULT_INVENTORY), state_dir: StateDir = N
     # the demo is the lab's by definition: it names the lab itself
     lab_dir = state_dir_from_env(state_dir)
     os.environ[SETTINGS_FILE_ENV] = str(LabPaths(lab_dir).settings_file)
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    from prefect.settings import PREFECT_HOME, temporary_settings
 
-    with temporary_settings(
-        updates={
-            PREFECT_API_URL: load_lab_info(lab_dir).prefect_api_url,
-            PREFECT_HOME: lab_dir / "prefect-client-home",
-        }
-    ):
+    from lab.prefect_access import PrefectAccess
+
+    # the lab's API over TLS, logged in with the lab's credential
+    with PrefectAccess.of(load_lab_info(lab_dir)).settings(), \
+            temporary_settings(updates={PREFECT_HOME: lab_dir / "prefect-client-home"}):
         _demo(_racked_copy(inventory, lab_dir))
 
 

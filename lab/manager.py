@@ -31,6 +31,7 @@ from lab import (
     salt_master,
 )
 from lab import regions as lab_regions
+from lab.prefect_access import PrefectAccess, TlsFiles, ensure_auth_file, ensure_tls
 from lab.procs import ProcessRecord, spawn, stop, stop_many, tree_rss, wait_until
 from lab.state import (
     COBBLER_PASSWORD_BLOCK,
@@ -82,12 +83,19 @@ class Lab:
             password=self.secrets.bmc_password,
             libvirt_uri=libvirt_service.uri(self.paths.libvirt))
 
+    def prefect_access(self) -> PrefectAccess:
+        """The lab's Prefect API as its clients reach it (TLS with the lab CA, basic auth)."""
+        return PrefectAccess(prefect_server.api_url(self.ports.prefect),
+                             TlsFiles.at(self.paths.prefect_tls).ca, self.paths.prefect_auth)
+
     def base_info(self, services: dict[str, ServiceInfo]) -> LabInfo:
         p = self.ports
+        access = self.prefect_access()
         return LabInfo(
             state_dir=str(self.paths.root),
-            prefect_api_url=prefect_server.api_url(p.prefect),
-            prefect_ui_url=f"http://127.0.0.1:{p.prefect}",
+            prefect_api_url=access.api_url,
+            prefect_ui_url=access.ui_url,
+            prefect_ca_file=str(access.ca_file), prefect_auth_file=str(access.auth_file),
             postgres_url=postgres.url(p.postgres, "***"),
             salt_master_config=str(self.paths.master_config),
             salt_master_address=GATEWAY,
@@ -141,6 +149,10 @@ class Lab:
                 if name in services:
                     stop(services.pop(name).record)
         self._clear_stale(services)
+        # the Prefect API's credential and certificates, before anything that uses them
+        tls = ensure_tls(self.paths.prefect_tls)
+        ensure_auth_file(self.paths.prefect_auth)
+        access = self.prefect_access()
         info = self.base_info(services)
         info.full = full
         lab_regions.describe(info, self.paths, self.ports, regions)
@@ -173,11 +185,10 @@ class Lab:
                    "store network"))
         # independent daemons start together; readiness is awaited after all have spawned
         postgres.prepare(self.paths.postgres, self.secrets.postgres_password)
-        salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret,
-                                 prefect_api_url=info.prefect_api_url)
+        salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret, prefect=access)
         if regions == 2:
             salt_master.write_config(self.paths.salt_region2, p.region2_salt_publish,
-                                     p.region2_salt_ret, prefect_api_url=info.prefect_api_url,
+                                     p.region2_salt_ret, prefect=access,
                                      master_id=lab_regions.SECOND_MASTER_ID)
         store_network = StoreNetwork.load(network_state)
         libvirt_service.prepare(self.paths.libvirt, store_network.url(p.simulator))
@@ -226,7 +237,7 @@ class Lab:
                lambda: prefect_server.start(
                    self.paths.prefect_home, p.prefect,
                    postgres.url(p.postgres, self.secrets.postgres_password),
-                   logs / "prefect-server.log"),
+                   logs / "prefect-server.log", tls, access.auth_file),
                noop)
         def lab_server(name: str, url: str, module: str, health: str, *args: str) -> None:
             """One of the lab's own small HTTP servers (`python -m lab.<module>`)."""
@@ -264,20 +275,20 @@ class Lab:
         salt_master.wait_ready(self.paths.master_config)
         if regions == 2:
             salt_master.wait_ready(Path(info.region2_salt_master_config))
-        prefect_server.wait_ready(p.prefect)
+        prefect_server.wait_ready(access)
         self._prefect_setup(info)
-        worker_env = prefect_server.client_env(p.prefect, self.paths.root / "prefect-worker-home",
+        worker_env = prefect_server.client_env(access, self.paths.root / "prefect-worker-home",
                                                self.paths.root)
         ensure("prefect-worker", f"work pool {prefect_server.work_pool()}",
                lambda: prefect_server.start_worker(worker_env, logs / "prefect-worker.log"),
-               lambda: prefect_server.wait_worker_online(p.prefect))
+               lambda: prefect_server.wait_worker_online(access))
         if regions == 2:
             pool, name = lab_regions.SECOND_POOL, f"lab-worker-{lab_regions.SECOND_REGION}"
             ensure(lab_regions.SECOND_WORKER, f"work pool {pool}",
                    lambda: prefect_server.start_worker(
                        {**worker_env, "STORE_ROLLOUT_REGION": lab_regions.SECOND_REGION},
                        logs / f"{lab_regions.SECOND_WORKER}.log", pool=pool, name=name),
-                   lambda: prefect_server.wait_worker_online(p.prefect, pool=pool, name=name))
+                   lambda: prefect_server.wait_worker_online(access, pool=pool, name=name))
         probed.result(timeout=120)
         dead = [name for name, svc in services.items() if not svc.record.alive()]
         if dead:
@@ -302,24 +313,25 @@ class Lab:
         """Server-side objects the flows rely on (idempotent): the Cobbler sync limit and the
         dead-run automation (`store-rollout prefect-setup`, as in production), the work pool
         and the deployments of prefect.yaml (UI and REST API runs)."""
-        env = prefect_server.client_env(self.ports.prefect, self.paths.prefect_home,
-                                        self.paths.root)
+        access = self.prefect_access()
+        env = prefect_server.client_env(access, self.paths.prefect_home, self.paths.root)
         import subprocess
 
         from lab.state import VENV_BIN
 
         # the Blocks first: prefect-setup's automations send through the notification block
-        prefect_server.save_bmc_block(info.prefect_api_url, info.bmc_block, info.bmc_user,
+        prefect_server.save_bmc_block(access, info.bmc_block, info.bmc_user,
                                       info.bmc_password)
-        prefect_server.save_secret_blocks(info.prefect_api_url, {
+        prefect_server.save_secret_blocks(access, {
             COBBLER_PASSWORD_BLOCK: info.cobbler_password, ERP_TOKEN_BLOCK: info.erp_token})
-        prefect_server.save_notification_block(info.prefect_api_url, info.notify_block,
+        prefect_server.save_notification_block(access, info.notify_block,
                                                info.notify_url)
         # side by side with the deployments (each is seconds of CLI start and Prefect import)
         setup = subprocess.Popen([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            prefect_server.register_deployments(env, self.paths.logs / "prefect-deploy.log")
+            prefect_server.register_deployments(access, env,
+                                                self.paths.logs / "prefect-deploy.log")
         finally:
             said, _ = setup.communicate(timeout=120)
         if setup.returncode != 0:

@@ -1,5 +1,9 @@
-"""`prefect server start` on the lab's PostgreSQL, bound to 127.0.0.1, and the process worker
-that runs the deployments of `prefect.yaml` (runs started from the UI or the REST API)."""
+"""The Prefect server on the lab's PostgreSQL, bound to 127.0.0.1 behind TLS and basic auth
+(lab/prefect_access.py), and the process worker that runs the deployments of `prefect.yaml`
+(runs started from the UI or the REST API).
+
+`prefect server start` serves plain HTTP only: the lab runs the same app (Prefect's
+`create_app`, services included) under uvicorn with uvicorn's own TLS."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 
 import requests
 
+from lab.prefect_access import PrefectAccess, TlsFiles, read_auth_string
 from lab.procs import ProcessRecord, spawn, wait_until
 from lab.state import REPO_ROOT, VENV_BIN, LabPaths
 from tasks.slots import FILESYSTEM_LEASE_STORAGE
@@ -19,7 +24,11 @@ PREFECT_YAML = REPO_ROOT / "prefect.yaml"
 
 
 def api_url(port: int) -> str:
-    return f"http://127.0.0.1:{port}/api"
+    return f"https://127.0.0.1:{port}/api"
+
+
+def ui_url(port: int) -> str:
+    return f"https://127.0.0.1:{port}"
 
 
 def _env_without_prefect() -> dict[str, str]:
@@ -35,7 +44,7 @@ def server_env(prefect_home: Path, port: int, database_url: str) -> dict[str, st
         PREFECT_SERVER_UI_API_URL=api_url(port),
         PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT="false",
         # the UI's own address: automations' messages link to run pages with it (`ui_url`)
-        PREFECT_UI_URL=f"http://127.0.0.1:{port}",
+        PREFECT_UI_URL=ui_url(port),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_SERVER_DATABASE_CONNECTION_URL=database_url,
         # default recorder batches fall behind with concurrent rollouts (notes/prefect.md §10)
@@ -49,20 +58,33 @@ def server_env(prefect_home: Path, port: int, database_url: str) -> dict[str, st
     return env
 
 
-def start(prefect_home: Path, port: int, database_url: str, log: Path) -> ProcessRecord:
+def start(prefect_home: Path, port: int, database_url: str, log: Path, tls: TlsFiles,
+          auth_file: Path) -> ProcessRecord:
+    """The server with auth on (the credential in its environment, which only its owner reads;
+    never on the command line) and TLS with the lab's certificate."""
     prefect_home.mkdir(parents=True, exist_ok=True)
-    argv = [str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
-            "--port", str(port), "--no-ui" if os.environ.get("STORE_ROLLOUT_NO_UI") else "--ui"]
-    return spawn(argv, log, env=server_env(prefect_home, port, database_url))
+    argv = [str(VENV_BIN / "uvicorn"), "--factory", "prefect.server.api.server:create_app",
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            "--ssl-keyfile", str(tls.key), "--ssl-certfile", str(tls.chain)]
+    env = server_env(prefect_home, port, database_url)
+    env.update(PREFECT_SERVER_API_AUTH_STRING=read_auth_string(auth_file),
+               # what `prefect server start` tells create_app: the last app of this process
+               PREFECT__SERVER_FINAL="1",
+               PREFECT_SERVER_UI_ENABLED="false" if os.environ.get("STORE_ROLLOUT_NO_UI")
+               else "true")
+    return spawn(argv, log, env=env)
 
 
-def health(port: int) -> bool:
-    resp = requests.get(f"http://127.0.0.1:{port}/api/health", timeout=2)
+def health(access: PrefectAccess) -> bool:
+    try:  # the health path answers without a login; TLS is verified
+        resp = access.session().get(f"{access.api_url}/health", timeout=2)
+    except requests.ConnectionError:
+        return False
     return resp.status_code == 200 and resp.json() is True
 
 
-def wait_ready(port: int, timeout: float = 60) -> None:
-    wait_until(lambda: health(port), timeout, "Prefect server", interval=0.3)
+def wait_ready(access: PrefectAccess, timeout: float = 60) -> None:
+    wait_until(lambda: health(access), timeout, "Prefect server", interval=0.3)
 
 
 @functools.cache
@@ -76,17 +98,18 @@ def work_pool() -> str:
     return pools.pop()
 
 
-def client_env(port: int, prefect_home: Path, state_dir: Path) -> dict[str, str]:
-    """A Prefect client of the lab's server whose flows use the lab (worker, deploy)."""
+def client_env(access: PrefectAccess, prefect_home: Path, state_dir: Path) -> dict[str, str]:
+    """A Prefect client of the lab's server whose flows use the lab (worker, deploy): it
+    authenticates and verifies the server with the lab CA."""
     env = _env_without_prefect()
-    env.update(PREFECT_API_URL=api_url(port), PREFECT_HOME=str(prefect_home),
+    env.update(**access.env(), PREFECT_HOME=str(prefect_home),
                PREFECT_SERVER_ANALYTICS_ENABLED="false",
                STORE_ROLLOUT_SETTINGS_FILE=str(LabPaths(state_dir).settings_file),
                STORE_ROLLOUT_HOME=str(REPO_ROOT))
     return env
 
 
-def ensure_work_pool(api: str) -> None:
+def ensure_work_pool(access: PrefectAccess) -> None:
     """The deployments' process work pool, as `prefect work-pool create --type process` makes
     it (the process worker's default job template), made here: two CLI calls cost 5 s a lab."""
     from prefect.client.orchestration import SyncPrefectClient
@@ -94,7 +117,8 @@ def ensure_work_pool(api: str) -> None:
     from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
     from prefect.workers.process import ProcessWorker
 
-    with SyncPrefectClient(api) as client:
+    with access.settings(), SyncPrefectClient(access.api_url,
+                                              auth_string=access.auth_string) as client:
         try:
             client.read_work_pool(work_pool())
         except ObjectNotFound:
@@ -104,46 +128,43 @@ def ensure_work_pool(api: str) -> None:
                     base_job_template=ProcessWorker.get_default_base_job_template()))
 
 
-def save_bmc_block(api: str, name: str, username: str, password: str) -> None:
+def save_bmc_block(access: PrefectAccess, name: str, username: str, password: str) -> None:
     """The lab BMCs' login as the flows get it: a BMC Credentials Block (never a setting)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
     from pydantic import SecretStr
 
     from tasks.bmc import BmcCredentials
 
-    with temporary_settings(updates={PREFECT_API_URL: api}):
+    with access.settings():
         BmcCredentials(username=username, password=SecretStr(password)).save(name, overwrite=True)
 
 
-def save_secret_blocks(api: str, secrets: dict[str, str]) -> None:
+def save_secret_blocks(access: PrefectAccess, secrets: dict[str, str]) -> None:
     """The lab's Cobbler password and ERP token as the flows get them: Prefect Secret blocks
     the settings name ({block name: secret}; never a setting)."""
     from prefect.blocks.system import Secret
-    from prefect.settings import PREFECT_API_URL, temporary_settings
     from pydantic import SecretStr
 
-    with temporary_settings(updates={PREFECT_API_URL: api}):
+    with access.settings():
         for name, value in secrets.items():
             block: Secret[str] = Secret(value=SecretStr(value))
             block.save(name, overwrite=True)
 
 
-def save_notification_block(api: str, reference: str, url: str) -> None:
+def save_notification_block(access: PrefectAccess, reference: str, url: str) -> None:
     """The lab's chat channel as the automations send to it: a webhook notification block
     (`reference`: custom-webhook/<name>)."""
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings(updates={PREFECT_API_URL: api}):
+    with access.settings():
         CustomWebhookNotificationBlock(
             name="lab chat", url=url, method="POST",
             json_data={"subject": "{{subject}}", "body": "{{body}}"}, headers=None,
             cookies=None).save(reference.split("/", 1)[1], overwrite=True)
 
 
-def register_deployments(env: dict[str, str], log: Path) -> None:
+def register_deployments(access: PrefectAccess, env: dict[str, str], log: Path) -> None:
     """The work pool and `prefect deploy --all` of prefect.yaml, exactly as in production."""
-    ensure_work_pool(env["PREFECT_API_URL"])
+    ensure_work_pool(access)
     with open(log, "ab") as out:
         deploy = subprocess.run([str(VENV_BIN / "prefect"), "--no-prompt", "deploy", "--all"],
                                 env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
@@ -161,13 +182,13 @@ def start_worker(env: dict[str, str], log: Path, limit: int = 10, pool: str | No
     return spawn(argv, log, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2"}, cwd=REPO_ROOT)
 
 
-def wait_worker_online(port: int, timeout: float = 60, pool: str | None = None,
+def wait_worker_online(access: PrefectAccess, timeout: float = 60, pool: str | None = None,
                        name: str = "lab-worker") -> None:
     pool = pool or work_pool()
 
     def online() -> bool:
-        resp = requests.post(f"{api_url(port)}/work_pools/{pool}/workers/filter",
-                             json={}, timeout=5)
+        resp = access.session().post(f"{access.api_url}/work_pools/{pool}/workers/filter",
+                                     json={}, timeout=5)
         return resp.status_code == 200 and any(
             w["name"] == name and w["status"] == "ONLINE" for w in resp.json())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -14,6 +14,9 @@ from lab.procs import ProcessRecord, spawn
 from lab.state import LAB_FILE_ROOTS, SALT_STATES_DIR, VENV_BIN
 from store_rollout.contracts import AUTOSIGN_GRAIN
 from store_rollout.private_files import open_private
+
+if TYPE_CHECKING:
+    from lab.prefect_access import PrefectAccess
 
 
 def daemon_paths(root: Path, daemon: str) -> dict[str, str]:
@@ -37,7 +40,7 @@ def reactor_config() -> list[dict[str, list[str]]]:
 
 
 def write_config(salt_dir: Path, publish_port: int, ret_port: int,
-                 prefect_api_url: str | None = None, master_id: str = "lab-master") -> Path:
+                 prefect: PrefectAccess | None = None, master_id: str = "lab-master") -> Path:
     root = salt_dir / "root" / "master"
     conf_dir = salt_dir / "etc" / "master"
     pillar = salt_dir / "pillar"
@@ -57,10 +60,13 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
     os.close(open_private(grains_file, os.O_WRONLY | os.O_CREAT))  # 0600 from its creation
     os.chmod(grains_file, 0o600)  # one an older lab made otherwise
     engines: list[Any] = ["store_autosign_guard"]
-    if prefect_api_url:
-        # the rollout's Salt events show up in the Prefect UI's event feed
+    if prefect is not None:
+        # the rollout's Salt events show up in the Prefect UI's event feed; the engine logs in
+        # with the credential's file (0600; this config names it, never holds it) and verifies
+        # the API's TLS with the lab CA
         engines.append({"store_prefect_events": {
-            "api_url": prefect_api_url,
+            "api_url": prefect.api_url, "auth_string_file": str(prefect.auth_file),
+            "ca_file": str(prefect.ca_file),
             "prefixes": ["store/", "salt/key", "salt/minion/store-"]}})
     config = {
         "id": master_id,

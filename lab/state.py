@@ -101,6 +101,10 @@ class LabInfo(BaseModel):
     state_dir: str
     prefect_api_url: str
     prefect_ui_url: str
+    # the API's TLS (the lab CA clients verify with) and basic auth (a 0600 file of
+    # user:password): lab/prefect_access.py; "" in a lab.json from before
+    prefect_ca_file: str = ""
+    prefect_auth_file: str = ""
     postgres_url: str
     salt_master_config: str
     # what the simulated store hosts and VMs use: the store network's gateway, which forwards
@@ -162,6 +166,8 @@ class LabPaths:
         self.logs = root / "logs"
         self.postgres = root / "postgres"
         self.prefect_home = root / "prefect-home"
+        self.prefect_auth = root / "prefect-auth"  # user:password, 0600 (lab/prefect_access.py)
+        self.prefect_tls = root / "prefect-tls"
         self.salt = root / "salt"
         self.salt_region2 = root / "salt-region2"
         self.regions_file = root / "regions.yaml"
@@ -291,6 +297,9 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
                                                   "SALT_MASTER_PORT": str(info.salt_ret_port)}),
         "PREFECT_API_URL": info.prefect_api_url,
         "PREFECT_HOME": str(root / "prefect-client-home"),
+        # the API's CA, and the file of its credential (the settings file holds no secret)
+        "PREFECT_API_SSL_CERT_FILE": info.prefect_ca_file,
+        "STORE_ROLLOUT_PREFECT_AUTH_FILE": info.prefect_auth_file,
         # the lab's regions (a second one with `lab up --regions 2`); a process serves the
         # default region unless its STORE_ROLLOUT_REGION names another
         **({"STORE_ROLLOUT_REGIONS_FILE": info.regions_file} if info.regions_file else {}),

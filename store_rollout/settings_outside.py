@@ -4,6 +4,8 @@ single settings `prefect-setup` needs where the others may not be given."""
 from __future__ import annotations
 
 import os
+import stat
+from pathlib import Path
 from typing import Annotated, Any
 
 from dotenv import dotenv_values
@@ -11,17 +13,48 @@ from pydantic import TypeAdapter, ValidationError
 
 from store_rollout.settings import RolloutSettings, SettingsError, load_settings, settings_file
 
+# a file holding the Prefect API's `user:password` (PREFECT_API_AUTH_STRING), mode 0600: the
+# settings file names it and holds no secret itself (an API behind
+# PREFECT_SERVER_API_AUTH_STRING; docs/production.md)
+PREFECT_AUTH_FILE_ENV = "STORE_ROLLOUT_PREFECT_AUTH_FILE"
+# what the settings file gives a Prefect client besides the credential
+_PREFECT_NAMES = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_API_SSL_CERT_FILE")
+
 
 def prefect_settings_of_file(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """PREFECT_API_URL and PREFECT_HOME of the settings file (the Prefect server its flows use),
-    for the CLI to apply; the environment's own win, none apply when it sets PREFECT_API_URL."""
+    """PREFECT_API_URL, PREFECT_HOME and PREFECT_API_SSL_CERT_FILE of the settings file (the
+    Prefect server its flows use), for the CLI to apply; the environment's own win, none apply
+    when it sets PREFECT_API_URL. PREFECT_API_AUTH_STRING comes from the file that
+    STORE_ROLLOUT_PREFECT_AUTH_FILE names (environment first, then the settings file) unless
+    the environment sets it."""
     env = os.environ if environ is None else environ
     path = settings_file(dict(env))
-    if path is None or "PREFECT_API_URL" in env or not path.is_file():
-        return {}
-    given = dotenv_values(path)
-    return {name: env.get(name) or str(given[name]) for name in ("PREFECT_API_URL", "PREFECT_HOME")
-            if given.get(name)}
+    given = dotenv_values(path) if path is not None and path.is_file() else {}
+    found: dict[str, str] = {}
+    if "PREFECT_API_URL" not in env:
+        found = {name: env.get(name) or str(given[name]) for name in _PREFECT_NAMES
+                 if given.get(name)}
+    auth_file = env.get(PREFECT_AUTH_FILE_ENV) or given.get(PREFECT_AUTH_FILE_ENV)
+    if auth_file and "PREFECT_API_AUTH_STRING" not in env:
+        found["PREFECT_API_AUTH_STRING"] = prefect_auth_string(Path(auth_file))
+    return found
+
+
+def prefect_auth_string(path: Path) -> str:
+    """The `user:password` a Prefect auth file holds; only its owner may read the file."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise SettingsError(f"{PREFECT_AUTH_FILE_ENV}={path}: cannot read it ({exc.strerror}); "
+                            "name the file of the Prefect API's user:password") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SettingsError(f"{PREFECT_AUTH_FILE_ENV}={path}: mode {stat.filemode(mode)} lets "
+                            f"others read the Prefect API credential; chmod 600 {path}")
+    if ":" not in text:
+        raise SettingsError(f"{PREFECT_AUTH_FILE_ENV}={path}: not a user:password line; write "
+                            "the Prefect server's PREFECT_SERVER_API_AUTH_STRING into it")
+    return text
 
 
 def setting_at_setup(name: str, environ: dict[str, str] | None = None) -> Any:

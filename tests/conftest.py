@@ -151,9 +151,11 @@ def faults(lab: LabInfo) -> Iterator[Callable[[str, dict[str, Any]], None]]:
 def lab_env(lab: LabInfo, lab_dir: Path) -> dict[str, str]:
     """Environment for subprocesses (CLI, flows) that should use the test lab."""
     # the flows' settings from the file the lab writes; the lab's own tools (bench) find the lab
+    from lab.prefect_access import PrefectAccess
+
+    # the API over TLS (the lab CA) and its credential, as every client of the lab has them
     return {**os.environ, "STORE_ROLLOUT_SETTINGS_FILE": str(LabPaths(lab_dir).settings_file),
-            "STORE_ROLLOUT_LAB_DIR": str(lab_dir),
-            "PREFECT_API_URL": lab.prefect_api_url,
+            "STORE_ROLLOUT_LAB_DIR": str(lab_dir), **PrefectAccess.of(lab).env(),
             "PREFECT_HOME": str(lab_dir / "prefect-client-home")}
 
 
@@ -171,10 +173,14 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(lab: LabInfo) -> Iterator[Any]:
     """Headless Chromium (Debian's package) driven by Playwright, for tests of what the UI
-    shows (tests/test_ui.py's `Ui`)."""
+    shows (tests/test_ui.py's `Ui`). It trusts the lab's CA (and no other unknown one) by its
+    key: Debian's Chromium takes no CA file, and the lab's state is not the user's NSS store."""
+    from lab.prefect_access import PrefectAccess, spki_sha256
     from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, NO_TIMELINE_ARGS
+
+    trust = [f"--ignore-certificate-errors-spki-list={spki_sha256(PrefectAccess.of(lab).ca_file)}"]
 
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} missing: `make setup` installs Debian's chromium package")
@@ -184,7 +190,7 @@ def browser() -> Iterator[Any]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM),
-            args=CHROMIUM_ARGS + ([] if shooting else NO_TIMELINE_ARGS))
+            args=CHROMIUM_ARGS + trust + ([] if shooting else NO_TIMELINE_ARGS))
         try:
             yield browser
         finally:
@@ -197,6 +203,7 @@ def ui(lab: LabInfo, browser: Any, tmp_path: Path, request: pytest.FixtureReques
     STORE_ROLLOUT_UI_SCREENSHOTS says, and printed on failure."""
     import contextlib
 
+    from lab.prefect_access import PrefectAccess
     from tests.test_ui import Ui
 
     shots = Path(os.environ.get("STORE_ROLLOUT_UI_SCREENSHOTS") or tmp_path / "screenshots")
@@ -205,7 +212,9 @@ def ui(lab: LabInfo, browser: Any, tmp_path: Path, request: pytest.FixtureReques
     context.set_default_timeout(30_000)
     page = context.new_page()
     try:
-        yield Ui(page, lab.prefect_ui_url, shots)
+        ui = Ui(page, lab.prefect_ui_url, shots)
+        ui.log_in(PrefectAccess.of(lab).auth_string)
+        yield ui
     finally:
         report = getattr(request.node, "rep_call", None)  # set by the report hook above
         if report is None or report.failed:

@@ -17,10 +17,10 @@ from types import ModuleType
 from typing import Any, NoReturn, TypeVar
 
 import pytest
-import requests
 import yaml
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from lab.prefect_access import api_session
 from lab.state import SALT_STATES_DIR, VENV_BIN, LabInfo
 from store_rollout.contracts import (
     BOOTSTRAP_FILES,
@@ -113,7 +113,7 @@ def wait_state(api: str, run_id: str, timeout: float) -> str:
     """The run's final state type (a flow run of the lab's Prefect API `api`)."""
 
     def final_state() -> str | None:
-        state = str(requests.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state_type"])
+        state = str(api_session(api).get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state_type"])
         return state if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") else None
 
     return wait_for(final_state, timeout=timeout, interval=2, what=f"flow run {run_id} to end")
@@ -151,13 +151,13 @@ def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 def prefect_task_runs(lab: LabInfo, flow_run_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     api = lab.prefect_api_url
-    runs = requests.post(f"{api}/flow_runs/filter", json={
+    runs = api_session(api).post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [flow_run_name]}}, "sort": "START_TIME_DESC", "limit": 1},
         timeout=10).json()
     assert runs, f"no flow run {flow_run_name}"
 
     def all_steps_recorded() -> list[dict[str, Any]] | None:
-        tasks: list[dict[str, Any]] = requests.post(f"{api}/task_runs/filter", json={
+        tasks: list[dict[str, Any]] = api_session(api).post(f"{api}/task_runs/filter", json={
             "task_runs": {"flow_run_id": {"any_": [runs[0]["id"]]}}}, timeout=10).json()
         done = [t for t in tasks if t["state_type"] == "COMPLETED"]
         return tasks if len(done) >= len(STEPS) else None
@@ -223,7 +223,7 @@ def said_at(lab: LabInfo, about: str) -> float:
 
 def events(lab: LabInfo, name: str, resource_id: str) -> list[dict[str, Any]]:
     """The Prefect events `name` about resource `resource_id`, oldest first."""
-    found = requests.post(f"{lab.prefect_api_url}/events/filter", json={
+    found = api_session(lab).post(f"{lab.prefect_api_url}/events/filter", json={
         "filter": {"event": {"name": [name]}, "resource": {"id": [resource_id]},
                    "order": "ASC"}, "limit": 50}, timeout=10).json()
     return list(found["events"])
@@ -250,7 +250,7 @@ def created_erp_notices(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
 
 def go_live_table(lab: LabInfo, store_id: str) -> list[dict[str, str]]:
     """The rows of the store's latest go-live table artifact, as the UI shows them."""
-    found = requests.post(f"{lab.prefect_api_url}/artifacts/filter", timeout=10, json={
+    found = api_session(lab).post(f"{lab.prefect_api_url}/artifacts/filter", timeout=10, json={
         "artifacts": {"key": {"any_": [f"go-live-{store_id}"]}}, "sort": "CREATED_DESC",
         "limit": 1}).json()
     assert found, f"no go-live artifact for store {store_id}"
@@ -364,10 +364,10 @@ def result_from_systems(lab: LabInfo, store_id: str) -> dict[str, Any]:
     finds it in the VM's backing file); the VM is the hypervisor's own domain summary, which
     must be the VM the run reported."""
     api = lab.prefect_api_url
-    run = requests.post(f"{api}/flow_runs/filter", json={
+    run = api_session(api).post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{store_id}"]}}, "sort": "START_TIME_DESC",
         "limit": 1}, timeout=10).json()[0]
-    arts = requests.post(f"{api}/artifacts/filter", json={
+    arts = api_session(api).post(f"{api}/artifacts/filter", json={
         "artifacts": {"flow_run_id": {"any_": [run["id"]]}, "key": {"any_": [f"rollout-{store_id}"]}}},
         timeout=10).json()
     assert len(arts) == 1, f"run {run['name']}: artifacts {[a['key'] for a in arts]}"

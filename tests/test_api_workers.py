@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import requests
 
+from lab.prefect_access import PrefectAccess, api_session
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo
 from tests.helpers import (
     check_store,
@@ -29,7 +29,7 @@ def workers_that_took(api: str, run_ids: list[str], timeout: float = 30) -> dict
     """Run id -> the workers whose prefect.worker.submitted-flow-run event names that run."""
 
     def every_run_taken() -> dict[str, set[str]] | None:
-        events = requests.post(f"{api}/events/filter", json={
+        events = api_session(api).post(f"{api}/events/filter", json={
             "filter": {"event": {"name": ["prefect.worker.submitted-flow-run"]}},
             "limit": 50}, timeout=10).json()["events"]
         taken: dict[str, set[str]] = {rid: set() for rid in run_ids}
@@ -49,17 +49,17 @@ def test_rollout_started_through_rest_api(lab: LabInfo, tmp_path: Path) -> None:
     """Exactly what docs/api.md shows: create a run from the deployment, poll its state."""
     api = lab.prefect_api_url
     inv = write_inventory(tmp_path / "inv.yaml", ["api1"], "52:54:00:a1:00", lab=lab)
-    deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
+    deployment = api_session(api).get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
-    resp = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+    resp = api_session(api).post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
         "parameters": {"store_id": "api1", "inventory": str(inv)},
         "idempotency_key": f"erp-order-api1-{inv.stat().st_mtime_ns}"}, timeout=10)
     assert resp.status_code == 201
     run = resp.json()
     assert wait_state(api, run["id"], 600) == "COMPLETED"
-    result = requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()
+    result = api_session(api).get(f"{api}/flow_runs/{run['id']}", timeout=5).json()
     assert result["name"] == "rollout-api1"
-    bad = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+    bad = api_session(api).post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
         "parameters": {"store_id": 42, "no_such_parameter": 1}}, timeout=10)
     assert bad.status_code in (409, 422)
 
@@ -68,7 +68,7 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    from prefect.settings import PREFECT_HOME, temporary_settings
 
     from app.deployments import deploy_from_source, deployment
 
@@ -78,8 +78,8 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
     # registration is test_deployments'): a pool of their own, as the lab's worker polls
     # prefect.yaml's pool, and prefect.yaml's store-rollout deployment (app/deployments.py
     # reads it) in it
-    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url,
-                                     PREFECT_HOME: lab_env["PREFECT_HOME"]}):
+    with PrefectAccess.of(lab).settings(), \
+            temporary_settings(updates={PREFECT_HOME: lab_env["PREFECT_HOME"]}):
         with get_client(sync_client=True) as client:
             client.create_work_pool(WorkPoolCreate(name=POOL, type="process"), overwrite=True)
         deploy_from_source(deployment("store-rollout"), source=str(REPO_ROOT),
@@ -96,9 +96,9 @@ def test_two_workers_on_the_lab_postgres_server_both_take_work(
                for n, log in zip((1, 2), logs, strict=True)]
     api = lab.prefect_api_url
     try:
-        deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout-pool",
+        deployment = api_session(api).get(f"{api}/deployments/name/store-rollout/store-rollout-pool",
                                   timeout=10).json()
-        runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+        runs = [api_session(api).post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
             "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
             for sid in ids]
         states = [wait_state(api, run["id"], 900) for run in runs]

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import requests
 
+from lab.prefect_access import PrefectAccess, api_session
 from lab.state import LabInfo
 from tests.helpers import (
     check_store,
@@ -39,16 +39,16 @@ pytestmark = pytest.mark.lab
 
 
 def run(lab: LabInfo, run_id: str) -> dict[str, Any]:
-    return dict(requests.get(f"{lab.prefect_api_url}/flow_runs/{run_id}", timeout=10).json())
+    return dict(api_session(lab).get(f"{lab.prefect_api_url}/flow_runs/{run_id}", timeout=10).json())
 
 
 def recreate_run(lab: LabInfo, inventory: Path, store_id: str, **extra: Any) -> str:
     """A rerun of the store that recreates its VM, started from the deployment (as the UI's
     run form does); its id once it waits for the answer (Paused)."""
     api = lab.prefect_api_url
-    deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
+    deployment = api_session(api).get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
-    created = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+    created = api_session(api).post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
         "parameters": {"store_id": store_id, "inventory": str(inventory), "recreate_vm": True,
                        **extra}}, timeout=10).json()
     wait_for(lambda: run(lab, created["id"])["state_type"] == "PAUSED", timeout=180,
@@ -77,7 +77,7 @@ def approval_request_of(lab: LabInfo, run_id: str) -> str:
     """What the paused run's form says above it (its run input's description), as the API
     holds it for the UI."""
     keyset = run(lab, run_id)["state"]["state_details"]["run_input_keyset"]
-    text = requests.get(f"{lab.prefect_api_url}/flow_runs/{run_id}/input/{keyset['description']}",
+    text = api_session(lab).get(f"{lab.prefect_api_url}/flow_runs/{run_id}/input/{keyset['description']}",
                         timeout=10).text
     return str(json.loads(text)) if text.startswith('"') else text
 
@@ -139,7 +139,7 @@ def test_an_unanswered_approval_parks_the_run_and_a_later_answer_ends_it(
     wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=60,
              what="the parked run's process to end")
     time.sleep(3)  # the worker's next poll (2 s) finds the process gone and frees the slot
-    requests.post(f"{lab.prefect_api_url}/flow_runs/{parked}/resume", json={
+    api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/{parked}/resume", json={
         "run_input": {"approve": False, "comment": "next week"}}, timeout=10).raise_for_status()
     end = ended(lab, parked)
     assert end["state_name"] == "Rejected" and "next week" in end["state"]["message"], end["state"]
@@ -161,7 +161,7 @@ def test_a_requested_reinstall_asks_first_then_wipes_the_host_and_redoes_the_sto
     paused = recreate_run(lab, inventory, store, recreate_vm=False, reinstall_hypervisor=True)
     asked = approval_request_of(lab, paused)
     assert f"pxe_install_hypervisor: reinstall store-{store}-hv" in asked, asked
-    requests.post(f"{lab.prefect_api_url}/flow_runs/{paused}/resume", json={
+    api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/{paused}/resume", json={
         "run_input": {"approve": True, "comment": "new disk controller"}},
         timeout=10).raise_for_status()
     assert ended(lab, paused)["state_name"] == "Completed"
@@ -180,14 +180,12 @@ def test_a_batch_with_a_parked_approval_ends_and_names_the_store_that_waits(
     """Issue 43: under the "always" policy a store's run that gets no answer does not keep
     its batch waiting forever: the batch ends, its table saying the store needs an approval
     (no failure)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     from lab.state import LabPaths
 
     store = "apr-batch"
     inventory = write_inventory(tmp_path / "inventory.yaml", [store], "52:54:00:a9:10", lab=lab)
     monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(LabPaths(lab_dir).settings_file))
-    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
+    with PrefectAccess.of(lab).settings():
         from flows.batch_rollout import batch_rollout
 
         state = batch_rollout(str(inventory), (store,), approval_policy="always",
@@ -224,14 +222,14 @@ def test_cancelling_a_batch_leaves_its_live_stores_as_they_are(
     finally:
         conn.close()
     before = systems_snapshot(lab)
-    batch = requests.post(
+    batch = api_session(lab).post(
         f"{lab.prefect_api_url}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
         "/create_flow_run", json={"parameters": {
             "inventory": str(inventory), "canary": 2, "approval_policy": "always",
             "rerun_completed": True}}, timeout=10).json()
 
     def children() -> list[dict[str, Any]]:
-        return list(requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+        return list(api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
             "flow_runs": {"name": {"any_": [f"rollout-{s}" for s in stores]},
                           "state": {"type": {"any_": ["PAUSED"]}}}}, timeout=10).json())
 

@@ -22,6 +22,7 @@ import requests
 import yaml
 
 from lab.autoyast import parse_autoyast
+from lab.prefect_access import api_session
 from lab.simulator.firmware import _FETCH
 from lab.simulator.minions import MinionManager
 from lab.state import VENV_BIN, LabInfo, LabPaths
@@ -90,7 +91,7 @@ def served_profile(lab: LabInfo, system: str) -> str | None:
 
 
 def step_running(lab: LabInfo, task_run_name: str) -> bool:
-    runs = requests.post(f"{lab.prefect_api_url}/task_runs/filter", json={
+    runs = api_session(lab).post(f"{lab.prefect_api_url}/task_runs/filter", json={
         "task_runs": {"name": {"any_": [task_run_name]}}}, timeout=10).json()
     return any(r["state_type"] == "RUNNING" for r in runs)
 
@@ -178,9 +179,9 @@ def test_an_intruder_with_the_profiles_token_gets_no_key_and_no_store(
         conn.close()
     # the rollout's own log named the first attempt
     api = lab.prefect_api_url
-    run = requests.post(f"{api}/flow_runs/filter", json={
+    run = api_session(api).post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{store}"]}}}, timeout=10).json()[0]
-    logs: list[dict[str, Any]] = requests.post(f"{api}/logs/filter", json={
+    logs: list[dict[str, Any]] = api_session(api).post(f"{api}/logs/filter", json={
         "logs": {"flow_run_id": {"any_": [run["id"]]}}, "limit": 200}, timeout=10).json()
     assert any(made_up in entry["message"] and "autosign guard" in entry["message"]
                for entry in logs), "\n".join(entry["message"] for entry in logs)

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
 
+from lab.prefect_access import PrefectAccess, api_session
 from lab.state import LabInfo, LabPaths
 from tests.helpers import check_store, result_from_systems, write_inventory
 
@@ -28,15 +28,13 @@ def max_overlap(rows: list[dict[str, Any]]) -> int:
 
 def test_batch_of_five_halts_after_threshold(lab: LabInfo, lab_dir: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     ids = [f"b{i}" for i in range(1, 6)]
     inv = write_inventory(tmp_path / "inv.yaml", ids, "52:54:00:ba:00", lab=lab)
     raw = yaml.safe_load(inv.read_text())
     raw["stores"][3]["hypervisor"]["cobbler_profile"] = "no-such-profile"  # b4 fails
     inv.write_text(yaml.safe_dump(raw))
     monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(LabPaths(lab_dir).settings_file))
-    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
+    with PrefectAccess.of(lab).settings():
         from flows.batch_rollout import batch_rollout
 
         state = batch_rollout(str(inv), ids, canary=1, wave_size=3, max_in_flight=2,
@@ -54,7 +52,7 @@ def test_batch_of_five_halts_after_threshold(lab: LabInfo, lab_dir: Path, tmp_pa
     for sid in ("b1", "b2", "b3"):
         check_store(lab, sid, {"erp_id": rows[sid]["erp_id"], **result_from_systems(lab, sid)})
     # the table artifact says the same
-    artifacts = requests.post(f"{lab.prefect_api_url}/artifacts/latest/filter", json={
+    artifacts = api_session(lab).post(f"{lab.prefect_api_url}/artifacts/latest/filter", json={
         "artifacts": {"key": {"any_": ["batch-stores"]}}}, timeout=10).json()
     data = artifacts[0]["data"]
     table = json.loads(data) if isinstance(data, str) else data

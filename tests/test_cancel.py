@@ -18,8 +18,8 @@ from typing import Any
 
 import psutil
 import pytest
-import requests
 
+from lab.prefect_access import api_session
 from lab.state import LabInfo, LabPaths
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
@@ -142,21 +142,21 @@ def test_cancel_silence_and_rollback_of_one_store(
     inv = write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:cc:00", lab=lab)
     api = lab.prefect_api_url
     def deployment_id() -> str | None:
-        resp = requests.get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)
+        resp = api_session(api).get(f"{api}/deployments/name/store-rollout/store-rollout", timeout=5)
         return resp.json()["id"] if resp.status_code == 200 else None
 
     wait_for(lambda: deployment_id() is not None, timeout=90,
              what="the lab's store-rollout deployment")
-    run = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
+    run = api_session(api).post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
         "parameters": {"store_id": store_id, "inventory": str(inv)}}, timeout=10).json()
     # cancelled once its VM runs: the rerun below then needs a fresh disk for the new domain
     wait_for(lambda: domain_running(lab, f"store-{store_id}-vm"), timeout=300,
              what="step 5 (VM running)")
-    requests.post(f"{api}/flow_runs/{run['id']}/set_state", json={
+    api_session(api).post(f"{api}/flow_runs/{run['id']}/set_state", json={
         "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
 
     def run_state() -> str:
-        return str(requests.get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state_type"])
+        return str(api_session(api).get(f"{api}/flow_runs/{run['id']}", timeout=5).json()["state_type"])
 
     wait_for(lambda: run_state() == "CANCELLED", timeout=120, what="the run to be cancelled")
     wait_for(lambda: rolled_back(lab, store_id), timeout=120, what="the rollback")
@@ -169,15 +169,15 @@ def test_cancel_silence_and_rollback_of_one_store(
     check_a_silent_live_host_is_waited_for(lab, lab_dir, lab_env, inv, store_id, result)
     # ... a run of the live store that would recreate its VM waits for its approval; cancelled
     # there, it leaves the live store as it is (issue 43: cancel is not rollback)
-    paused = requests.post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
+    paused = api_session(api).post(f"{api}/deployments/{deployment_id()}/create_flow_run", json={
         "parameters": {"store_id": store_id, "inventory": str(inv), "recreate_vm": True}},
         timeout=10).json()
 
     def paused_state() -> str:
-        return str(requests.get(f"{api}/flow_runs/{paused['id']}", timeout=5).json()["state_type"])
+        return str(api_session(api).get(f"{api}/flow_runs/{paused['id']}", timeout=5).json()["state_type"])
 
     wait_for(lambda: paused_state() == "PAUSED", timeout=120, what="the run to ask for approval")
-    requests.post(f"{api}/flow_runs/{paused['id']}/set_state", json={
+    api_session(api).post(f"{api}/flow_runs/{paused['id']}/set_state", json={
         "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
     wait_for(lambda: paused_state() == "CANCELLED", timeout=120, what="the run to be cancelled")
     master = SaltMasterClient(lab.salt_master_config)

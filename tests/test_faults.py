@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from lab.manager import Lab
+from lab.prefect_access import PrefectAccess, api_session
 from lab.state import VENV_BIN, LabInfo, LabPaths
 from tasks.notifications import HYPERVISOR_INSTALL_STARTED_EVENT
 from tests.helpers import (
@@ -41,10 +42,8 @@ pytestmark = pytest.mark.lab
 @pytest.fixture
 def inprocess(lab: LabInfo, lab_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Run store_rollout in this process against the lab (so a step listener can inject)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(LabPaths(lab_dir).settings_file))
-    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
+    with PrefectAccess.of(lab).settings():
         from flows.rollout import store_rollout
 
         def run(store_id: str, inventory: Path, **params: Any) -> Any:
@@ -79,7 +78,7 @@ def background() -> Iterator[Background]:
 
 def task_runs(lab: LabInfo, name: str) -> list[dict[str, Any]]:
     """The Prefect task runs of that name (a step's run is named `<step>-<store id>`)."""
-    return list(requests.post(f"{lab.prefect_api_url}/task_runs/filter", json={
+    return list(api_session(lab).post(f"{lab.prefect_api_url}/task_runs/filter", json={
         "task_runs": {"name": {"any_": [name]}}}, timeout=10).json())
 
 
@@ -261,7 +260,7 @@ def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, in
     api = lab.prefect_api_url
 
     def firstboot_run() -> dict[str, Any] | None:  # recorded from events, a little late
-        runs = requests.post(f"{api}/task_runs/filter", json={
+        runs = api_session(api).post(f"{api}/task_runs/filter", json={
             "task_runs": {"name": {"any_": ["firstboot-f-silent"]}}}, timeout=10).json()
         return next((r for r in runs if r["state_type"] == "FAILED"), None)
 
@@ -492,10 +491,10 @@ def test_killed_rollout_is_marked_crashed_but_a_long_wait_is_not(
         start_new_session=True) for sid in (alive, killed)}
 
     def run_state(run_id: str) -> dict[str, Any]:
-        return dict(requests.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state"])
+        return dict(api_session(api).get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state"])
 
     def running_run(sid: str) -> dict[str, Any] | None:
-        runs = requests.post(f"{api}/flow_runs/filter", json={"flow_runs": {
+        runs = api_session(api).post(f"{api}/flow_runs/filter", json={"flow_runs": {
             "name": {"any_": [f"rollout-{sid}"]}}}, timeout=5).json()
         return next((r for r in runs if r["state_type"] == "RUNNING"), None)
 

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import requests
 
-from lab.state import LabInfo
+from lab.prefect_access import PrefectAccess, api_session
+from lab.state import LabInfo, LabPaths
 from lab.store_network import BRIDGE, StoreNetwork
 from tasks.cobbler import CobblerClient, SystemSpec
 from tasks.salt import SaltMasterClient
-from tests.helpers import wait_for
+from tests.helpers import cli_in_process, events, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -29,7 +30,7 @@ def cobbler(lab: LabInfo) -> CobblerClient:
 
 
 def test_prefect_server_health_on_postgres(lab: LabInfo, lab_dir: Path) -> None:
-    assert requests.get(f"{lab.prefect_api_url}/health", timeout=5).json() is True
+    assert api_session(lab).get(f"{lab.prefect_api_url}/health", timeout=5).json() is True
     # the server's schema lives in the lab's PostgreSQL, not in SQLite
     secrets = json.loads((lab_dir / "secrets.json").read_text())
     port = json.loads((lab_dir / "ports.json").read_text())["postgres"]
@@ -40,7 +41,42 @@ def test_prefect_server_health_on_postgres(lab: LabInfo, lab_dir: Path) -> None:
         capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
     assert not list((lab_dir / "prefect-home").glob("*.db")), "Prefect fell back to SQLite"
-    assert requests.get(lab.prefect_ui_url, timeout=5).status_code == 200  # the UI answers
+    assert api_session(lab).get(lab.prefect_ui_url, timeout=5).status_code == 200  # the UI
+
+
+def test_prefect_api_refuses_anyone_without_the_lab_credential(lab: LabInfo, lab_dir: Path,
+                                                               lab_env: dict[str, str]) -> None:
+    """Issue 44: the lab's Prefect API answers over TLS only and to its credential only; every
+    client of the lab (this session, the CLI, the Salt forwarder) has it; it is in no log."""
+    access = PrefectAccess.of(lab)
+    url, ca = f"{lab.prefect_api_url}/flow_runs/filter", str(access.ca_file)
+    user = access.auth_string.split(":", 1)[0]
+    assert requests.post(url, json={}, verify=ca, timeout=5).status_code == 401
+    assert requests.post(url, json={}, verify=ca, auth=(user, "not-the-password"),
+                         timeout=5).status_code == 401
+    with pytest.raises(requests.exceptions.SSLError):  # the lab CA is no public one
+        requests.post(url, json={}, auth=(user, "x"), timeout=5)
+    with pytest.raises(requests.ConnectionError):  # plain HTTP gets no answer at all
+        requests.post(url.replace("https://", "http://"), json={}, timeout=5)
+    assert isinstance(api_session(lab).post(url, json={"limit": 1}, timeout=5).json(), list)
+    # the CLI of a user who exported only the settings file: it names the credential's file
+    status = cli_in_process(lab_env, "status", "--json")
+    assert status.exit_code == 0, status.stdout + str(status.exception)
+    assert "runs" in json.loads(status.stdout)
+    # the Salt forwarder engine logs in too: a store event on the master's bus reaches Prefect
+    probe = f"probe{uuid.uuid4().hex[:6]}"
+    SaltMasterClient(lab.salt_master_config).fire(f"store/auth-probe/{probe}",
+                                                  {"id": f"store-{probe}-hv"})
+    wait_for(lambda: events(lab, f"salt.store.auth-probe.{probe}", f"salt.minion.store-{probe}-hv"),
+             timeout=20, interval=0.5, what="the forwarded Salt event in Prefect")
+    # the credential: a 0600 file; not in the settings file, lab.json, the master's config or
+    # any log of the lab
+    assert access.auth_file.stat().st_mode & 0o777 == 0o600
+    secret = access.auth_string.split(":", 1)[1]
+    for path in [LabPaths(lab_dir).settings_file, LabPaths(lab_dir).lab_json,
+                 Path(lab.salt_master_config), *LabPaths(lab_dir).logs.rglob("*")]:
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), f"the credential is in {path}"
 
 
 def test_erp_receiver_records_post(lab: LabInfo) -> None:

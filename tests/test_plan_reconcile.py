@@ -30,6 +30,7 @@ import requests
 import yaml
 
 from lab.manager import Lab
+from lab.prefect_access import api_session
 from lab.state import LabInfo
 from store_rollout.contracts import (
     LIBVIRT_CONNECTION_LOST,
@@ -103,7 +104,7 @@ def reconciled(env: dict[str, str], inv: Path, *store_ids: str) -> dict[str, Any
 
 
 def run_state(lab: LabInfo, name: str) -> str:
-    runs = requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+    runs = api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [name]}}, "sort": "EXPECTED_START_TIME_DESC",
         "limit": 1}, timeout=10).json()
     return str(runs[0]["state_name"]) if runs else "none"
@@ -112,7 +113,7 @@ def run_state(lab: LabInfo, name: str) -> str:
 def store_events(lab: LabInfo, store_id: str, name_prefix: str) -> list[dict[str, Any]]:
     """Prefect events related to `store.<id>` whose name starts with `name_prefix`."""
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
-    page = requests.post(f"{lab.prefect_api_url}/events/filter", json={
+    page = api_session(lab).post(f"{lab.prefect_api_url}/events/filter", json={
         "filter": {"occurred": {"since": since},
                    "event": {"prefix": [name_prefix]},
                    "any_resource": {"id": [f"store.{store_id}"]}},

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
+from lab.prefect_access import api_session
 from lab.state import VENV_BIN, LabInfo
 from tests.helpers import (
     check_store,
@@ -52,7 +52,7 @@ def accepted_keys(master_config: str) -> dict[str, list[str]]:
 
 
 def runs_of(lab: LabInfo, store_id: str) -> list[dict[str, Any]]:
-    return list(requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+    return list(api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{store_id}"]}}, "sort": "START_TIME_DESC"},
         timeout=10).json())
 
@@ -131,9 +131,9 @@ def check_chain_wide_reads(info: LabInfo, lab_env: dict[str, str], inventory: Pa
     assert {sid: p["todo"] for sid, p in planned.items()} == {A_STORES[0]: [], B_STORES[0]: []}
     api = info.prefect_api_url
     for flow_name in ("store-reconcile", "store-plan"):
-        deployment = requests.get(f"{api}/deployments/name/{flow_name}/{flow_name}-r2",
+        deployment = api_session(api).get(f"{api}/deployments/name/{flow_name}/{flow_name}-r2",
                                   timeout=10).json()
-        runs = requests.post(f"{api}/flow_runs/filter", json={
+        runs = api_session(api).post(f"{api}/flow_runs/filter", json={
             "flow_runs": {"deployment_id": {"any_": [deployment["id"]]}}}, timeout=10).json()
         assert [(r["state_type"], r["work_pool_name"], r["parameters"]["store_ids"])
                 for r in runs] == [("COMPLETED", "rollout-r2",

@@ -16,6 +16,7 @@ import requests
 import yaml
 
 from lab.hardware import lab_serial
+from lab.prefect_access import api_session
 from lab.state import VENV_BIN, LabInfo, LabPaths
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from tasks.cobbler import CobblerClient
@@ -53,7 +54,9 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     # checks' waits are spent on the rollouts. e2e2 as a user who only exported
     # STORE_ROLLOUT_SETTINGS_FILE: its flow runs in a worker thread of the CLI and must still report
     # to the lab's server, not to a temporary one
-    bare_env = {k: v for k, v in lab_env.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
+    # (the API's URL, CA and credential file too: the settings file names them)
+    bare_env = {k: v for k, v in lab_env.items() if k not in (
+        "PREFECT_API_URL", "PREFECT_HOME", "PREFECT_API_AUTH_STRING", "PREFECT_API_SSL_CERT_FILE")}
     procs = [start_rollout(bare_env, "e2e2", inventory), start_rollout(lab_env, "e2e3", inventory)]
 
     check_store(lab, "e2e1", first)
@@ -74,7 +77,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     results = [finish(p) for p in procs]
     for sid, result in zip(("e2e2", "e2e3"), results, strict=True):
         check_store(lab, sid, result)
-    runs = requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+    runs = api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": ["rollout-e2e2"]}}}, timeout=10).json()
     assert [r["state_type"] for r in runs] == ["COMPLETED"], runs
 
@@ -264,13 +267,13 @@ def check_another_box_stops_at_step_3(lab: LabInfo, lab_env: dict[str, str], inv
     assert proc.returncode == 1, err[-3000:]
     assert (f"store {store_id}: hypervisor store-{store_id}-hv reports serial {label!r}, but the "
             "inventory's hypervisor.serial is 'CZ-OTHER-BOX': this is not the store's box") in said
-    flow_run = requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+    flow_run = api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{store_id}"]}}, "sort": "START_TIME_DESC",
         "limit": 1}, timeout=10).json()[0]
     assert flow_run["state_type"] == "FAILED"
 
     def steps_recorded() -> dict[str, str] | None:
-        tasks = requests.post(f"{lab.prefect_api_url}/task_runs/filter", json={
+        tasks = api_session(lab).post(f"{lab.prefect_api_url}/task_runs/filter", json={
             "task_runs": {"flow_run_id": {"any_": [flow_run["id"]]}}}, timeout=10).json()
         states = {t["name"].removesuffix(f"-{store_id}"): t["state_type"] for t in tasks}
         return states if states.get("wait_for_hypervisor") == "FAILED" else None
@@ -450,7 +453,7 @@ def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:
     wanted = {"salt.store.hypervisor.ready", "salt.store.vm.firstboot.done"}
 
     def forwarded() -> set[str] | None:
-        events = requests.post(f"{lab.prefect_api_url}/events/filter", json={
+        events = api_session(lab).post(f"{lab.prefect_api_url}/events/filter", json={
             "filter": {"event": {"prefix": ["salt.store."]},
                        "resource": {"labels": {"store.id": [store_id]}}},
             "limit": 50}, timeout=10).json()
@@ -459,7 +462,7 @@ def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:
 
     wait_for(forwarded, timeout=30, interval=1, what=f"{sorted(wanted)} in Prefect's event feed")
     # the same events are found through the store as a related resource (the UI's event feed)
-    related = requests.post(f"{lab.prefect_api_url}/events/filter", json={
+    related = api_session(lab).post(f"{lab.prefect_api_url}/events/filter", json={
         "filter": {"event": {"prefix": ["salt.store."]},
                    "related": {"id": [f"store.{store_id}"], "role": ["store"]}},
         "limit": 50}, timeout=10).json()

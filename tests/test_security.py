@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 from prefect.blocks.system import Secret
 from pydantic import SecretStr
 
+from lab.prefect_access import PrefectAccess, api_session
 from lab.state import VENV_BIN, LabInfo
 from tasks.bmc import BmcCredentials
 from tasks.cobbler import CobblerAuthError, CobblerClient
@@ -57,13 +59,23 @@ def test_key_deletion_is_exact(lab: LabInfo) -> None:
             master.delete_key(mid)
 
 
-def lab_prefect_settings(lab_env: dict[str, str]) -> Any:
+@contextlib.contextmanager
+def lab_prefect_settings(lab_env: dict[str, str]) -> Iterator[None]:
     """Prefect settings of this process pointed at the lab's server, as `lab_env` points the
-    subprocesses."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    subprocesses (TLS with the lab CA, logged in)."""
+    from prefect.settings import (
+        PREFECT_API_AUTH_STRING,
+        PREFECT_API_SSL_CERT_FILE,
+        PREFECT_API_URL,
+        PREFECT_HOME,
+        temporary_settings,
+    )
 
-    return temporary_settings(updates={PREFECT_API_URL: lab_env["PREFECT_API_URL"],
-                                       PREFECT_HOME: lab_env["PREFECT_HOME"]})
+    with temporary_settings(updates={
+            PREFECT_API_URL: lab_env["PREFECT_API_URL"], PREFECT_HOME: lab_env["PREFECT_HOME"],
+            PREFECT_API_AUTH_STRING: lab_env["PREFECT_API_AUTH_STRING"],
+            PREFECT_API_SSL_CERT_FILE: lab_env["PREFECT_API_SSL_CERT_FILE"]}):
+        yield
 
 
 @pytest.mark.lab
@@ -99,15 +111,16 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
         block: Any = Secret.load("store-sec-canary-root-password")
         root_password = block.value.get_secret_value()
     assert len(root_password) == 20, "no root password block for the store"
-    secrets = [canary, lab.cobbler_password, lab.bmc_password, root_password]
+    secrets = [canary, lab.cobbler_password, lab.bmc_password, root_password,
+               PrefectAccess.of(lab).auth_string.split(":", 1)[1]]  # the API's credential
     api = lab.prefect_api_url
-    run = requests.post(f"{api}/flow_runs/filter", json={
+    run = api_session(api).post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": ["rollout-sec-canary"]}}}, timeout=10).json()[0]
-    logs = requests.post(f"{api}/logs/filter", json={
+    logs = api_session(api).post(f"{api}/logs/filter", json={
         "logs": {"flow_run_id": {"any_": [run["id"]]}}, "limit": 200}, timeout=10).text
-    artifacts = requests.post(f"{api}/artifacts/filter", json={
+    artifacts = api_session(api).post(f"{api}/artifacts/filter", json={
         "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}, timeout=10).text
-    events = requests.post(f"{api}/events/filter", json={
+    events = api_session(api).post(f"{api}/events/filter", json={
         "filter": {"any_resource": {"id_prefix": [f"prefect.flow-run.{run['id']}"]}},
         "limit": 50}, timeout=10).text
     assert "rollout-sec-canary" in artifacts or "sec-canary" in artifacts

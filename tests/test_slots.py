@@ -17,6 +17,7 @@ import requests
 from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
 
 from lab.manager import Lab
+from lab.prefect_access import PrefectAccess, api_session
 from lab.state import REPO_ROOT, LabInfo
 from tasks.cobbler import CobblerClient
 from tasks.slots import (
@@ -61,9 +62,7 @@ hold(sys.argv[1])
 
 @pytest.fixture
 def lab_prefect(lab: LabInfo, lab_dir: Path) -> Iterator[None]:
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings(updates={PREFECT_API_URL: lab.prefect_api_url}):
+    with PrefectAccess.of(lab).settings():
         yield
 
 
@@ -131,7 +130,7 @@ def flow_run_process(run_id: str) -> int:
 
 def in_flight_taken(api: str) -> int:
     """Slots of stores-in-flight taken (0 before the first batch creates the limit)."""
-    resp = requests.get(f"{api}/v2/concurrency_limits/{IN_FLIGHT_LIMIT}", timeout=5)
+    resp = api_session(api).get(f"{api}/v2/concurrency_limits/{IN_FLIGHT_LIMIT}", timeout=5)
     if resp.status_code == 404:
         return 0
     resp.raise_for_status()
@@ -147,11 +146,11 @@ def test_worker_run_batch_killed_holding_stores_in_flight_frees_it_within_the_bo
     bound, then completes."""
     api = lab.prefect_api_url
     inv = write_inventory(tmp_path / "inv.yaml", ["slot-wa", "slot-wb"], "52:54:00:e5:10", lab=lab)
-    deployment = requests.get(f"{api}/deployments/name/batch-rollout/batch-rollout",
+    deployment = api_session(api).get(f"{api}/deployments/name/batch-rollout/batch-rollout",
                               timeout=10).json()
 
     def batch(store: str) -> str:
-        run = requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+        run = api_session(api).post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
             "parameters": {"inventory": str(inv), "store_ids": [store], "canary": 0,
                            "wave_size": 1, "max_in_flight": 1}}, timeout=10).json()
         return str(run["id"])
@@ -168,7 +167,7 @@ def test_worker_run_batch_killed_holding_stores_in_flight_frees_it_within_the_bo
     assert wait_state(api, first, 120) == "CRASHED"
     second = batch("slot-wb")
     assert wait_state(api, second, 600) == "COMPLETED"
-    store_run = requests.post(f"{api}/flow_runs/filter", json={
+    store_run = api_session(api).post(f"{api}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": ["rollout-slot-wb"]}}}, timeout=10).json()
     assert store_run and store_run[0]["state_type"] == "COMPLETED", store_run
     waited = datetime.fromisoformat(store_run[0]["start_time"]).timestamp() - killed
@@ -214,14 +213,14 @@ def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, st
     it, having changed nothing."""
     api, sid = lab.prefect_api_url, "slot-twice"
     inv = write_inventory(tmp_path / "inv.yaml", [sid], "52:54:00:e5:02", lab=lab)
-    deployment = requests.get(f"{api}/deployments/name/store-rollout/store-rollout",
+    deployment = api_session(api).get(f"{api}/deployments/name/store-rollout/store-rollout",
                               timeout=10).json()
     # the owner's PXE install takes 20 s: it is still running (and beating, every 6 s in the
     # lab) when the other run decides after its owner_wait_seconds (10), as a rollout is while
     # someone clicks again
     requests.post(f"{lab.simulator_url}/faults/pxe", json={"delay": 20}, timeout=5)
     try:
-        runs = [requests.post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
+        runs = [api_session(api).post(f"{api}/deployments/{deployment['id']}/create_flow_run", json={
             "parameters": {"store_id": sid, "inventory": str(inv)}}, timeout=10).json()
             for _ in range(2)]
         states = {run["id"]: wait_state(api, run["id"], 600) for run in runs}
@@ -230,7 +229,7 @@ def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, st
     assert sorted(states.values()) == ["COMPLETED", "FAILED"], states
     owner = next(rid for rid, state in states.items() if state == "COMPLETED")
     refused = next(rid for rid, state in states.items() if state == "FAILED")
-    message = requests.get(f"{api}/flow_runs/{refused}", timeout=5).json()["state"]["message"]
+    message = api_session(api).get(f"{api}/flow_runs/{refused}", timeout=5).json()["state"]["message"]
     assert (f"store {sid} is being rolled out or rolled back by flow run 'rollout-{sid}' "
             f"(id {owner}, Running since") in message, message
     assert "changed nothing" in message, message

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
+from lab.prefect_access import api_session
 from lab.state import LabInfo
 from store_rollout.contracts import STEPS
 from tests.helpers import created_erp_notices, wait_for, write_inventory
@@ -35,6 +35,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 # the CPU 60 times a second, 1.5 cores while the page is open (docs/performance.md); the
 # screenshots of docs/ui.md (`make ui-screenshots`) keep it
 NO_TIMELINE_ARGS = ["--disable-software-rasterizer"]
+# the UI's login field (PREFECT_SERVER_API_AUTH_STRING on: it asks for user:password)
+LOGIN_PLACEHOLDER = "admin:pass"
 # what the UI shows when it cannot reach the API it was configured with
 CONNECTION_ERRORS = re.compile(r"Can't connect|Unable to connect|Failed to fetch|Network Error")
 RUN_STATES = ("Scheduled", "Pending", "Running", "Completed", "Failed", "Crashed", "Cancelling",
@@ -77,6 +79,15 @@ class Ui:
         assert error is None, (f"the UI shows {error.group(0)!r} on {self.page.url} "
                                f"(screenshot {path}): {body[:300]}")
         return path
+
+    def log_in(self, auth_string: str) -> None:
+        """The UI's login page, as a person meets it: the server's user:password (Prefect's
+        UI keeps it in the page's storage and sends it as basic auth; the API sends no
+        challenge, so a browser's own HTTP credentials would never be asked for)."""
+        self.goto("/")
+        self.page.get_by_placeholder(LOGIN_PLACEHOLDER).fill(auth_string)
+        self.page.get_by_role("button", name="Login").click()
+        self.page.get_by_role("link", name="Dashboard").wait_for()
 
     def goto(self, path: str) -> None:
         self.page.goto(self.base_url + path)
@@ -154,7 +165,7 @@ def erp_notice_id(lab: LabInfo, store_id: str) -> str:
 
 
 def api_get(lab: LabInfo, path: str) -> Any:
-    resp = requests.get(f"{lab.prefect_api_url}{path}", timeout=10)
+    resp = api_session(lab).get(f"{lab.prefect_api_url}{path}", timeout=10)
     resp.raise_for_status()
     return resp.json()
 
@@ -168,8 +179,8 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     ui.goto("/")
     ui.page.get_by_role("link", name="Dashboard").wait_for()
     ui.shot("dashboard")
-    settings = requests.get(f"{lab.prefect_ui_url}/ui-settings", timeout=10).json()
-    assert settings["api_url"] == lab.prefect_api_url
+    settings = api_session(lab).get(f"{lab.prefect_ui_url}/ui-settings", timeout=10).json()
+    assert settings["api_url"] == lab.prefect_api_url and settings["auth"] == "BASIC"
 
     # the batch deployment's form takes the wave parameters
     ui.open_custom_run("batch-rollout")

@@ -15,9 +15,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-import requests
 import yaml
 
+from lab.prefect_access import api_session
 from lab.state import LabInfo
 from tests import helpers
 from tests.helpers import finish, notifications, power_actions, start_rollout, wait_for
@@ -33,7 +33,7 @@ WAITING = "waiting for its maintenance window"  # the notification's subject
 
 
 def newest_run(lab: LabInfo, name: str) -> dict[str, Any]:
-    runs = requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+    runs = api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [name]}}, "sort": "START_TIME_DESC", "limit": 1},
         timeout=10).json()
     return runs[0] if runs else {}
@@ -73,10 +73,10 @@ def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
     far = datetime.now(TOKYO) + timedelta(hours=6)
     inventory = stores_with_windows(lab, tmp_path, {"wait": far, "now": far})
     waits, urgent = (yaml.safe_load(inventory.read_text())["stores"][n]["store_id"] for n in (0, 1))
-    deployment = wait_for(lambda: requests.get(
+    deployment = wait_for(lambda: api_session(api).get(
         f"{api}/deployments/name/store-rollout/store-rollout", timeout=5).json().get("id"),
         timeout=90, what="the lab's store-rollout deployment")
-    run = requests.post(f"{api}/deployments/{deployment}/create_flow_run", json={
+    run = api_session(api).post(f"{api}/deployments/{deployment}/create_flow_run", json={
         "parameters": {"store_id": waits, "inventory": str(inventory)}}, timeout=10).json()
     try:
         demo_inventory = tmp_path / "demo.yaml"
@@ -103,7 +103,7 @@ def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
         assert "the store is outside its maintenance windows" in said[0]["body"], said
         assert f"/runs/flow-run/{run['id']}" in said[0]["body"], said
     finally:  # cancelled from the API, as from the UI's button
-        requests.post(f"{api}/flow_runs/{run['id']}/set_state", json={
+        api_session(api).post(f"{api}/flow_runs/{run['id']}/set_state", json={
             "state": {"type": "CANCELLING"}, "force": True}, timeout=10)
     wait_for(lambda: newest_run(lab, f"rollout-{waits}")["state_type"] == "CANCELLED",
              timeout=120, what="the waiting run to be cancelled")
@@ -111,13 +111,13 @@ def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
 
 
 def deployment_id(lab: LabInfo, name: str) -> str:
-    return str(wait_for(lambda: requests.get(f"{lab.prefect_api_url}/deployments/name/{name}",
+    return str(wait_for(lambda: api_session(lab).get(f"{lab.prefect_api_url}/deployments/name/{name}",
                                              timeout=5).json().get("id"),
                         timeout=90, what=f"the lab's {name} deployment"))
 
 
 def store_runs(lab: LabInfo, store_ids: list[str]) -> dict[str, dict[str, Any]]:
-    runs = requests.post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+    runs = api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
         "flow_runs": {"name": {"any_": [f"rollout-{sid}" for sid in store_ids]}}},
         timeout=10).json()
     return {r["name"].removeprefix("rollout-"): r for r in runs}
@@ -125,7 +125,7 @@ def store_runs(lab: LabInfo, store_ids: list[str]) -> dict[str, dict[str, Any]]:
 
 def cancel(lab: LabInfo, run_id: str) -> None:
     """As the UI's Cancel button does."""
-    requests.post(f"{lab.prefect_api_url}/flow_runs/{run_id}/set_state", json={
+    api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/{run_id}/set_state", json={
         "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
 
 
@@ -140,7 +140,7 @@ def test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it(
     new_york = (datetime.now(NEW_YORK) + timedelta(hours=7)).replace(second=0, microsecond=0)
     inventory = stores_with_windows(lab, tmp_path, {"tokyo": tokyo, "ny": new_york})
     canary, other = (s["store_id"] for s in yaml.safe_load(inventory.read_text())["stores"])
-    batch = requests.post(f"{api}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
+    batch = api_session(api).post(f"{api}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
                           "/create_flow_run", json={"parameters": {
                               "inventory": str(inventory), "canary": 1, "wave_size": 5}},
                           timeout=10).json()
@@ -153,7 +153,7 @@ def test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it(
             tokyo.astimezone(UTC) + timedelta(seconds=1)
         assert scheduled["parameters"]["store_id"] == canary
         assert scheduled["parameters"]["hold_fleet_slot"] is True
-        parent = requests.get(f"{api}/task_runs/{scheduled['parent_task_run_id']}",
+        parent = api_session(api).get(f"{api}/task_runs/{scheduled['parent_task_run_id']}",
                               timeout=10).json()
         assert parent["flow_run_id"] == batch["id"]  # listed on the batch's page
         ui.goto(f"/runs/flow-run/{scheduled['id']}")  # its page: state, time, parent batch
@@ -186,7 +186,7 @@ def test_a_waiting_rollout_goes_on_when_its_window_opens_and_completes_in_it(
     assert result["state"] == "Completed" and result["window_overridden"] is False
     assert power_actions(lab, f"store-{waits}-hv") == {"on": 1, "off": 0}
     # step 2 asked twice: outside the window (nothing done), then in it (the install)
-    task_runs = requests.post(f"{lab.prefect_api_url}/task_runs/filter", json={
+    task_runs = api_session(lab).post(f"{lab.prefect_api_url}/task_runs/filter", json={
         "task_runs": {"name": {"any_": [f"pxe_install_hypervisor-{waits}"]}},
         "sort": "EXPECTED_START_TIME_ASC"}, timeout=10).json()
     assert [t["state_type"] for t in task_runs] == ["COMPLETED", "COMPLETED"], task_runs
@@ -211,11 +211,11 @@ def test_a_batch_across_three_time_zones_starts_every_store_inside_its_own_windo
               for kind, moment in (("open", opened), ("soon", soon))}
     inventory = stores_with_windows(lab, tmp_path, starts)
     stores = {s["store_id"]: s["calendar"] for s in yaml.safe_load(inventory.read_text())["stores"]}
-    batch = requests.post(f"{api}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
+    batch = api_session(api).post(f"{api}/deployments/{deployment_id(lab, 'batch-rollout/batch-rollout')}"
                           "/create_flow_run", json={"parameters": {
                               "inventory": str(inventory), "canary": 1, "wave_size": 3,
                               "max_in_flight": 3}}, timeout=10).json()
-    ended = wait_for(lambda: (r := requests.get(f"{api}/flow_runs/{batch['id']}", timeout=10)
+    ended = wait_for(lambda: (r := api_session(api).get(f"{api}/flow_runs/{batch['id']}", timeout=10)
                               .json())["state_type"] in ("COMPLETED", "FAILED", "CRASHED") and r,
                      timeout=900, interval=5, what="the batch to end")
     runs = store_runs(lab, list(stores))

@@ -4,8 +4,15 @@ Master config:
     engines_dirs: [<file_roots>/_engines]
     engines:
       - store_prefect_events:
-          api_url: http://prefect:4200/api
+          api_url: https://prefect.example:4200/api
+          auth_string_file: /etc/salt/prefect-api-auth   # user:password, mode 0600
+          ca_file: /etc/salt/prefect-api-ca.pem           # the CA the API's certificate is from
           prefixes: [store/, salt/key, salt/minion/store-]
+
+`auth_string_file` holds the Prefect server's PREFECT_SERVER_API_AUTH_STRING (the master's user
+only may read it: a file others can read is refused, nothing is forwarded); the engine sends it
+as HTTP basic auth. `ca_file` verifies the API's TLS (unset: the system's trust store); TLS is
+never skipped, and a credential is never sent over plain http except to loopback.
 
 Each matching event becomes a Prefect event named after its tag (`store/vm/firstboot/done` ->
 `salt.store.vm.firstboot.done`, `salt/key` -> `salt.key`) on the resource
@@ -30,7 +37,10 @@ import json
 import logging
 import os
 import re
+import ssl
+import stat
 import time
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -207,15 +217,60 @@ def _prefect_event(tag, data):
     }
 
 
-def _post(api_url, events):
+class ForwarderConfigError(Exception):
+    """The engine's configuration cannot be used safely (says which key and the fix)."""
+
+
+def _auth_header(auth_string_file):
+    """`Basic <base64 user:password>` of the credential's file, or None without one."""
+    if not auth_string_file:
+        return None
+    try:
+        mode = os.stat(auth_string_file).st_mode
+        with open(auth_string_file, encoding="utf-8") as handle:
+            auth = handle.read().strip()
+    except OSError as exc:
+        raise ForwarderConfigError(f"auth_string_file {auth_string_file}: cannot read it "
+                                   f"({exc.strerror}); name the file of the API's user:password") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ForwarderConfigError(f"auth_string_file {auth_string_file}: others may read it "
+                                   f"(mode {stat.filemode(mode)}); chmod 600 it")
+    if ":" not in auth:
+        raise ForwarderConfigError(f"auth_string_file {auth_string_file}: not a user:password "
+                                   "line; write the server's PREFECT_SERVER_API_AUTH_STRING")
+    return "Basic " + base64.b64encode(auth.encode("utf-8")).decode("ascii")
+
+
+def _connection(api_url, auth_string_file=None, ca_file=None):
+    """(headers, TLS context) for posts to `api_url`; refuses a credential in clear."""
+    url = urllib.parse.urlsplit(api_url)
+    auth = _auth_header(auth_string_file)
+    if url.scheme != "https" and auth and url.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise ForwarderConfigError(f"api_url {api_url}: the credential would cross the network "
+                                   "in clear; use the API's https:// URL")
+    headers = {"Content-Type": "application/json"}
+    if auth:
+        headers["Authorization"] = auth
+    context = ssl.create_default_context(cafile=ca_file) if url.scheme == "https" else None
+    return headers, context
+
+
+def _post(api_url, events, headers=None, context=None):
     req = urllib.request.Request(api_url.rstrip("/") + "/events", data=json.dumps(events).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=5):
+                                 headers=headers or {"Content-Type": "application/json"},
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=5, context=context):
         pass
 
 
-def start(api_url, prefixes=("store/",)):
+def start(api_url, prefixes=("store/",), auth_string_file=None, ca_file=None):
     """Engine entry point: runs in its own master process for the master's lifetime."""
+    try:
+        headers, context = _connection(api_url, auth_string_file, ca_file)
+    except (ForwarderConfigError, OSError, ssl.SSLError) as exc:
+        log.error("store_prefect_events: not forwarding: %s", exc)  # never the credential
+        time.sleep(30)  # then the master starts the engine again: a fixed file is read anew
+        return
     signed = SignedEvents(__opts__)
     with salt.utils.event.get_master_event(__opts__, __opts__["sock_dir"], listen=True) as bus:
         while True:
@@ -230,6 +285,6 @@ def start(api_url, prefixes=("store/",)):
             if event is None:
                 continue
             try:
-                _post(api_url, [event])
+                _post(api_url, [event], headers, context)
             except Exception as exc:  # Prefect down: the rollout itself does not depend on this
                 log.warning("store_prefect_events: could not forward %s: %s", raw["tag"], exc)
