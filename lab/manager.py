@@ -305,6 +305,7 @@ class Lab:
                                         self.paths.root)
         import subprocess
 
+        from lab.approvers import save_approvers_block
         from lab.state import VENV_BIN
 
         # the Blocks first: prefect-setup's automations send through the notification block
@@ -312,6 +313,7 @@ class Lab:
                                       info.bmc_password)
         prefect_server.save_notification_block(info.prefect_api_url, info.notify_block,
                                                info.notify_url)
+        save_approvers_block(info.prefect_api_url)
         # side by side with the deployments (each is seconds of CLI start and Prefect import)
         setup = subprocess.Popen([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
