@@ -69,7 +69,7 @@ def replace(
     if not yes:
         fields = ", ".join(f"{k} {v}" for k, v in box.items())
         refuse(f"replace of store {store_id} {WHAT[Action.REPLACE_BOX]} ({fields}): add --yes "
-               "--approver NAME --code CODE to go on (in the store's maintenance window; "
+               "to go on, with --approver NAME --code CODE (in the store's maintenance window; "
                "--now outside it)")
     approver, code = proven_at_terminal("replace", store_id, approver, code)
     result = run_stores([store_id], inventory, live=not as_json, replace_box=box,

@@ -70,8 +70,9 @@ def run_store_undo(what: str, store_id: str, inventory: Path, confirmed: bool = 
 
     validate_rollback(store_id, inventory)
     if not confirmed:
-        refuse(f"{what} of store {store_id} {WHAT[Action(what)]}: add --yes --approver NAME "
-               "--code CODE to go on (in the store's maintenance window; --now outside it)")
+        refuse(f"{what} of store {store_id} {WHAT[Action(what)]}: add --yes to go on, with "
+               "--approver NAME --code CODE (in the store's maintenance window; --now outside "
+               "it)")
     approver, code = proven_at_terminal(what, store_id, approver, code)
     person = terminal_person()
     undo: Any = store_rollback if what == "rollback" else store_decommission

@@ -19,6 +19,7 @@ def save_approvers_block(api: str) -> None:
     import pyotp
     from prefect.blocks.system import Secret
     from prefect.settings import PREFECT_API_URL, temporary_settings
+    from pydantic import SecretStr
 
     with temporary_settings(updates={PREFECT_API_URL: api}):
         try:
@@ -27,7 +28,7 @@ def save_approvers_block(api: str) -> None:
         except ValueError:
             pass  # none yet
         seeds = {name: pyotp.random_base32() for name in LAB_APPROVERS}
-        Secret(value=json.dumps(seeds)).save(LAB_APPROVERS_BLOCK, overwrite=True)
+        Secret(value=SecretStr(json.dumps(seeds))).save(LAB_APPROVERS_BLOCK, overwrite=True)
 
 
 def seeds(api: str) -> dict[str, str]:

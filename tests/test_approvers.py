@@ -255,3 +255,36 @@ def test_a_decommission_is_approved_by_a_proven_person_and_the_trail_names_them(
         shown = client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=["audit-0043"])))
     assert any("| 0043 | decommission | ana |" in str(a.data) for a in shown), shown
+
+
+def test_a_yes_without_a_proven_approver_is_refused_before_anything_starts(
+        tmp_path: Path) -> None:
+    """`--yes` alone no longer approves a destructive command: under the approval policy
+    destructive it needs --approver and --code; one line, exit 2, before any run starts."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump({"stores": [{
+        "store_id": "0001", "erp": {"site_code": "S1"},
+        "hypervisor": {"hostname": "hv1.example", "mac": "52:54:00:00:00:01"}}]}))
+    env = {"STORE_ROLLOUT_SETTINGS_FILE": "", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/dev/null",
+           "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "127.0.0.1",
+           "STORE_ROLLOUT_COBBLER_URL": "https://c.invalid/", "STORE_ROLLOUT_COBBLER_USER": "u",
+           "STORE_ROLLOUT_COBBLER_PASSWORD": "p" * 20,
+           "STORE_ROLLOUT_ERP_URL": "https://e.invalid", "STORE_ROLLOUT_ERP_TOKEN": "t" * 20,
+           "STORE_ROLLOUT_IMAGE_BASE_URL": "https://i.invalid",
+           "STORE_ROLLOUT_AUDIT_DIR": str(tmp_path / "audit")}
+    for command in ("rollback", "decommission"):
+        result = CliRunner().invoke(app, [command, "0001", "--inventory", str(path), "--yes"],
+                                    env=env)
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2, text
+        assert (f"{command} of store 0001: --yes needs --approver NAME and --code CODE"
+                in text), text
+        result = CliRunner().invoke(app, [command, "0001", "--inventory", str(path), "--yes",
+                                          "--code", "123456"], env=env)
+        assert "--approver: name the approver" in " ".join(result.output.split())
+    assert not (tmp_path / "audit").exists()  # nothing recorded: nothing started
