@@ -80,7 +80,7 @@ def answer_in_the_ui(lab: LabInfo, ui: Ui, run_id: str, approve: bool, comment: 
     if approve:
         form.get_by_role("switch").click()
     # the form's text fields in the order of tasks/approvals.Approval: approver, code, comment
-    fields = form.locator("textarea")
+    fields = form.locator("textarea, input[type=text]")
     fields.nth(0).fill("ana")
     fields.nth(1).fill(approver_code(lab.prefect_api_url, audit_dir(lab), "ana"))
     fields.nth(2).fill(comment)
