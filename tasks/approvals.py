@@ -129,8 +129,9 @@ def ask_proven(store_id: str, action: str, request: str, timeout: float) -> tupl
     one counts for nothing (logged, in the audit trail as refused) and the run asks again,
     TRIES times at most (then NoAnswer: nothing changed). Rejecting needs a proof too."""
     settings, logger = load_settings(), run_logger(__name__)
+    asked = request
     for attempt in range(TRIES):
-        answer = ask(store_id, request, timeout, attempt)
+        answer = ask(store_id, asked, timeout, attempt)
         try:
             proven = prove(settings, answer.approver, answer.code)
         except ApproverError as exc:
@@ -138,6 +139,7 @@ def ask_proven(store_id: str, action: str, request: str, timeout: float) -> tupl
                            store_id, exc)
             record(settings, store_id, action, "", "refused",
                    f"an answer as {answer.approver.strip()!r} without a good code: {exc}")
+            asked = f"**The last answer was refused: {exc}.** Answer again.\n\n{request}"
             continue
         decision = "approved" if answer.approve else "rejected"
         logger.warning("store %s: %s %s by %s (one-time code checked)%s", store_id, action,
