@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from app.audit import audit_app
 from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
 from app.replace import replace
 from app.runner import (
@@ -23,12 +24,12 @@ from app.runner import (
     recent_runs,
     refuse_settings,
     run_batch,
-    run_store_undo,
     run_stores,
     servers_answer,
     validate_stores,
 )
 from app.setup import prefect_setup
+from app.undo import Approver, Code, run_store_undo
 from app.views import print_batch, print_plan, print_reconcile, print_runs, print_staged
 from store_rollout.settings import SettingsError
 from store_rollout.step_timeouts import STEP_TIMEOUTS, StepTimeouts
@@ -56,6 +57,7 @@ app.command("vm-xml")(vm_xml)
 app.command("windows")(windows)
 app.command("replace")(replace)
 app.command("prefect-setup")(prefect_setup)
+app.add_typer(audit_app, name="audit")
 
 
 def timeout_option(name: str) -> Any:
@@ -170,21 +172,23 @@ def status(
 
 @app.command("rollback")
 def rollback(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
-             now: Now = False) -> None:
+             now: Now = False, approver: Approver = "", code: Code = "") -> None:
     """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off.
-    Shows what it will do; `--yes` goes on (in the store's maintenance window, or `--now`)."""
-    print(json.dumps(run_store_undo("rollback", store_id, inventory, yes, now), indent=2,
-                     default=str))
+    Shows what it will do; `--yes --approver NAME --code CODE` goes on (in the store's
+    maintenance window, or `--now`)."""
+    print(json.dumps(run_store_undo("rollback", store_id, inventory, yes, now, approver, code),
+                     indent=2, default=str))
 
 
 @app.command("decommission")
 def decommission(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
-                 now: Now = False) -> None:
+                 now: Now = False, approver: Approver = "", code: Code = "") -> None:
     """Close a store: VM and disk removed, host and VM keys deleted, Cobbler record removed,
     host powered off, the ERP told. A rerun finishes what a failed run left. Shows what it
-    will do; `--yes` goes on (in the store's maintenance window, or `--now`)."""
-    print(json.dumps(run_store_undo("decommission", store_id, inventory, yes, now), indent=2,
-                     default=str))
+    will do; `--yes --approver NAME --code CODE` goes on (in the store's maintenance window,
+    or `--now`)."""
+    print(json.dumps(run_store_undo("decommission", store_id, inventory, yes, now, approver,
+                                    code), indent=2, default=str))
 
 
 @app.command("plan")

@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 
 from app.offline import Confirmed, Now, RequiredInventory
-from app.runner import console, refuse, refuse_settings, run_stores, terminal_person
+from app.runner import console, refuse, refuse_settings, run_stores
+from app.undo import Approver, Code, proven_at_terminal
 from store_rollout.guard import WHAT, Action
 from store_rollout.settings import SettingsError
 
@@ -57,6 +58,8 @@ def replace(
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     yes: Confirmed = False,
     now: Now = False,
+    approver: Approver = "",
+    code: Code = "",
 ) -> None:
     """Move a store to a new box: the old one powered off and its keys deleted, Cobbler's record
     moved to the new MAC, the new box installed, the store VM created on it from the image, the
@@ -66,10 +69,11 @@ def replace(
     if not yes:
         fields = ", ".join(f"{k} {v}" for k, v in box.items())
         refuse(f"replace of store {store_id} {WHAT[Action.REPLACE_BOX]} ({fields}): add --yes "
-               "to go on (in the store's maintenance window; --now outside it)")
-    person = terminal_person()
+               "to go on, with --approver NAME --code CODE (in the store's maintenance window; "
+               "--now outside it)")
+    approver, code = proven_at_terminal("replace", store_id, approver, code)
     result = run_stores([store_id], inventory, live=not as_json, replace_box=box,
-                        confirmed_by=person, ignore_windows=now)[0]
+                        approver=approver, code=code, ignore_windows=now)[0]
     if as_json:
         print(json.dumps(result, indent=2, default=str))
     else:

@@ -81,38 +81,6 @@ def validate_rollback(store_id: str, inventory: Path) -> None:
         refuse_settings(exc)
 
 
-def terminal_person() -> str:
-    """Who confirmed a command with --yes: the user at this terminal, as user@host."""
-    import getpass
-    import socket
-
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def run_store_undo(what: str, store_id: str, inventory: Path, confirmed: bool = False,
-                   now: bool = False) -> dict[str, Any]:
-    """`rollback` or `decommission` of one store in this process, refused before it starts
-    when the store or the settings are wrong; without `confirmed` (--yes) it shows what it
-    would do and exits 2; exits 1 naming the state when it fails."""
-    from flows.decommission import store_decommission
-    from flows.store_rollback import store_rollback
-    from store_rollout.guard import WHAT, Action
-
-    validate_rollback(store_id, inventory)
-    if not confirmed:
-        refuse(f"{what} of store {store_id} {WHAT[Action(what)]}: add --yes to go on (in the "
-               "store's maintenance window; --now outside it)")
-    person = terminal_person()
-    undo: Any = store_rollback if what == "rollback" else store_decommission
-    state = undo(store_id, str(inventory.resolve()), return_state=True, confirmed_by=person,
-                 asked_by=f"{person}: store-rollout {what} {store_id}", ignore_windows=now)
-    if not state.is_completed():
-        console.print(f"[red]{what} of {store_id} {state.name}:[/] {state.message}",
-                      soft_wrap=True)
-        raise typer.Exit(1)
-    return dict(state.result())
-
-
 def refuse(message: str, *more: str) -> NoReturn:
     """Exit 2 with the error as one line: rich would cut it at 80 columns where stderr is not a
     terminal (a log, a CI job); a terminal wraps it itself."""

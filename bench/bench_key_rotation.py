@@ -44,6 +44,7 @@ def main() -> None:
     with prefect_on_lab(info):
         from flows.batch_rollout import batch_rollout
         from flows.store_rollback import store_rollback
+        from lab.approvers import approver_code
         from tasks.salt import SaltMasterClient
 
         master = SaltMasterClient(info.salt_master_config)
@@ -63,8 +64,8 @@ def main() -> None:
                 events=auth_events(master, window)))
             watcher.start()
             time.sleep(0.5)  # the watcher is subscribed before the key goes
-            result = store_rollback(ids[0], str(inv), confirmed_by="bench_key_rotation",
-                                    ignore_windows=True)
+            result = store_rollback(ids[0], str(inv), ignore_windows=True, approver="ana",
+                                    code=approver_code(info))
             # the master rotates at its next maintenance loop (loop_interval, 60 s), after the
             # deletion dropped its flag; the minions find out at the next publication they
             # cannot read: the pipeline's next command (here a ping of another store's

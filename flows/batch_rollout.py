@@ -23,7 +23,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.rollout import store_rollout
 from store_rollout import steps
-from store_rollout.approvals import NOT_FAILED, UNAPPROVED_ENDS, check_policy
+from store_rollout.approvals import NOT_FAILED, UNAPPROVED_ENDS, tightened
 from store_rollout.inventory import load_inventory
 from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
@@ -113,7 +113,8 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
             (a store of region r: its copy `<store_deployment>-r` in r's work pool; a worker
             of each pool must be running).
         approval_policy: When each store's run asks for an approval on its page first: never,
-            destructive or always; empty: the approval_policy setting. Under "always" every
+            destructive or always; empty: the approval_policy setting (only a stricter one is
+            taken: a weaker one fails the batch before it starts anything). Under "always" every
             store is a run of `store_deployment` (a paused run must be a run of its own).
         max_in_flight_per_region: Stores rolled out at once in each region (its Salt master
             and Cobbler); 0: as max_in_flight.
@@ -122,7 +123,7 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
     """
     logger = get_run_logger()
     settings = load_settings()
-    policy = check_policy(approval_policy or settings.approval_policy)
+    policy = tightened(settings.approval_policy, approval_policy)
     stores = {s.store_id: s for s in load_inventory(inventory).select(list(store_ids))}
     regions = settings.regions()
     for store in stores.values():  # before any side effect: every store's region is known

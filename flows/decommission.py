@@ -17,6 +17,7 @@ from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
+from tasks.audit import record
 from tasks.bmc import power_off_hypervisor
 from tasks.cobbler import remove_hypervisor_record
 from tasks.erp import notify_erp_decommissioned
@@ -32,7 +33,7 @@ from tasks.virt import remove_vm
 @beating
 def store_decommission(store_id: str, inventory: str,
                        owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
-                       confirmed_by: str = "", asked_by: str = "",
+                       approver: str = "", code: str = "", asked_by: str = "",
                        ignore_windows: bool = False) -> dict[str, Any]:
     """Close a store for good: nothing of it is left in libvirt, Salt or Cobbler, its host is
     off and the ERP is told. `reconcile` then reports the store as decommissioned. Only as the
@@ -45,8 +46,11 @@ def store_decommission(store_id: str, inventory: str,
             the store-rollout checkout the worker runs in.
         owner_wait_seconds: Seconds to wait while a rollout or rollback of this store runs; then
             this run fails naming that run, having changed nothing.
-        confirmed_by: Who confirmed the decommission at a terminal (`--yes`): the approval.
-            Empty: the run asks for an approval on its page (unless the policy is never).
+        approver: The approver who confirmed the decommission at a terminal (`--yes`), proven
+            by `code`: the approval. Empty: the run asks on its page (unless the policy is
+            never).
+        code: The approver's one-time code, checked by this run and used up (a wrong one
+            fails the run before it changes anything).
         asked_by: Who asked for it (recorded with the guard's decision).
         ignore_windows: Decommission outside the store's maintenance window.
     """
@@ -56,7 +60,7 @@ def store_decommission(store_id: str, inventory: str,
     consent = undo_consent(store, Action.DECOMMISSION, check_policy(settings.approval_policy),
                            settings.approval_timeout_seconds,
                            asked_by=asked_by or f"run decommission-{store_id}",
-                           confirmed_by=confirmed_by, ignore_windows=ignore_windows)
+                           approver=approver, code=code, ignore_windows=ignore_windows)
     decision = guard.authorize(Action.DECOMMISSION, store, consent,
                                disruption_seconds=settings.disruption_seconds,
                                default_calendar=settings.default_calendar)
@@ -72,6 +76,8 @@ def store_decommission(store_id: str, inventory: str,
         keys = remove_store_keys(store)
         cobbler = remove_hypervisor_record(store)
         erp = notify_erp_decommissioned(store)
+    record(settings, store_id, Action.DECOMMISSION.value, consent.approver, "done",
+           guard.describe(decision.record))
     return {"store_id": store_id, "state": "Decommissioned", "vm": vm, "keys": keys,
             "cobbler": cobbler, "power": power, "erp_id": erp["erp_id"],
             "erp_replayed": erp["replay"], "authorization": decision.record}

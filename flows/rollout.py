@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
 from flows.store_rollback import store_rollback
-from store_rollout.approvals import NOT_APPROVED, REJECTED, check_policy
+from store_rollout.approvals import NOT_APPROVED, REJECTED, tightened
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
@@ -30,7 +30,8 @@ from store_rollout.inventory.replacement import with_new_box
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
-from tasks.approvals import approve_rollout, rollout_consent
+from tasks.approvals import approve_rollout, asked_actions, proven_yes, rollout_consent
+from tasks.audit import record
 from tasks.erp import notify_erp, notify_erp_replaced
 from tasks.firstboot import firstboot
 from tasks.go_live import go_live_gate
@@ -72,7 +73,7 @@ def store_rollout(store_id: str, inventory: str,
                   approval_policy: str | None = None,
                   approval_timeout: float | None = None,
                   replace_box: dict[str, Any] | None = None,
-                  confirmed_by: str = "") -> dict[str, Any] | State:
+                  approver: str = "", code: str = "") -> dict[str, Any] | State:
     """Roll out one store, from hardware on site to a running store server known to the ERP.
 
     Args:
@@ -110,8 +111,9 @@ def store_rollout(store_id: str, inventory: str,
             it again.
         approval_policy: When the run asks for an approval on its page first: never,
             destructive (before destroying something that works) or always (before any
-            change); empty: the approval_policy setting. A rejected run ends as Rejected,
-            having changed nothing.
+            change); empty: the approval_policy setting. Only a stricter policy than the
+            setting is taken: a weaker one fails the run before it changes anything. A
+            rejected run ends as Rejected, having changed nothing.
         replace_box: The store's new box, replacing a broken one (`store-rollout replace`):
             its `mac` and, where they differ, `power_type`, `power_address`, `power_port`,
             `redfish_system_id`, `bmc_credentials_block`, `ipmi_cipher_suite`, `serial`. The
@@ -120,8 +122,10 @@ def store_rollout(store_id: str, inventory: str,
             image; the ERP gets the new VM's notice and a "replaced" one. Destructive, so
             approved first like reinstall_hypervisor. Then write the new box into the
             inventory.
-        confirmed_by: Who confirmed a destructive run at a terminal (`store-rollout replace
-            --yes`): their confirmation is the approval, and the run does not pause for one.
+        approver: The approver who confirmed a destructive run at a terminal (`store-rollout
+            replace --yes`), proven by `code`: the approval; the run does not pause for one.
+        code: The approver's one-time code, checked by this run and used up (a wrong one
+            fails the run before it changes anything).
         approval_timeout: Seconds the run waits paused for the answer before it is parked
             (suspended, resumable from its page); empty: the approval_timeout_seconds setting.
     """
@@ -131,7 +135,7 @@ def store_rollout(store_id: str, inventory: str,
     if replace_box:
         store = with_new_box(stores, store_id, replace_box)
     settings = load_settings()
-    policy = check_policy(approval_policy or settings.approval_policy)
+    policy = tightened(settings.approval_policy, approval_policy)
     preflight([store], settings)
     clock = StepClock(store_id)
     # taken after the approval and given back while a step waits for its window: a run that
@@ -139,8 +143,8 @@ def store_rollout(store_id: str, inventory: str,
     slot = ReleasableSlot(in_flight_slots(store.region)) if hold_fleet_slot else None
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
-        approval = ({"asked": True, "approved": True,
-                     "comment": f"confirmed by {confirmed_by} with --yes"} if confirmed_by
+        asked = asked_actions(recreate_vm, reinstall_hypervisor, bool(replace_box))
+        approval = (proven_yes(store_id, asked, approver, code) if approver or code
                     else approve_rollout(store, policy,
                                          approval_timeout or settings.approval_timeout_seconds,
                                          recreate_vm=recreate_vm,
@@ -163,6 +167,8 @@ def store_rollout(store_id: str, inventory: str,
                             firstboot_timeout=firstboot_timeout,
                             vm_stall_timeout=vm_stall_timeout,
                             vm_contact_timeout=vm_contact_timeout)
+        if consent.asked:  # the destructive actions it was approved for are done
+            record(settings, store_id, asked, consent.approver, "done", "rollout completed")
     create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),
                              description=f"store {store_id} rollout")
     return result

@@ -17,6 +17,7 @@ from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
+from tasks.audit import record
 from tasks.cobbler import disable_hypervisor_netboot
 from tasks.erp import ErpError, erp_client
 from tasks.notifications import notify_failure
@@ -32,7 +33,7 @@ from tasks.virt import remove_vm
 def store_rollback(store_id: str, inventory: str,
                    owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
                    own_store: bool = True, unfinished_only: bool = False,
-                   confirmed_by: str = "", asked_by: str = "",
+                   approver: str = "", code: str = "", asked_by: str = "",
                    ignore_windows: bool = False) -> dict[str, Any]:
     """Reverse order of the rollout; every step is idempotent. It destroys a store server:
     it goes on only as the guard lets it (approved under the approval policy, in the store's
@@ -49,8 +50,10 @@ def store_rollback(store_id: str, inventory: str,
         unfinished_only: The clean-up of a cancelled rollout: only a store that never went
             live (the ERP knows nothing of it) loses its half-made VM; a live store, or one
             whose ERP record cannot be read, is left as it is.
-        confirmed_by: Who confirmed the rollback at a terminal (`--yes`): the approval.
-            Empty: the run asks for an approval on its page (unless the policy is never).
+        approver: The approver who confirmed the rollback at a terminal (`--yes`), proven by
+            `code`: the approval. Empty: the run asks on its page (unless the policy is never).
+        code: The approver's one-time code, checked by this run and used up (a wrong one
+            fails the run before it changes anything).
         asked_by: Who asked for it (recorded with the guard's decision).
         ignore_windows: Roll back outside the store's maintenance window (an emergency).
     """
@@ -64,11 +67,13 @@ def store_rollback(store_id: str, inventory: str,
         except ErpError as exc:
             logger.warning("store %s: cancelled; the ERP did not answer (%s): the store is left "
                            "as it is", store_id, exc)
+            record(settings, store_id, "cancel", "", "left as is", f"ERP unreadable: {exc}")
             return {"store_id": store_id, "left_as_is": f"ERP unreadable: {exc}"}
         if live:
             logger.warning("store %s: cancelled; the store is live (the ERP knows it): left as "
                            "it is. Undo it with `store-rollout rollback` if that is wanted",
                            store_id)
+            record(settings, store_id, "cancel", "", "left as is", "live store")
             return {"store_id": store_id, "left_as_is": "live store"}
         action, consent = Action.CLEAN_UNFINISHED, Consent(asked_by=asked_by or "a cancel")
     else:
@@ -76,13 +81,14 @@ def store_rollback(store_id: str, inventory: str,
         consent = undo_consent(store, action, check_policy(settings.approval_policy),
                                settings.approval_timeout_seconds,
                                asked_by=asked_by or f"run rollback-{store_id}",
-                               confirmed_by=confirmed_by, ignore_windows=ignore_windows)
+                               approver=approver, code=code, ignore_windows=ignore_windows)
     decision = guard.authorize(action, store, consent,
                                disruption_seconds=settings.disruption_seconds,
                                default_calendar=settings.default_calendar)
     logger.warning("store %s: %s", store_id, guard.describe(decision.record))
     if not decision.go:
         raise guard.ActionRefused(store_id, action, decision.reason)
+    what = "cancel" if unfinished_only else action.value
     owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
              else nullcontext())
     with owner, tags(f"store-{store_id}", "store-rollback"):
@@ -90,5 +96,7 @@ def store_rollback(store_id: str, inventory: str,
         vm = remove_vm(store, host_may_be_gone=unfinished_only)
         key = remove_vm_key(store)
         cobbler = disable_hypervisor_netboot(store)
+    record(settings, store_id, what, consent.approver, "done",
+           f"{action.value}; {guard.describe(decision.record)}")
     return {"store_id": store_id, "vm": vm, "key": key, "cobbler": cobbler,
             "authorization": decision.record}

@@ -146,6 +146,21 @@ def demo(inventory: Inventory = Path(DEFAULT_INVENTORY), state_dir: StateDir = N
         _demo(_racked_copy(inventory, lab_dir))
 
 
+@lab_app.command("approver-code")
+def approver_code(name: Annotated[str, typer.Argument(help="a lab approver (ana or ben)")],
+                  state_dir: StateDir = None) -> None:
+    """Print a one-time code of a lab approver, for `--approver NAME --code CODE` or the
+    approval form on a run's page (the lab's stand-in for the approver's authenticator)."""
+    from lab.approvers import LAB_APPROVERS, approver_code
+
+    if name not in LAB_APPROVERS:
+        console.print(f"[red]error:[/] {name!r} is not a lab approver: use one of "
+                      f"{', '.join(LAB_APPROVERS)}")
+        raise typer.Exit(2)
+    info = load_lab_info(state_dir_from_env(state_dir))
+    print(approver_code(info, name))
+
+
 @lab_app.command("rack")
 def rack(inventory: Annotated[Path, typer.Argument(help="inventory file (YAML)", exists=True,
                                                     dir_okay=False)],

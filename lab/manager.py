@@ -317,6 +317,7 @@ class Lab:
         env = prefect_server.client_env(access, self.paths.prefect_home, self.paths.root)
         import subprocess
 
+        from lab.approvers import save_approvers_block
         from lab.state import VENV_BIN
 
         # the Blocks first: prefect-setup's automations send through the notification block
@@ -326,6 +327,7 @@ class Lab:
             COBBLER_PASSWORD_BLOCK: info.cobbler_password, ERP_TOKEN_BLOCK: info.erp_token})
         prefect_server.save_notification_block(access, info.notify_block,
                                                info.notify_url)
+        save_approvers_block(access)
         # side by side with the deployments (each is seconds of CLI start and Prefect import)
         setup = subprocess.Popen([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

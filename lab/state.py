@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
+from lab.approvers import LAB_APPROVERS_BLOCK
 from lab.procs import ProcessRecord
 from store_rollout.private_files import write_private
 
@@ -271,6 +272,9 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN_BLOCK": ERP_TOKEN_BLOCK,
         "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": info.bmc_block,
         "STORE_ROLLOUT_NOTIFICATION_BLOCK": info.notify_block,
+        # the lab's approvers' seeds (lab/approvers.py) and the audit trail, in the state dir
+        "STORE_ROLLOUT_APPROVERS_BLOCK": LAB_APPROVERS_BLOCK,
+        "STORE_ROLLOUT_AUDIT_DIR": str(root / "audit"),
         # the operators hear of a host not ready this long after its power-on: Prefect's
         # minimum for the default lab's seconds-long installs, the full lab's take about 50 s
         "STORE_ROLLOUT_HYPERVISOR_READY_EXPECTED_SECONDS": "120" if info.full else "10",

@@ -12,7 +12,7 @@ from typing import Final, Literal, get_args
 from store_rollout.fleet.plan import StepPlan
 from store_rollout.fleet.render import plan_markdown
 
-ApprovalPolicy = Literal["never", "destructive", "always"]
+ApprovalPolicy = Literal["never", "destructive", "always"]  # weakest first: the order
 APPROVAL_POLICIES: Final = get_args(ApprovalPolicy)
 DEFAULT_APPROVAL_POLICY: Final[ApprovalPolicy] = "destructive"
 REJECTED: Final = "Rejected"  # the name of a rejected run's final state (a Completed one)
@@ -29,12 +29,37 @@ UNAPPROVED_ENDS: Final = frozenset({REJECTED, NOT_APPROVED})
 DEFAULT_APPROVAL_TIMEOUT_SECONDS: Final = 3600.0
 
 
+# how an approver answers the form on the run's page (tasks/approvals.py's Approval)
+ANSWER_HOW: Final = (
+    "Give your approver name and the one-time code your authenticator shows now. Switch "
+    "*Approve* on and submit to go on. Leave it off and submit to reject: the run ends and "
+    "changes nothing. A wrong code counts for nothing: the run asks again. Name, answer and "
+    "comment go into the store's audit trail.")
+
+
 def check_policy(value: str, field: str = "approval_policy") -> ApprovalPolicy:
     if value not in APPROVAL_POLICIES:
         raise ValueError(f"{field}: {value!r} is not a policy; use one of "
                          f"{', '.join(APPROVAL_POLICIES)} (never: no approvals; destructive: "
                          "before destroying something that works; always: before any change)")
     return value  # type: ignore[return-value]
+
+
+def tightened(setting: str, asked: str | None, field: str = "approval_policy") -> ApprovalPolicy:
+    """The policy a run follows: the setting (the deployment's, the workers'), or a stricter one
+    a run parameter asks for. A weaker one is refused before any side effect: anyone who can
+    start a run must not be able to switch approvals off (APPROVAL_POLICIES: weakest first)."""
+    floor = check_policy(setting)
+    if not asked:
+        return floor
+    wanted = check_policy(asked, field)
+    if APPROVAL_POLICIES.index(wanted) < APPROVAL_POLICIES.index(floor):
+        stricter = APPROVAL_POLICIES[APPROVAL_POLICIES.index(floor):]
+        raise ValueError(f"{field}: {wanted!r} is weaker than the approval_policy setting "
+                         f"{floor!r}; a run may only tighten it: leave {field} empty or use "
+                         f"{' or '.join(stricter)} (the setting is changed where the workers' "
+                         "settings are)")
+    return wanted
 
 
 def approval_needed(policy: ApprovalPolicy, plan: list[StepPlan]) -> bool:
@@ -51,6 +76,5 @@ def approval_request(store_id: str, policy: ApprovalPolicy, plan: list[StepPlan]
         f"{step.step}: {step.action}" for step in destructive)) if destructive else (
         f"the approval policy is {policy!r}: every rollout asks before it changes anything")
     return (f"**Store {store_id}: this rollout waits for your approval**, because {why}.\n\n"
-            "Switch *Approve* on and submit to go on. Leave it off and submit to reject: the "
-            "run ends and changes nothing. A comment is kept in the run's log.\n\n"
+            + ANSWER_HOW + "\n\n"
             + plan_markdown({store_id: plan}).removeprefix("# Rollout plan\n"))

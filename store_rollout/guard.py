@@ -5,8 +5,8 @@ replaced box (its power and keys), decommissioning: each path calls `guard.autho
 `guard.authorize`, never imported by name, so tests/test_guard.py can swap it and see every
 path follow) before its first change. It goes on only when
   (a) the action was asked for by name (a run parameter or a command, `Consent.asked`),
-  (b) the approval policy agreed (no approval needed under `never`; else an approver's yes on
-      the run's page, or the person at the terminal who confirmed with `--yes`), and
+  (b) the approval policy agreed (no approval needed under `never`; else the yes of an
+      approver proven by a one-time code, on the run's page or with `--yes` at a terminal), and
   (c) the store's maintenance window has room for the whole sequence the action starts (a
       reinstall: steps 2 to 5, not step 2 alone), unless the run overrides windows (`--now`).
 It returns what it decided, and the record of who asked, who approved and when, which the
@@ -87,6 +87,7 @@ class Consent(BaseModel):
     asked_by: str = ""
     policy: str = "destructive"
     approved: bool = False
+    approver: str = ""  # the approver a one-time code proved (store_rollout/approvers.py)
     approved_by: str = ""
     approved_at: datetime | None = None
     ignore_windows: bool = False
@@ -148,7 +149,8 @@ def authorize(action: Action, store: Store, consent: Consent, *,
     else:
         raise ActionRefused(store.store_id, action, f"it {what}, and the approval policy "
                             f"{consent.policy!r} needs an approval nobody gave (answer on the "
-                            "run's page, or confirm the command with --yes)")
+                            "run's page, or confirm the command with --yes --approver NAME "
+                            "--code CODE)")
     seconds = sequence_seconds(action, disruption_seconds)
     if action in UNDISRUPTIVE:
         window = disruption.WindowDecision(True, "no window needed: nothing runs to disrupt")
@@ -158,6 +160,7 @@ def authorize(action: Action, store: Store, consent: Consent, *,
             timedelta(seconds=seconds), consent.ignore_windows)
     record = {"action": action.value, "store_id": store.store_id, "go": window.go,
               "asked_by": consent.asked_by or "the run", "approval": approval,
+              "approver": consent.approver,
               "approved_at": consent.approved_at.isoformat() if consent.approved_at else None,
               "window": window.reason, "window_overridden": window.overridden,
               "sequence_seconds": seconds, "decided_at": now.isoformat()}

@@ -29,11 +29,6 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from store_rollout.approvals import (
-    DEFAULT_APPROVAL_POLICY,
-    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
-    ApprovalPolicy,
-)
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS, checked_disruptions
 from store_rollout.regions import (
     DEFAULT_COBBLER_SYNC_LIMIT,
@@ -42,6 +37,7 @@ from store_rollout.regions import (
     Regions,
     load_regions,
 )
+from store_rollout.settings_approvers import ApproverSettings
 from store_rollout.settings_guard import SettingsError, refuse_unsafe, region_settings
 from store_rollout.settings_transport import TransportSettings
 from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
@@ -57,7 +53,7 @@ BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user",
 _REPLACED_BY = {name: block for block, names in BLOCK_REPLACES.items() for name in names}
 
 
-class RolloutSettings(TransportSettings):
+class RolloutSettings(TransportSettings, ApproverSettings):
     model_config = SettingsConfigDict(env_prefix="STORE_ROLLOUT_", extra="ignore", frozen=True)
 
     # declared before the fields they replace: _required_without_block reads them
@@ -116,11 +112,8 @@ class RolloutSettings(TransportSettings):
         default_factory=lambda: dict(DEFAULT_DISRUPTION_SECONDS),
         description="seconds each disruptive step needs in a maintenance window")
     # a store host's time from its power-on into the install to its ready event before the
-    # operators hear of it (tasks/notifications.py); when a rollout asks a person first, and
-    # how long it waits paused before it is parked (store_rollout/approvals.py)
+    # operators hear of it (tasks/notifications.py); approvals: store_rollout/settings_approvers.py
     hypervisor_ready_expected_seconds: float = Field(READY_EXPECTED_SECONDS, ge=10, le=86400)
-    approval_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY
-    approval_timeout_seconds: float = Field(DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0, le=604800)
     # the go-live gate asks failing checks again this long before it fails (tasks/go_live.py)
     go_live_settle_seconds: float = Field(120.0, ge=0, le=3600)
     # each flow run's heartbeat (tasks/run_health.py): the workers' and prefect-setup's value

@@ -5,7 +5,9 @@ unchanged; approved, it recreates the VM and the store is complete again
 (`check_approvals`, run by tests/test_ui.py on the store it rolled out from the UI); and
 (opt-in, `make test-fleet`) unanswered within its approval timeout, it is parked (suspended)
 and an answer later still ends it; a requested reinstall of a ready host asks the same way,
-and approved, reinstalls it."""
+and approved, reinstalls it. Issue 44: every answer names an approver and carries a one-time
+code of theirs (lab/approvers.py); an answer with a wrong code is refused and the run asks
+again, and the store's audit trail names who decided."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from lab.approvers import approver_code, audit_dir
 from lab.prefect_access import PrefectAccess, api_session
 from lab.state import LabInfo
+from store_rollout import audit
 from tests.helpers import (
     check_store,
     created_erp_notices,
@@ -56,6 +60,13 @@ def recreate_run(lab: LabInfo, inventory: Path, store_id: str, **extra: Any) -> 
     return str(created["id"])
 
 
+def proven(lab: LabInfo, approve: bool, comment: str, name: str = "ana",
+           code: str | None = None) -> dict[str, Any]:
+    """An answer of the lab approver `name` with a code of theirs (or `code`, e.g. a wrong one)."""
+    return {"approve": approve, "approver": name, "comment": comment,
+            "code": code if code is not None else approver_code(lab, name)}
+
+
 def answer_in_the_ui(lab: LabInfo, ui: Ui, run_id: str, approve: bool, comment: str,
                      shot: str) -> str:
     """Open the paused run's page, read what it asks, answer in its form; returns the text the
@@ -67,7 +78,11 @@ def answer_in_the_ui(lab: LabInfo, ui: Ui, run_id: str, approve: bool, comment: 
     asked = str(form.inner_text())
     if approve:
         form.get_by_role("switch").click()
-    form.locator("textarea").fill(comment)
+    # the form's text fields in the order of tasks/approvals.Approval: approver, code, comment
+    fields = form.locator("textarea, input[type=text]")
+    fields.nth(0).fill("ana")
+    fields.nth(1).fill(approver_code(lab, "ana"))
+    fields.nth(2).fill(comment)
     ui.shot(shot)
     ui.page.get_by_role("button", name="Submit").click()
     return asked
@@ -114,6 +129,9 @@ def check_approvals(lab: LabInfo, ui: Ui, inventory: Path, store: str) -> None:
     answer_in_the_ui(lab, ui, approved, approve=True, comment="approved by the store manager",
                      shot="approval-approved")
     assert ended(lab, approved)["state_name"] == "Completed"
+    trail = [(r["action"], r["person"], r["decision"]) for r in audit.read(audit_dir(lab), store)]
+    assert trail[-3:] == [("recreate_vm", "ana", "rejected"), ("recreate_vm", "ana", "approved"),
+                          ("recreate_vm", "ana", "done")], trail
     result = result_from_systems(lab, store)
     assert result["vm"]["uuid"] != first_vm
     notices = [n["erp_id"] for n in created_erp_notices(lab, store)]
@@ -140,7 +158,7 @@ def test_an_unanswered_approval_parks_the_run_and_a_later_answer_ends_it(
              what="the parked run's process to end")
     time.sleep(3)  # the worker's next poll (2 s) finds the process gone and frees the slot
     api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/{parked}/resume", json={
-        "run_input": {"approve": False, "comment": "next week"}}, timeout=10).raise_for_status()
+        "run_input": proven(lab, False, "next week")}, timeout=10).raise_for_status()
     end = ended(lab, parked)
     assert end["state_name"] == "Rejected" and "next week" in end["state"]["message"], end["state"]
     after = systems_snapshot(lab)
@@ -161,9 +179,15 @@ def test_a_requested_reinstall_asks_first_then_wipes_the_host_and_redoes_the_sto
     paused = recreate_run(lab, inventory, store, recreate_vm=False, reinstall_hypervisor=True)
     asked = approval_request_of(lab, paused)
     assert f"pxe_install_hypervisor: reinstall store-{store}-hv" in asked, asked
+    # issue 44: an answer with a wrong code counts for nothing: the run asks again
     api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/{paused}/resume", json={
-        "run_input": {"approve": True, "comment": "new disk controller"}},
-        timeout=10).raise_for_status()
+        "run_input": proven(lab, True, "forged", code="000000")}, timeout=10).raise_for_status()
+    wait_for(lambda: run(lab, paused)["state_type"] == "PAUSED" and run(lab, paused)[
+        "state"]["state_details"]["pause_key"] == "approval-2", timeout=60,
+        what="the run to ask again after a wrong code")
+    assert power_actions(lab, f"store-{store}-hv") == {"on": 1, "off": 0}  # nothing done
+    api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/{paused}/resume", json={
+        "run_input": proven(lab, True, "new disk controller")}, timeout=10).raise_for_status()
     assert ended(lab, paused)["state_name"] == "Completed"
     # the running host powered off and on into the install (the first rollout: on only)
     assert power_actions(lab, f"store-{store}-hv") == {"on": 2, "off": 1}

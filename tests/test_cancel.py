@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+from lab.approvers import code_args
 from lab.prefect_access import api_session
 from lab.state import LabInfo, LabPaths
 from tasks.cobbler import CobblerClient
@@ -187,8 +188,17 @@ def test_cancel_silence_and_rollback_of_one_store(
     shown = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv))
     assert shown.exit_code == 2 and "add --yes to go on" in " ".join(shown.stderr.split())
     assert domain_running(lab, f"store-{store_id}-vm")
-    done = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv), "--yes")
+    # issue 44: --yes needs an approver proven by a one-time code; a wrong one is refused
+    # before the run starts (and the run would refuse it again itself)
+    wrong = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv), "--yes",
+                           "--approver", "ana", "--code", "000000")
+    assert wrong.exit_code == 2 and "--code: code wrong for 'ana'" in " ".join(
+        wrong.stderr.split()), wrong.stderr[-2000:]
+    assert domain_running(lab, f"store-{store_id}-vm")
+    done = cli_in_process(lab_env, "rollback", store_id, "--inventory", str(inv), "--yes",
+                          *code_args(lab))
     assert done.exit_code == 0, (done.exception, done.stderr[-2000:])
-    assert json.loads(done.stdout)["authorization"]["approval"].endswith("(confirmed with --yes)")
+    assert json.loads(done.stdout)["authorization"]["approval"] == (
+        "approved by ana (one-time code checked, confirmed with --yes)")
     assert json.loads(done.stdout)["vm"]["domain"] is True
     assert_rolled_back(lab, store_id)

@@ -198,7 +198,7 @@ def test_rollback_and_decommission_refuse_when_the_guard_does(
         if hasattr(module, name):
             monkeypatch.setattr(module, name, lambda *a, _n=name, **k: changed.append(_n))
     with pytest.raises(Refused):
-        flow.fn.__wrapped__("0042", str(inventory), confirmed_by="ana")  # no heartbeats
+        flow.fn.__wrapped__("0042", str(inventory))  # no heartbeats
     assert refusing_guard == ["rollback" if flow_module.endswith("rollback") else "decommission"]
     assert changed == []
 
@@ -377,7 +377,7 @@ def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
     monkeypatch.setattr(store_rollback, "check_region", lambda store: None)
     monkeypatch.setattr(store_rollback, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(store_rollback, "load_settings", lambda: SimpleNamespace(
-        disruption_seconds=SECONDS, default_calendar=None))
+        disruption_seconds=SECONDS, default_calendar=None, audit_dir=str(tmp_path / "audit")))
 
     def erp(notices: Any) -> None:
         def read(_store_id: str) -> Any:
@@ -399,3 +399,10 @@ def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
     done = clean_up("0042", str(inventory), own_store=False, unfinished_only=True)
     assert removed == ["remove_vm", "remove_vm_key", "disable_hypervisor_netboot"]
     assert done["authorization"]["action"] == "clean_unfinished"
+    # each cancel is in the store's audit trail, with what it did
+    from store_rollout import audit
+
+    trail = audit.read(tmp_path / "audit", "0042")
+    assert [(r["action"], r["decision"]) for r in trail] == [
+        ("cancel", "left as is"), ("cancel", "left as is"), ("cancel", "done")], trail
+    assert trail[0]["reason"] == "live store"

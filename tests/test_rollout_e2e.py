@@ -15,6 +15,7 @@ import pytest
 import requests
 import yaml
 
+from lab.approvers import code_args
 from lab.hardware import lab_serial
 from lab.prefect_access import api_session
 from lab.state import VENV_BIN, LabInfo, LabPaths
@@ -227,7 +228,7 @@ def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inv
     before = store_traces(lab, store_id, mac)
     assert before["cobbler"] and before["dhcp"] and before["domain"] and before["host_on"], before
     done = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory),
-                          "--yes")
+                          "--yes", *code_args(lab, "ben"))
     assert done.exit_code == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["vm"] == {"domain": True, "disk_dir": True}, result
@@ -243,13 +244,21 @@ def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inv
                                        str(inventory), "--json").stdout)["stores"][store_id]
     assert (status["status"], status["mismatches"]) == ("decommissioned", []), status
     again = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory),
-                          "--yes")
+                          "--yes", *code_args(lab, "ben"))
     assert again.exit_code == 0, again.stderr[-3000:]
     second = json.loads(again.stdout)
     assert second["vm"]["host_gone"] and second["keys"]["keys_deleted"] == [], second
     assert (second["cobbler"]["removed"], second["power"]["was"]) == (False, "off"), second
     assert (second["erp_id"], second["erp_replayed"]) == (result["erp_id"], True), second
     assert store_traces(lab, store_id, mac) == gone
+    # issue 44: the store's audit trail names who approved each decommission (proven by a
+    # one-time code), as an auditor exports it
+    export = cli_in_process(lab_env, "audit", "export", "--store", store_id, "--json")
+    assert export.exit_code == 0, export.stderr[-2000:]
+    # (the last four: a lab kept from an earlier session has that store's earlier ones)
+    trail = [(r["action"], r["person"], r["decision"]) for r in json.loads(export.stdout)][-4:]
+    assert trail == [("decommission", "ben", "approved"), ("decommission", "ben", "done")] * 2, \
+        trail
 
 
 def check_another_box_stops_at_step_3(lab: LabInfo, lab_env: dict[str, str], inventory: Path,
