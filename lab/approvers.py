@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lab.prefect_access import PrefectAccess
-from lab.state import LabInfo
+if TYPE_CHECKING:  # lab.state imports this module for LAB_APPROVERS_BLOCK
+    from lab.prefect_access import PrefectAccess
+    from lab.state import LabInfo
 
 LAB_APPROVERS = ("ana", "ben")
 LAB_APPROVERS_BLOCK = "lab-approvers"
@@ -33,6 +35,7 @@ def save_approvers_block(access: PrefectAccess) -> None:
 
 
 def seeds(lab: LabInfo) -> dict[str, str]:
+    from lab.prefect_access import PrefectAccess
     from tasks.approvers import approver_seeds
 
     with PrefectAccess.of(lab).settings():

@@ -273,8 +273,8 @@ def test_a_yes_without_a_proven_approver_is_refused_before_anything_starts(
     env = {"STORE_ROLLOUT_SETTINGS_FILE": "", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/dev/null",
            "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "127.0.0.1",
            "STORE_ROLLOUT_COBBLER_URL": "https://c.invalid/", "STORE_ROLLOUT_COBBLER_USER": "u",
-           "STORE_ROLLOUT_COBBLER_PASSWORD": "p" * 20,
-           "STORE_ROLLOUT_ERP_URL": "https://e.invalid", "STORE_ROLLOUT_ERP_TOKEN": "t" * 20,
+           "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK": "cobbler-password",
+           "STORE_ROLLOUT_ERP_URL": "https://e.invalid", "STORE_ROLLOUT_ERP_TOKEN_BLOCK": "erp-token",
            "STORE_ROLLOUT_IMAGE_BASE_URL": "https://i.invalid",
            "STORE_ROLLOUT_AUDIT_DIR": str(tmp_path / "audit")}
     for command in ("rollback", "decommission"):
