@@ -174,8 +174,7 @@ def status(
 def rollback(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
              now: Now = False, approver: Approver = "", code: Code = "") -> None:
     """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off.
-    Shows what it will do; `--yes --approver NAME --code CODE` goes on (in the store's
-    maintenance window, or `--now`)."""
+    Shows what it will do; `--yes --approver NAME --code CODE` goes on (in its window, `--now`)."""
     print(json.dumps(run_store_undo("rollback", store_id, inventory, yes, now, approver, code),
                      indent=2, default=str))
 
