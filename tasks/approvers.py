@@ -8,23 +8,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from prefect.blocks.system import Secret
-from prefect.exceptions import ObjectNotFound
-
 from store_rollout.approvers import ApproverError, Proven, verify
+from tasks.blocks import secret_text
 
 
 def approver_seeds(block_name: str) -> dict[str, str]:
     """name -> seed, from the Secret Block `block_name`."""
-    try:
-        block: Any = Secret.load(block_name)
-    except ValueError as exc:
-        if isinstance(exc.__cause__, ObjectNotFound):
-            raise ApproverError(f"no approvers: no Secret Block {block_name!r} (setting "
-                                "approvers_block): save one holding a JSON map of approver "
-                                "name to base32 TOTP seed") from None
-        raise
-    value = block.value.get_secret_value()
+    value = secret_text(block_name)
+    if value is None:
+        raise ApproverError(f"no approvers: no Secret Block {block_name!r} (setting "
+                            "approvers_block): save one holding a JSON map of approver "
+                            "name to base32 TOTP seed")
     try:
         seeds = json.loads(value) if isinstance(value, str) else value
     except ValueError:

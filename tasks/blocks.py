@@ -74,15 +74,24 @@ def store_root_password(store_id: str) -> SecretStr:
     raise AssertionError("unreachable: Retrying re-raises")
 
 
-def _load_secret(name: str) -> SecretStr | None:
-    """The text of the Secret block `name`; None when there is no such block."""
+def secret_text(name: str) -> Any:
+    """The value of the Secret block `name` as saved (not Secret.get(): it would json-decode
+    "1234"); None when there is no such block. Loaded synchronously even where an event loop
+    runs (a caller under Playwright's or Prefect's loop would get a coroutine)."""
     try:
-        block: Any = Secret.load(name)
+        block: Any = Secret.load(name, _sync=True)  # type: ignore[call-arg]
     except ValueError as exc:
         if isinstance(exc.__cause__, ObjectNotFound):
             return None
         raise
-    value = block.value.get_secret_value()  # not Secret.get(): it would json-decode "1234"
+    return block.value.get_secret_value()
+
+
+def _load_secret(name: str) -> SecretStr | None:
+    """The text of the Secret block `name`; None when there is no such block."""
+    value = secret_text(name)
+    if value is None:
+        return None
     if not isinstance(value, str) or not value:
         raise ValueError(f"Secret block {name!r} holds no password (a non-empty string): set one "
                          "in the Prefect UI, or delete the block to have a new one generated")
