@@ -151,6 +151,13 @@ def authorize(action: Action, store: Store, consent: Consent, *,
                             f"{consent.policy!r} needs an approval nobody gave (answer on the "
                             "run's page, or confirm the command with --yes --approver NAME "
                             "--code CODE)")
+    if consent.ignore_windows and action not in UNDISRUPTIVE and not consent.approver:
+        # a run parameter may tighten the guard, never loosen it: only a person proven by a
+        # one-time code may take a live store down outside its window
+        raise ActionRefused(store.store_id, action, f"it {what} and ignore_windows overrides "
+                            "the store's maintenance window: only a proven approver may do "
+                            "that (confirm with --yes --approver NAME --code CODE, or answer on "
+                            "the run's page), or let it wait for its window")
     seconds = sequence_seconds(action, disruption_seconds)
     if action in UNDISRUPTIVE:
         window = disruption.WindowDecision(True, "no window needed: nothing runs to disrupt")

@@ -66,8 +66,18 @@ def test_the_window_must_hold_the_whole_sequence() -> None:
     assert guard.sequence_seconds(Action.REINSTALL_HOST, SECONDS) == 3900
     assert authorize(Action.REINSTALL_HOST, asked, NIGHTS, MIDNIGHT.replace(hour=4)).go
     overridden = authorize(Action.REINSTALL_HOST, asked.model_copy(update={
-        "ignore_windows": True}), NIGHTS, MIDNIGHT.replace(hour=5, minute=10))
+        "ignore_windows": True, "approver": "ana"}), NIGHTS, MIDNIGHT.replace(hour=5, minute=10))
     assert overridden.go and overridden.record["window_overridden"]
+
+
+def test_only_a_proven_approver_may_override_a_window() -> None:
+    """Issue 44: ignore_windows is a run parameter anyone with the API could pass; with the
+    policy `never` nobody would have been asked. Without a proven approver it is refused."""
+    unproven = Consent(asked=("reinstall_hypervisor",), policy="never", ignore_windows=True)
+    with pytest.raises(ActionRefused, match="only a proven approver may do that"):
+        authorize(Action.REINSTALL_HOST, unproven, NIGHTS, MIDNIGHT.replace(hour=5, minute=10))
+    # nothing to disrupt (a host found off): no approver needed to override anything
+    assert authorize(Action.POWER_ON_HOST, Consent(ignore_windows=True), None).go
 
 
 def test_no_calendar_anywhere_refuses_the_window() -> None:
