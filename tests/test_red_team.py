@@ -54,7 +54,8 @@ from tasks.salt import (
 )
 from tests.helpers import wait_for
 
-# one fleet for the module, on one worker: the attacks run in this order
+# one fleet for the module, on one worker: the attacks run in this order (tests/durations.json
+# gives them one value, so the longest-first sort keeps it; the VM-id race comes last)
 pytestmark = [pytest.mark.lab, pytest.mark.xdist_group("red_team")]
 RUN = secrets.token_hex(2)
 A, B = f"rta{RUN}", f"rtb{RUN}"
@@ -256,6 +257,7 @@ def test_a_forged_go_live_return_does_not_pass_step_7(
     finally:
         forger.join()
         fleet.minions.start(A_VM, "red team: A's server back")
+        wait_for(lambda: fleet.master.ping(A_VM), timeout=60, what=f"{A_VM} back")
     assert f"a return claiming to be {A_VM}'s" in caplog.text and "forged" in caplog.text
 
 
