@@ -14,7 +14,7 @@ STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
 HOST_SALT_VENV ?= $(CURDIR)/.venv-salt3006
 STAMP_HOST_SALT := $(HOST_SALT_VENV)/.setup.stamp
 # the interpreter and Salt a Leap 15.6 store host runs (Python 3.6.15, Salt 3006.0): host-side
-# code is called under it (tests/test_host_python36.py); any CPython 3.6 will do (README)
+# code is called under it (tests/test_host_python36.py); any CPython 3.6 will do (docs/lab.md)
 HOST_PY36_VENV ?= $(CURDIR)/.venv-host-py36
 STAMP_HOST_PY36 := $(HOST_PY36_VENV)/.setup.stamp
 # the lab's BMC emulators (VirtualBMC for IPMI, sushy-tools for Redfish), apart from the app

@@ -231,7 +231,7 @@ def load_settings(environ: dict[str, str] | None = None) -> RolloutSettings:
         named = f"or name a settings file with {SETTINGS_FILE_ENV}"
         # a shell without any settings misses eight of them: one line, not eight times the advice
         brief = "; ".join(([f"settings missing: {', '.join(missing)} (export them; secrets and "
-                            "logins come from Prefect blocks they name, see README; " + named +
+                            "logins come from Prefect blocks they name, see docs/configuration.md; " + named +
                             ")"] if missing else []) + invalid)
         raise SettingsError(f"settings invalid: {'; '.join(problems)}; {named}",
                             tuple(missing), brief) from None
