@@ -39,7 +39,7 @@ from store_rollout.contracts import (
     LIBVIRT_EVENT_TAG_PREFIX,
     LIBVIRT_EVENTS_ENGINE,
 )
-from tests.helpers import wait_for
+from tests.helpers import load_salt_module, wait_for
 
 ENGINE = SALT_STATES_DIR / "_engines" / f"{LIBVIRT_EVENTS_ENGINE}.py"
 FORWARDER = SALT_STATES_DIR / "_engines" / "store_prefect_events.py"
@@ -460,11 +460,7 @@ def test_the_engine_file_is_its_own_cobbler_snippet() -> None:
 
 @pytest.fixture(scope="module")
 def forwarder() -> Any:
-    spec = importlib.util.spec_from_file_location("store_prefect_events_under_test", FORWARDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_salt_module("_engines", "store_prefect_events")
 
 
 def test_lost_and_restored_reach_prefect_related_to_the_hypervisors_store(forwarder: Any) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import http.server
-import importlib.util
 import json
 import ssl
 import threading
@@ -23,17 +22,14 @@ from lab.prefect_access import ensure_auth_file, ensure_tls, write_private
 from lab.state import SALT_STATES_DIR
 from store_rollout.settings import SettingsError
 from store_rollout.settings_outside import PREFECT_AUTH_FILE_ENV, prefect_settings_of_file
+from tests.helpers import load_salt_module
 
 FORWARDER = SALT_STATES_DIR / "_engines" / "store_prefect_events.py"
 
 
 @pytest.fixture(scope="module")
 def forwarder() -> Any:
-    spec = importlib.util.spec_from_file_location("store_prefect_events_auth", FORWARDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_salt_module("_engines", "store_prefect_events")
 
 
 def test_lab_credential_and_keys_are_private_from_the_start(tmp_path: Path) -> None:
