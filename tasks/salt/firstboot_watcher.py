@@ -17,7 +17,7 @@ from tasks.salt.errors import FirstbootFailed, SaltEventTimeout, VmNeverContacte
 from tasks.salt.events import SYSTEM_CLOCK, Clock, SaltEvent, next_event
 from tasks.salt.minions import failed_states
 from tasks.salt.probes import MasterApi, contested_key, firstboot_stage, reset_vm
-from tasks.salt.watchers import CONFIRM_PAUSES, STATE_FUNS, Logger
+from tasks.salt.watchers import STATE_FUNS, Logger, confirmed
 
 
 class FirstbootWatcher:
@@ -116,12 +116,10 @@ class FirstbootWatcher:
     def _confirm_done(self, claimed: SaltEvent) -> bool:
         """A done event is only a hint (any accepted minion can fire one claiming this VM's id):
         the VM's own firstboot_stage grain, read through the job cache, decides."""
-        stage = None
-        for pause in CONFIRM_PAUSES:
-            self.clock.sleep(pause)
-            stage = firstboot_stage(self.master, self.minion)
-            if step_rules.firstboot_done(stage):
-                return True
+        done, stage = confirmed(self.clock, lambda: firstboot_stage(self.master, self.minion),
+                                step_rules.firstboot_done)
+        if done:
+            return True
         self.logger.warning(
             "store %s: a %s event claiming to come from %s was not confirmed by %s itself (its "
             "firstboot stage: %s): another minion forged it; ignored", self.store.store_id,

@@ -9,7 +9,8 @@ stream and a fake clock (tests/test_salt_watchers.py).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from store_rollout import step_rules
 from store_rollout.contracts import (
@@ -33,10 +34,23 @@ from tasks.salt.probes import (
 )
 
 Logger = logging.Logger | logging.LoggerAdapter
+T = TypeVar("T")
 STATE_FUNS = {"state.sls", "state.apply", "state.highstate"}
 # after an event claims a minion's progress, its own answer is asked at once and then a little
 # later (a grain set by the state before the event may reach the minion's memory a moment after)
 CONFIRM_PAUSES = (0.0, 0.5, 1.5)
+
+
+def confirmed(clock: Clock, ask: Callable[[], T], agrees: Callable[[T], bool]) -> tuple[bool, T]:
+    """Whether the minion's own answer (`ask`) `agrees` with what an event claimed, asked over
+    CONFIRM_PAUSES; with the last answer."""
+    answer = ask()
+    for pause in CONFIRM_PAUSES[1:]:
+        if agrees(answer):
+            return True, answer
+        clock.sleep(pause)
+        answer = ask()
+    return agrees(answer), answer
 
 
 def _describe(event: SaltEvent | None) -> str:
@@ -144,12 +158,10 @@ class HypervisorReadyWatcher:
     def _confirm_ready(self, claimed: SaltEvent) -> bool:
         """A ready event is only a hint: its `id` is the sender's word (any accepted minion can
         fire it). The host's own ready grain, read through the job cache, decides."""
-        state = "silent"
-        for pause in CONFIRM_PAUSES:
-            self.clock.sleep(pause)
-            state = hypervisor_state(self.master, self.minion)
-            if state == "ready":
-                return True
+        ready, state = confirmed(self.clock, lambda: hypervisor_state(self.master, self.minion),
+                                 lambda answer: answer == "ready")
+        if ready:
+            return True
         self.logger.warning(
             "store %s: a %s event claiming to come from %s was not confirmed by %s itself (it "
             "answers: %s): another minion forged it; ignored (event data: %s)", self.store_id,
