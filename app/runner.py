@@ -71,10 +71,11 @@ def validate_rollback(store_id: str, inventory: Path) -> None:
     """The store, its region and the settings, refused here, not as a failed flow run once the
     rollback has begun (no preflight: a rollback also undoes a half-configured store)."""
     from store_rollout.inventory import InventoryError, load_inventory
+    from store_rollout.settings import load_settings
     from tasks.preflight import PreflightError, check_region
 
     try:
-        check_region(load_inventory(inventory).get(store_id))
+        check_region(load_inventory(inventory).get(store_id), load_settings())
     except (InventoryError, PreflightError) as exc:
         refuse(str(exc))
     except SettingsError as exc:

@@ -27,6 +27,7 @@ from store_rollout.approvals import NOT_FAILED, UNAPPROVED_ENDS, tightened
 from store_rollout.inventory import load_inventory
 from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
+from store_rollout.settings_parts import CalendarSettings
 from store_rollout.waves import plan_region_waves, regions_to_halt, runs_of_their_own
 from tasks.run_health import beating
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, in_flight_slots, set_limit
@@ -169,6 +170,7 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
             entries = [schedule_store_run(stores[sid], inventory,
                                           {**store_params, **asked, "hold_fleet_slot": True,
                                            "ignore_windows": ignore_windows},
+                                          CalendarSettings.of(settings),
                                           regional_deployment(store_deployment,
                                                               stores[sid].region),
                                           follow_windows) for sid in wave]

@@ -15,6 +15,13 @@ from store_rollout.approvals import check_policy
 from store_rollout.guard import Action
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
+from store_rollout.settings_parts import (
+    ApprovalSettings,
+    BmcSettings,
+    CobblerSettings,
+    ErpSettings,
+    SaltSettings,
+)
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
 from tasks.audit import record
@@ -55,10 +62,10 @@ def store_decommission(store_id: str, inventory: str,
         ignore_windows: Decommission outside the store's maintenance window.
     """
     store = load_inventory(inventory).get(store_id)
-    check_region(store)
     settings = load_settings()
+    check_region(store, settings)
     consent = undo_consent(store, Action.DECOMMISSION, check_policy(settings.approval_policy),
-                           settings.approval_timeout_seconds,
+                           settings.approval_timeout_seconds, ApprovalSettings.of(settings),
                            asked_by=asked_by or f"run decommission-{store_id}",
                            approver=approver, code=code, ignore_windows=ignore_windows)
     decision = guard.authorize(Action.DECOMMISSION, store, consent,
@@ -71,12 +78,13 @@ def store_decommission(store_id: str, inventory: str,
             tags(f"store-{store_id}", "store-decommission"):
         # the VM while the host answers; the host off before its key goes (a running minion
         # whose key is deleted signs in again, leaving a pending key); its record last
-        vm = remove_vm(store, host_may_be_gone=True)
-        power = power_off_hypervisor(store)
-        keys = remove_store_keys(store)
-        cobbler = remove_hypervisor_record(store)
-        erp = notify_erp_decommissioned(store)
-    record(settings, store_id, Action.DECOMMISSION.value, consent.approver, "done",
+        salt = SaltSettings.of(settings)
+        vm = remove_vm(store, salt, host_may_be_gone=True)
+        power = power_off_hypervisor(store, BmcSettings.of(settings))
+        keys = remove_store_keys(store, salt)
+        cobbler = remove_hypervisor_record(store, CobblerSettings.of(settings))
+        erp = notify_erp_decommissioned(store, ErpSettings.of(settings))
+    record(ApprovalSettings.of(settings), store_id, Action.DECOMMISSION.value, consent.approver, "done",
            guard.describe(decision.record))
     return {"store_id": store_id, "state": "Decommissioned", "vm": vm, "keys": keys,
             "cobbler": cobbler, "power": power, "erp_id": erp["erp_id"],

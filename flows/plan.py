@@ -68,7 +68,7 @@ def store_plan(store_ids: list[str], inventory: str,
         "store_ids": ids, "inventory": inventory, "highstate_test": highstate_test,
         "recreate_vm": recreate_vm, "reinstall_hypervisor": reinstall_hypervisor,
         "replace_box": replace_box}) for region, ids in others.items()]
-    facts = observe_stores(own, highstate_test=highstate_test) if own else {}
+    facts = observe_stores(own, settings, highstate_test=highstate_test) if own else {}
     plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor, bool(replace_box))
              for sid, f in facts.items()}
     for part in remote:

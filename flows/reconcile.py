@@ -42,7 +42,7 @@ def store_reconcile(inventory: str,
     remote = [run_in_region.submit("store-reconcile", region,
                                    {"inventory": inventory, "store_ids": ids})
               for region, ids in others.items()]
-    facts = observe_stores(own, last_runs=True) if own else {}
+    facts = observe_stores(own, settings, last_runs=True) if own else {}
     silent_for = zombie_after(settings.heartbeat_seconds)
     found = {s.store_id: reconcile_store(facts[s.store_id], silent_for) for s in own}
     changed = emit_store_changes(list(found.values()), previous_reconcile(ARTIFACT_KEY))

@@ -28,6 +28,16 @@ from store_rollout.contracts import (
 from store_rollout.inventory import load_inventory
 from store_rollout.inventory.replacement import with_new_box
 from store_rollout.settings import load_settings
+from store_rollout.settings_parts import (
+    ApprovalSettings,
+    BmcSettings,
+    CalendarSettings,
+    CobblerSettings,
+    ErpSettings,
+    HostSettings,
+    ImageSettings,
+    SaltSettings,
+)
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
 from tasks.approvals import approve_rollout, asked_actions, proven_yes, rollout_consent
@@ -144,9 +154,11 @@ def store_rollout(store_id: str, inventory: str,
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-rollout"):
         asked = asked_actions(recreate_vm, reinstall_hypervisor, bool(replace_box))
-        approval = (proven_yes(store_id, asked, approver, code) if approver or code
+        approval = (proven_yes(store_id, asked, approver, code, ApprovalSettings.of(settings))
+                    if approver or code
                     else approve_rollout(store, policy,
                                          approval_timeout or settings.approval_timeout_seconds,
+                                         settings,
                                          recreate_vm=recreate_vm,
                                          reinstall_hypervisor=reinstall_hypervisor,
                                          replace_box=bool(replace_box)))
@@ -168,7 +180,8 @@ def store_rollout(store_id: str, inventory: str,
                             vm_stall_timeout=vm_stall_timeout,
                             vm_contact_timeout=vm_contact_timeout)
         if consent.asked:  # the destructive actions it was approved for are done
-            record(settings, store_id, asked, consent.approver, "done", "rollout completed")
+            record(ApprovalSettings.of(settings), store_id, asked, consent.approver, "done",
+                   "rollout completed")
     create_markdown_artifact(key=f"rollout-{store_id}", markdown=markdown_report(store_id, result),
                              description=f"store {store_id} rollout")
     return result
@@ -180,28 +193,38 @@ def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: A
            vm_stall_timeout: float, vm_contact_timeout: float) -> dict[str, Any]:
     """Steps 1 to 7 of an approved rollout (the slot given back while a step waits)."""
     store_id = store.store_id
-    image = clock.run(STEP_IMAGE, ensure_image, settings.image_description,
-                      settings.image_params, settings.image_cache_dir, settings.image_builder)
-    retired = (run_in_window(store_id, lambda: retire_old_box(old_box, store, consent), slot)
-               if replace_box else None)
+    # each task gets the part of the settings it uses (store_rollout/settings_parts.py)
+    salt, cobbler, images = (SaltSettings.of(settings), CobblerSettings.of(settings),
+                             ImageSettings.of(settings))
+    power, hosts, calendar = (BmcSettings.of(settings), HostSettings.of(settings),
+                              CalendarSettings.of(settings))
+    image = clock.run(STEP_IMAGE, ensure_image, images.image_description,
+                      images.image_params, images.image_cache_dir, images.image_builder)
+    retired = (run_in_window(store_id, lambda: retire_old_box(
+        old_box, store, consent, salt=salt, cobbler=cobbler, power=power, calendar=calendar),
+        slot) if replace_box else None)
     install = run_in_window(store_id, lambda: clock.run(
         STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
         install_seconds=hypervisor_timeout, consent=consent,
-        window_covered=bool(retired and retired.get("authorization"))), slot)
-    hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store,
+        window_covered=bool(retired and retired.get("authorization")), salt=salt,
+        cobbler=cobbler, power=power, hosts=hosts, calendar=calendar), slot)
+    hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store, salt,
                         timeout=hypervisor_timeout, already_ready=install["skipped"],
                         stall_timeout=hypervisor_stall_timeout)
-    keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store)
+    keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store, salt, cobbler)
     # step 2 started an install in a window with room for steps 2 to 5: step 5 goes on
     installed_now = bool(install["power_actions"]) and not install["silent"]
     vm = run_in_window(store_id, lambda: clock.run(
         STEP_CREATE_VM, create_vm, store, image, consent=consent,
-        window_covered=installed_now), slot)
-    booted = clock.run(STEP_FIRSTBOOT, firstboot, store, timeout=firstboot_timeout,
+        window_covered=installed_now, salt=salt, hosts=hosts, images=images,
+        calendar=calendar), slot)
+    booted = clock.run(STEP_FIRSTBOOT, firstboot, store, salt, images, timeout=firstboot_timeout,
                        stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
-    go_live = clock.run(STEP_GO_LIVE, go_live_gate, store)
-    erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
-    replaced = notify_erp_replaced(store, old_box.hypervisor.mac) if replace_box else None
+    go_live = clock.run(STEP_GO_LIVE, go_live_gate, store, salt)
+    erp_part = ErpSettings.of(settings)
+    erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm, erp_part)
+    replaced = (notify_erp_replaced(store, old_box.hypervisor.mac, erp_part) if replace_box
+                else None)
     return {
         "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
         "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],

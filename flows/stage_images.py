@@ -11,6 +11,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
+from store_rollout.settings_parts import ImageSettings, SaltSettings
 from tasks.kiwi import ensure_image
 from tasks.region_runs import split_by_region
 from tasks.run_health import beating
@@ -42,7 +43,8 @@ def stage_images(inventory: str, store_ids: tuple[str, ...] = ()) -> dict[str, A
                               region, ", ".join(ids), region)
     image = ensure_image(settings.image_description, settings.image_params,
                          settings.image_cache_dir, settings.image_builder)
-    futures = {store.store_id: stage_image.submit(store, image) for store in stores}
+    salt, images = SaltSettings.of(settings), ImageSettings.of(settings)
+    futures = {store.store_id: stage_image.submit(store, image, salt, images) for store in stores}
     staged: dict[str, Any] = {}
     failed: dict[str, str] = {}
     for store_id, future in futures.items():

@@ -15,6 +15,7 @@ from store_rollout.approvals import check_policy
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
+from store_rollout.settings_parts import ApprovalSettings, CobblerSettings, ErpSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
 from tasks.audit import record
@@ -58,28 +59,28 @@ def store_rollback(store_id: str, inventory: str,
         ignore_windows: Roll back outside the store's maintenance window (an emergency).
     """
     store = load_inventory(inventory).get(store_id)
-    check_region(store)
     settings = load_settings()
-    logger = get_run_logger()
+    check_region(store, settings)
+    approvals, logger = ApprovalSettings.of(settings), get_run_logger()
     if unfinished_only:
         try:
-            live = step_rules.store_live(erp_client(settings).notices(store_id))
+            live = step_rules.store_live(erp_client(ErpSettings.of(settings)).notices(store_id))
         except ErpError as exc:
             logger.warning("store %s: cancelled; the ERP did not answer (%s): the store is left "
                            "as it is", store_id, exc)
-            record(settings, store_id, "cancel", "", "left as is", f"ERP unreadable: {exc}")
+            record(approvals, store_id, "cancel", "", "left as is", f"ERP unreadable: {exc}")
             return {"store_id": store_id, "left_as_is": f"ERP unreadable: {exc}"}
         if live:
             logger.warning("store %s: cancelled; the store is live (the ERP knows it): left as "
                            "it is. Undo it with `store-rollout rollback` if that is wanted",
                            store_id)
-            record(settings, store_id, "cancel", "", "left as is", "live store")
+            record(approvals, store_id, "cancel", "", "left as is", "live store")
             return {"store_id": store_id, "left_as_is": "live store"}
         action, consent = Action.CLEAN_UNFINISHED, Consent(asked_by=asked_by or "a cancel")
     else:
         action = Action.ROLLBACK
         consent = undo_consent(store, action, check_policy(settings.approval_policy),
-                               settings.approval_timeout_seconds,
+                               settings.approval_timeout_seconds, approvals,
                                asked_by=asked_by or f"run rollback-{store_id}",
                                approver=approver, code=code, ignore_windows=ignore_windows)
     decision = guard.authorize(action, store, consent,
@@ -93,10 +94,11 @@ def store_rollback(store_id: str, inventory: str,
              else nullcontext())
     with owner, tags(f"store-{store_id}", "store-rollback"):
         # a cancelled run may have stopped before its host was installed: not asked then
-        vm = remove_vm(store, host_may_be_gone=unfinished_only)
-        key = remove_vm_key(store)
-        cobbler = disable_hypervisor_netboot(store)
-    record(settings, store_id, what, consent.approver, "done",
+        salt = SaltSettings.of(settings)
+        vm = remove_vm(store, salt, host_may_be_gone=unfinished_only)
+        key = remove_vm_key(store, salt)
+        cobbler = disable_hypervisor_netboot(store, CobblerSettings.of(settings))
+    record(approvals, store_id, what, consent.approver, "done",
            f"{action.value}; {guard.describe(decision.record)}")
     return {"store_id": store_id, "vm": vm, "key": key, "cobbler": cobbler,
             "authorization": decision.record}

@@ -1,8 +1,16 @@
 """Where the rollout's outside systems are, and their credentials.
 
-pydantic-settings sources, earlier ones win: environment variables `STORE_ROLLOUT_<FIELD>`,
-and the dotenv file STORE_ROLLOUT_SETTINGS_FILE names (the same variables, one per line; the
-local lab writes one; mode 600, or it is refused). A settings file is only ever read when named.
+Loaded once per process entry (a flow, a CLI command, a bench) by `load_settings()`, which
+validates all of them; each task then gets the typed part it uses
+(store_rollout/settings_parts.py), never loads them itself. Where a value comes from, the first
+that gives it wins:
+1. a Credentials Block the settings name (a service's URL, user and secret; read by the
+   client's builder when a task builds it, tasks/cobbler/, tasks/erp.py, tasks/bmc/);
+2. the regions file's settings of this process's region (store_rollout/regions.py);
+3. the environment, `STORE_ROLLOUT_<FIELD>`;
+4. the dotenv file STORE_ROLLOUT_SETTINGS_FILE names (the same variables, one per line; the
+   local lab writes one; mode 600, or it is refused; only ever read when named);
+5. the field's default below.
 
 Secrets live in Prefect Blocks only (store_rollout/settings_guard.py refuses one given here):
 the settings name them, a Credentials Block (tasks/cobbler/, tasks/erp.py,

@@ -29,7 +29,8 @@ from store_rollout.approvers import ApproverError
 from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.guard import WHAT, Action, Consent
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings import RolloutSettings
+from store_rollout.settings_parts import ApprovalSettings
 from tasks.approvers import prove
 from tasks.audit import record
 from tasks.observe import observe
@@ -54,10 +55,11 @@ class Approval(RunInput):
 
 
 @task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
-def plan_for_approval(store: Store, recreate_vm: bool, reinstall_hypervisor: bool = False,
-                      replace_box: bool = False) -> list[StepPlan]:
+def plan_for_approval(store: Store, settings: RolloutSettings, recreate_vm: bool,
+                      reinstall_hypervisor: bool = False, replace_box: bool = False
+                      ) -> list[StepPlan]:
     """The store's plan as `store-rollout plan` makes it (its highstate not tested)."""
-    facts = observe([store], load_settings())[store.store_id]
+    facts = observe([store], settings)[store.store_id]
     return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
                       replace_box=replace_box)
 
@@ -124,11 +126,12 @@ def late_answer(key: str = ASK_KEY) -> Approval | None:
     return Approval(**value) if value else None
 
 
-def ask_proven(store_id: str, action: str, request: str, timeout: float) -> tuple[Approval, str]:
+def ask_proven(store_id: str, action: str, request: str, timeout: float,
+               settings: ApprovalSettings) -> tuple[Approval, str]:
     """An answer whose code proves its approver, and the approver's name; an answer without
     one counts for nothing (logged, in the audit trail as refused) and the run asks again,
     TRIES times at most (then NoAnswer: nothing changed). Rejecting needs a proof too."""
-    settings, logger = load_settings(), run_logger(__name__)
+    logger = run_logger(__name__)
     asked = request
     for attempt in range(TRIES):
         answer = ask(store_id, asked, timeout, attempt)
@@ -150,11 +153,11 @@ def ask_proven(store_id: str, action: str, request: str, timeout: float) -> tupl
                    "changed; start the run again once the approver's authenticator is right")
 
 
-def proven_yes(store_id: str, action: str, approver: str, code: str) -> dict[str, Any]:
+def proven_yes(store_id: str, action: str, approver: str, code: str,
+               settings: ApprovalSettings) -> dict[str, Any]:
     """A `--yes` at a terminal, as the run itself checks it (anyone who reaches the API could
     start a run naming any approver): the approval of the proven approver, or ApproverError
     before any side effect. The code is used up here."""
-    settings = load_settings()
     proven = prove(settings, approver, code)
     record(settings, store_id, action, proven.name, "approved",
            "confirmed with --yes and a one-time code")
@@ -169,22 +172,24 @@ def asked_actions(recreate_vm: bool, reinstall_hypervisor: bool, replace_box: bo
         (Action.REPLACE_BOX, replace_box)) if wanted) or "rollout"
 
 
-def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
-                    recreate_vm: bool = False, reinstall_hypervisor: bool = False,
-                    replace_box: bool = False) -> dict[str, Any]:
+def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float,
+                    settings: RolloutSettings, *, recreate_vm: bool = False,
+                    reinstall_hypervisor: bool = False, replace_box: bool = False
+                    ) -> dict[str, Any]:
     """Ask first when the policy wants it for this run: {"asked", "approved", "approver",
     "comment"}. Called from the flow itself (a task cannot pause its flow)."""
     asked_to_destroy = recreate_vm or reinstall_hypervisor or replace_box
     unasked = {"asked": False, "approved": True, "approver": "", "comment": ""}
     if policy == "never" or (policy == "destructive" and not asked_to_destroy):
         return unasked  # nothing to destroy: no read
-    plan = plan_for_approval(store, recreate_vm, reinstall_hypervisor, replace_box)
+    plan = plan_for_approval(store, settings, recreate_vm, reinstall_hypervisor, replace_box)
     if not approval_needed(policy, plan):
         return unasked
     try:
         answer, name = ask_proven(store.store_id, asked_actions(
             recreate_vm, reinstall_hypervisor, replace_box),
-            approval_request(store.store_id, policy, plan), timeout)
+            approval_request(store.store_id, policy, plan), timeout,
+            ApprovalSettings.of(settings))
     except NoAnswer as exc:
         run_logger(__name__).warning("%s", exc)
         return {"asked": True, "approved": False, "not_approved": True, "approver": "",
@@ -213,8 +218,8 @@ def rollout_consent(policy: ApprovalPolicy, approval: dict[str, Any], *, ignore_
                    ignore_windows=ignore_windows)
 
 
-def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: float, *,
-                 asked_by: str, approver: str = "", code: str = "",
+def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: float,
+                 settings: ApprovalSettings, *, asked_by: str, approver: str = "", code: str = "",
                  ignore_windows: bool = False) -> Consent:
     """The consent of a rollback or decommission, asked for by name (the command or the run):
     with `approver` and `code` (`--yes` at a terminal) approved by that approver once the
@@ -224,7 +229,7 @@ def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: 
     base = Consent(asked=(action.value,), asked_by=asked_by, policy=policy,
                    ignore_windows=ignore_windows)
     if approver or code:
-        yes = proven_yes(store.store_id, action.value, approver, code)
+        yes = proven_yes(store.store_id, action.value, approver, code, settings)
         return base.model_copy(update={
             "approved": True, "approved_at": datetime.now(UTC), "approver": yes["approver"],
             "approved_by": f"{yes['approver']} (one-time code checked, confirmed with --yes)"})
@@ -232,7 +237,7 @@ def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: 
         return base
     request = (f"**Store {store.store_id}: {action.value} waits for your approval.** It "
                f"{WHAT[action]}.\n\n{ANSWER_HOW}")
-    answer, name = ask_proven(store.store_id, action.value, request, timeout)
+    answer, name = ask_proven(store.store_id, action.value, request, timeout, settings)
     return base.model_copy(update={
         "approved": answer.approve, "approved_at": datetime.now(UTC), "approver": name,
         "approved_by": f"{name} (one-time code checked)"

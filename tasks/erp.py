@@ -24,7 +24,7 @@ from store_rollout.contracts import (
 )
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings_parts import ErpSettings
 from store_rollout.transport import checked_url
 from tasks.blocks import load_block, secret_of
 from tasks.retry import OutsideCallFailed, retry_on
@@ -192,11 +192,10 @@ class ErpCredentials(CredentialsBlock):
                          insecure_http=insecure_http, ca_bundle=ca_bundle)
 
 
-def erp_client(settings: RolloutSettings | None = None) -> ErpClient:
+def erp_client(settings: ErpSettings) -> ErpClient:
     """The ERP client every task uses: from the Block STORE_ROLLOUT_ERP_CREDENTIALS_BLOCK names,
     else from the erp_* settings and the Secret block STORE_ROLLOUT_ERP_TOKEN_BLOCK names (the
     token is never a setting)."""
-    settings = settings or load_settings()
     if settings.erp_credentials_block:
         credentials = load_block(ErpCredentials, settings.erp_credentials_block)
         field = f"the base_url of the ERP Credentials Block {settings.erp_credentials_block!r}"
@@ -212,10 +211,10 @@ def erp_client(settings: RolloutSettings | None = None) -> ErpClient:
 
 @task(name="notify_erp", retries=ERP_RETRIES,
       retry_delay_seconds=ERP_RETRY_DELAYS, retry_condition_fn=retry_on(ErpUnavailable))
-def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
+def notify_erp(store: Store, vm: dict[str, Any], erp: ErpSettings) -> dict[str, Any]:
     """Step 7: tell the ERP the store server runs; returns the ERP's id for the run artifact."""
     logger = get_run_logger()
-    client = erp_client()
+    client = erp_client(erp)
     notice = ErpNotice(store_id=store.store_id, site_code=store.erp.site_code,
                        cost_center=store.erp.cost_center, hypervisor=store.hypervisor_minion_id,
                        vm_domain=vm["domain"], vm_minion=store.vm_minion_id, vm_uuid=vm["uuid"])
@@ -228,9 +227,9 @@ def notify_erp(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
 @task(name="notify_erp_decommissioned", task_run_name="notify-erp-decommissioned-{store.store_id}",
       retries=ERP_RETRIES, retry_delay_seconds=ERP_RETRY_DELAYS,
       retry_condition_fn=retry_on(ErpUnavailable))
-def notify_erp_decommissioned(store: Store) -> dict[str, Any]:
+def notify_erp_decommissioned(store: Store, erp: ErpSettings) -> dict[str, Any]:
     """Decommission: tell the ERP the store is closed (a rerun replays the same notice)."""
-    result = erp_client().notify(BoxNotice(
+    result = erp_client(erp).notify(BoxNotice(
         store_id=store.store_id, site_code=store.erp.site_code,
         hypervisor=store.hypervisor_minion_id, hypervisor_mac=store.hypervisor.mac))
     get_run_logger().info("store %s: ERP told of the decommission, id %s%s", store.store_id,
@@ -241,12 +240,12 @@ def notify_erp_decommissioned(store: Store) -> dict[str, Any]:
 @task(name="notify_erp_replaced", task_run_name="notify-erp-replaced-{store.store_id}",
       retries=ERP_RETRIES, retry_delay_seconds=ERP_RETRY_DELAYS,
       retry_condition_fn=retry_on(ErpUnavailable))
-def notify_erp_replaced(store: Store, old_mac: str) -> dict[str, Any]:
+def notify_erp_replaced(store: Store, old_mac: str, erp: ErpSettings) -> dict[str, Any]:
     """Replacement, after step 7: tell the ERP the store runs on a new box (a rerun replays)."""
     hv = store.hypervisor
     hardware = {"mac": hv.mac, "serial": hv.serial, "power_type": hv.power_type,
                 "power_address": hv.power_address}
-    result = erp_client().notify(BoxNotice(
+    result = erp_client(erp).notify(BoxNotice(
         store_id=store.store_id, site_code=store.erp.site_code,
         hypervisor=store.hypervisor_minion_id, hypervisor_mac=hv.mac,
         status=ERP_STORE_HARDWARE_REPLACED, hardware=hardware, old_mac=old_mac))

@@ -14,7 +14,7 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings_parts import ImageSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.retry import retry_on
 from tasks.salt import (
@@ -26,10 +26,10 @@ from tasks.salt import (
 )
 
 
-def image_master_endpoint(settings: RolloutSettings) -> tuple[str, str]:
+def image_master_endpoint(salt: SaltSettings, images: ImageSettings) -> tuple[str, str]:
     """The master address and port the VM's image was built with (what its minion dials)."""
-    return (settings.image_params.get("SALT_MASTER", settings.salt_master_address),
-            settings.image_params.get("SALT_MASTER_PORT", str(settings.salt_ret_port)))
+    return (images.image_params.get("SALT_MASTER", salt.salt_master_address),
+            images.image_params.get("SALT_MASTER_PORT", str(salt.salt_ret_port)))
 
 
 def retire_bootstrap(master: SaltMasterClient, store: Store) -> dict[str, Any]:
@@ -48,7 +48,8 @@ def retire_bootstrap(master: SaltMasterClient, store: Store) -> dict[str, Any]:
 
 @task(name="firstboot",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
-def firstboot(store: Store, timeout: float = STEP_TIMEOUTS.firstboot_timeout,
+def firstboot(store: Store, salt: SaltSettings, images: ImageSettings,
+              timeout: float = STEP_TIMEOUTS.firstboot_timeout,
               stall_timeout: float = STEP_TIMEOUTS.vm_stall_timeout,
               contact_timeout: float = STEP_TIMEOUTS.vm_contact_timeout) -> dict[str, Any]:
     """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed, then
@@ -63,12 +64,11 @@ def firstboot(store: Store, timeout: float = STEP_TIMEOUTS.firstboot_timeout,
     and the kernel's boot id each stage ran under: two reboots show as three boot ids.
     """
     logger = get_run_logger()
-    settings = load_settings()
-    master = master_client(settings.salt_master_config)
+    master = master_client(salt.salt_master_config)
     started = time.monotonic()
     booted = FirstbootWatcher(master, store, timeout=timeout, stall_timeout=stall_timeout,
                               contact_timeout=contact_timeout,
-                              master_endpoint=image_master_endpoint(settings),
+                              master_endpoint=image_master_endpoint(salt, images),
                               logger=logger).wait()
     seed = retire_bootstrap(master, store)
     logger.info("store %s: identity seed %s ejected and deleted", store.store_id, seed["seed"])

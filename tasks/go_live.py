@@ -20,7 +20,7 @@ from prefect.artifacts import create_table_artifact
 from store_rollout.contracts import GO_LIVE_FUNCTION, STORE_SERVER_CONFIG
 from store_rollout.go_live import GoLiveReport
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings_parts import SaltSettings
 from tasks.retry import retry_on
 from tasks.salt import SaltTransientError, master_client
 from tasks.salt.probes import contested_key
@@ -70,13 +70,12 @@ class GoLiveGate:
 
 @task(name="go_live_gate",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
-def go_live_gate(store: Store) -> dict[str, Any]:
+def go_live_gate(store: Store, salt: SaltSettings) -> dict[str, Any]:
     """Step 7: check the store server; the table of checks is the run's `go-live-<store>`
     artifact. Raises GoLiveFailed naming the store and each failed check."""
     logger = get_run_logger()
-    settings = load_settings()
-    master = master_client(settings.salt_master_config)
-    gate = GoLiveGate(master, store, settings.go_live_settle_seconds)
+    master = master_client(salt.salt_master_config)
+    gate = GoLiveGate(master, store, salt.go_live_settle_seconds)
     contested_key(master, store.store_id, store.vm_minion_id, role="VM")
     report = gate.check()
     contested_key(master, store.store_id, store.vm_minion_id, role="VM")  # none came meanwhile

@@ -15,7 +15,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from store_rollout.contracts import DOWNLOAD_CUT
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings
+from store_rollout.settings_parts import ImageSettings
 from tasks.salt import SaltCommandFailed, SaltMasterClient
 
 DOWNLOAD_TIMEOUT = 3 * 3600  # seconds one download call may take (~1.5 GB over a slow link)
@@ -36,7 +36,7 @@ def _cut_as_a_type() -> Iterator[None]:
         raise ImageDownloadCut(exc.minion_id or "", exc.fun, exc.retcode, exc.detail) from exc
 
 
-def deliver_image(master: SaltMasterClient, store: Store, settings: RolloutSettings,
+def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSettings,
                   image: dict[str, Any]) -> dict[str, Any]:
     """The base image on the store's hypervisor, downloaded by it from the image server and
     verified there; a cut download is resumed (a few times), never restarted."""

@@ -25,7 +25,8 @@ from store_rollout.contracts import (
 from store_rollout.fleet.facts import LastRun, StoreFacts
 from store_rollout.fleet.reconcile import StoreStatus
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings import RolloutSettings
+from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings, HostSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.bmc import BmcError, bmc_client
 from tasks.cobbler import CobblerError, cobbler_client, system_changes
@@ -95,8 +96,9 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
     if highstate_test and answering:
         tested, test_failed = _highstate_test(master, answering)
 
-    cobbler = cobbler_client(settings)
-    erp = erp_client(settings)
+    cobbler = cobbler_client(CobblerSettings.of(settings))
+    erp = erp_client(ErpSettings.of(settings))
+    salt, hosts = SaltSettings.of(settings), HostSettings.of(settings)
     runs = last_rollout_runs([s.store_id for s in stores]) if last_runs else {}
     facts: dict[str, StoreFacts] = {}
     for store in stores:
@@ -104,7 +106,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
         try:
             record = cobbler.get_system(store.cobbler_system)
             changes = [c.describe() for c in system_changes(
-                system_spec(store, settings, token=""), record)]
+                system_spec(store, salt, hosts, token=""), record)]
         except CobblerError as exc:
             raise CobblerError(f"store {sid}: reading Cobbler system {store.cobbler_system}: "
                                f"{exc}") from exc
@@ -130,7 +132,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             cobbler_record=record is not None,
             cobbler_netboot=None if record is None else bool(record.get("netboot_enabled")),
             cobbler_changes=changes, power_cycled_at=power_cycled_at(record),
-            host_powered_on=_host_on(store, settings, record, hv_keys[sid], ready.get(hv)),
+            host_powered_on=_host_on(store, BmcSettings.of(settings), record, hv_keys[sid], ready.get(hv)),
             hypervisor_key=hv_keys[sid], hypervisor_answering=hv in ready,
             hypervisor_ready=bool(ready.get(hv)), expected_serial=store.hypervisor.serial,
             hypervisor_serial=str((grains.get(hv) or {}).get(HARDWARE_SERIAL_GRAIN) or "") or None,
@@ -144,7 +146,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
     return facts
 
 
-def _host_on(store: Store, settings: RolloutSettings, record: dict[str, Any] | None,
+def _host_on(store: Store, settings: BmcSettings, record: dict[str, Any] | None,
              key: str | None, ready: Any) -> bool | None:
     """The host's power, from its BMC, asked only when it decides step 2: the host is not
     installed and ready, and an earlier run powered it on into an install recently enough."""
@@ -207,10 +209,11 @@ def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:
 
 
 @task(name="observe_stores", task_run_name="observe-stores")
-def observe_stores(stores: list[Store], highstate_test: bool = False,
+def observe_stores(stores: list[Store], settings: RolloutSettings, highstate_test: bool = False,
                    last_runs: bool = False) -> dict[str, StoreFacts]:
-    """The read-only step of plan and reconcile: every store's facts, one call per kind."""
-    facts = observe(stores, load_settings(), highstate_test=highstate_test, last_runs=last_runs)
+    """The read-only step of plan and reconcile: every store's facts, one call per kind (it
+    reads every outside system: it takes all the settings)."""
+    facts = observe(stores, settings, highstate_test=highstate_test, last_runs=last_runs)
     get_run_logger().info("observed %d stores", len(facts))
     return facts
 

@@ -11,7 +11,8 @@ from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
 from store_rollout.regions import RegionsError, wrong_region
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings import RolloutSettings
+from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings
 from tasks.bmc import bmc_problems
 from tasks.cobbler import CobblerClient, CobblerError, cobbler_client
 from tasks.erp import ErpClient, erp_client
@@ -127,11 +128,11 @@ def region_problems(stores: list[Store], settings: RolloutSettings) -> list[str]
     return [problem for problem in found if problem]
 
 
-def check_region(store: Store) -> None:
+def check_region(store: Store, settings: RolloutSettings) -> None:
     """A run without preflight (rollback, decommission) refuses a store of another region
     before it touches anything: this worker's master knows nothing of it, so its undo would
     find nothing to undo and report success."""
-    problems = region_problems([store], load_settings())
+    problems = region_problems([store], settings)
     if problems:
         raise PreflightError("; ".join(problems))
 
@@ -150,7 +151,7 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     except KiwiDescriptionError:
         problems.append(f"image_description: no image description {settings.image_description!r}"
                         " under image_builds/ (set STORE_ROLLOUT_IMAGE_DESCRIPTION)")
-    problems.extend(bmc_problems(stores, settings))
+    problems.extend(bmc_problems(stores, BmcSettings.of(settings)))
     if not os.path.isfile(settings.salt_master_config):
         problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "
                         "(set STORE_ROLLOUT_SALT_MASTER_CONFIG)")
@@ -166,11 +167,11 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     erp: ErpClient | None = None
     # the URLs and logins the tasks will use (a Block, or the settings and a Secret block)
     try:
-        client = cobbler_client(settings)
+        client = cobbler_client(CobblerSettings.of(settings))
     except (CobblerError, ValueError) as exc:  # a Block missing, a URL refused
         problems.append(f"cobbler: {exc}")
     try:
-        erp = erp_client(settings)
+        erp = erp_client(ErpSettings.of(settings))
     except ValueError as exc:
         problems.append(f"erp: {exc}")
     for url, what, field in ((client.url if client else None, "Cobbler", "cobbler_url"),

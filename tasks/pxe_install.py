@@ -24,7 +24,13 @@ from store_rollout.contracts import (
 )
 from store_rollout.guard import NO_CONSENT, Action, Consent
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings_parts import (
+    BmcSettings,
+    CalendarSettings,
+    CobblerSettings,
+    HostSettings,
+    SaltSettings,
+)
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.blocks import store_root_password
 from tasks.bmc import Bmc, BmcUnreachable, bmc_client, power_cycle_for_install
@@ -98,7 +104,7 @@ def power_cycled_at(record: dict[str, Any] | None) -> datetime | None:
         return None
 
 
-def system_spec(store: Store, settings: RolloutSettings, token: str,
+def system_spec(store: Store, salt: SaltSettings, hosts: HostSettings, token: str,
                 root_hash: str = "", pin: dict[str, str] | None = None) -> SystemSpec:
     """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
     autosign token; `root_hash`: crypt(3) of its root password, left out of the
@@ -111,14 +117,14 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
         name=store.cobbler_system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
         ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
         autoinstall_meta={
-            "salt_master": settings.salt_master_address,
-            "salt_master_port": str(settings.salt_ret_port),
-            "salt_publish_port": str(settings.salt_publish_port),
+            "salt_master": salt.salt_master_address,
+            "salt_master_port": str(salt.salt_ret_port),
+            "salt_publish_port": str(salt.salt_publish_port),
             "minion_id": store.hypervisor_minion_id, "store_id": store.store_id,
             "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
-            "virt_uri": settings.hypervisor_libvirt_uri,
-            "vm_images_dir": settings.vm_images_dir,
-            UPDATE_REPOS_META: update_repos_meta(settings.hypervisor_update_repos),
+            "virt_uri": hosts.hypervisor_libvirt_uri,
+            "vm_images_dir": hosts.vm_images_dir,
+            UPDATE_REPOS_META: update_repos_meta(hosts.hypervisor_update_repos),
             **root, **(pin or {}),
         })
 
@@ -128,7 +134,9 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
 def pxe_install_hypervisor(store: Store,
                            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
                            consent: Consent = NO_CONSENT,
-                           window_covered: bool = False) -> dict[str, Any]:
+                           window_covered: bool = False, *, salt: SaltSettings,
+                           cobbler: CobblerSettings, power: BmcSettings, hosts: HostSettings,
+                           calendar: CalendarSettings) -> dict[str, Any]:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), then through the
     host's BMC: network boot once and a power cycle. `install_seconds`: how long an install
@@ -151,9 +159,8 @@ def pxe_install_hypervisor(store: Store,
     3 takes as its answer; silent when it is installed and does not answer ready now.
     """
     logger = get_run_logger()
-    settings = load_settings()
-    master = master_client(settings.salt_master_config)
-    client = cobbler_client(settings)
+    master = master_client(salt.salt_master_config)
+    client = cobbler_client(cobbler)
     system = store.cobbler_system
     result: dict[str, Any] = {"system": system, "created": False, "skipped": False,
                               "silent": False, "install_underway": False, "power_actions": [],
@@ -162,11 +169,11 @@ def pxe_install_hypervisor(store: Store,
     found = installed_already(store, master, record, consent.asks(Action.REINSTALL_HOST), logger)
     if found == "installed":
         return {**result, "skipped": True}
-    bmc = bmc_client(store, settings)
+    bmc = bmc_client(store, power)
     # asked before any change: a wrong BMC login or address fails here, having changed nothing
     powered_on = bmc.power_state() == "on"
     if found == "silent":
-        return {**result, **wake_silent_host(store, settings, bmc, powered_on, consent, logger)}
+        return {**result, **wake_silent_host(store, calendar, bmc, powered_on, consent, logger)}
     cycled = power_cycled_at(record)
     # a ready host runs its last install: none is underway, whenever it began
     if found == "not installed" and step_rules.install_underway(
@@ -175,16 +182,17 @@ def pxe_install_hypervisor(store: Store,
                     "power cycle, step 3 waits for that install", store.store_id, system, cycled)
         return {**result, "install_underway": True}
     window, result["authorization"] = install_window(found == "reinstall", store, consent,
-                                                     settings, logger, window_covered)
+                                                     calendar, logger, window_covered)
     if not window["go"]:
         return {**result, "window": window}
-    created, actions = reinstall(store, settings, master, client, bmc, record, logger)
+    created, actions = reinstall(store, (salt, hosts, cobbler, power), master, client, bmc,
+                                 record, logger)
     announce_install_started(store.store_id, store.hypervisor_minion_id,
-                             settings.hypervisor_ready_expected_seconds, install_seconds)
+                             hosts.hypervisor_ready_expected_seconds, install_seconds)
     return {**result, "created": created, "power_actions": actions, "window": window}
 
 
-def wake_silent_host(store: Store, settings: RolloutSettings, bmc: Bmc, powered_on: bool,
+def wake_silent_host(store: Store, settings: CalendarSettings, bmc: Bmc, powered_on: bool,
                      consent: Consent, logger: Any) -> dict[str, Any]:
     """An installed host that does not answer: left alone while its BMC says it is on (a WAN
     cut, a busy host, a minion restarting: step 3 waits for it); powered on, from its disk,
@@ -237,10 +245,13 @@ def installed_already(store: Store, master: Any, record: dict[str, Any] | None,
     return "installed"
 
 
-def reinstall(store: Store, settings: RolloutSettings, master: Any, client: CobblerClient,
-              bmc: Bmc, record: dict[str, Any] | None, logger: Any) -> tuple[bool, list[str]]:
+def reinstall(store: Store,
+              parts: tuple[SaltSettings, HostSettings, CobblerSettings, BmcSettings],
+              master: Any, client: CobblerClient, bmc: Bmc, record: dict[str, Any] | None,
+              logger: Any) -> tuple[bool, list[str]]:
     """Step 2's changes, in this order: a new key and token, the Cobbler record, its sync, then
     the BMC's network boot and power cycle. Returns (record created, power actions)."""
+    salt, hosts, cobbler, power = parts
     minion, system = store.hypervisor_minion_id, store.cobbler_system
     profile = store.hypervisor.cobbler_profile
     if not client.profile_exists(profile):
@@ -250,11 +261,11 @@ def reinstall(store: Store, settings: RolloutSettings, master: Any, client: Cobb
     pin = master_pin(master.opts)  # as well: no master key, no install
     master.delete_key(minion)  # a stale key of a previous install would be 'denied'
     token = master.issue_token(minion)
-    spec = system_spec(store, settings, token, root_hash, pin)
+    spec = system_spec(store, salt, hosts, token, root_hash, pin)
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")
-    with fleet_slot(settings.cobbler_sync_limit):
+    with fleet_slot(cobbler.cobbler_sync_limit):
         client.sync_system(system)
 
     def mark_power_on() -> None:  # the evidence a rerun reads: written before the host is on
@@ -264,6 +275,6 @@ def reinstall(store: Store, settings: RolloutSettings, master: Any, client: Cobb
         client.set_autoinstall_meta(system, {**spec.autoinstall_meta,
                                              POWER_CYCLED_META: datetime.now(UTC).isoformat()})
 
-    actions = power_cycle_for_install(bmc, settings.power_off_seconds, logger.info,
+    actions = power_cycle_for_install(bmc, power.power_off_seconds, logger.info,
                                       before_on=mark_power_on)
     return created, actions

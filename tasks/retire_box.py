@@ -10,7 +10,7 @@ from prefect import get_run_logger, task
 from store_rollout import step_rules
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings_parts import BmcSettings, CalendarSettings, CobblerSettings, SaltSettings
 from tasks.bmc import BmcError, bmc_client
 from tasks.cobbler import CobblerUnavailable, cobbler_client
 from tasks.retry import retry_on
@@ -22,7 +22,9 @@ from tasks.windows import guarded_window
 @task(name="retire_old_box", task_run_name="retire-old-box-{old.store_id}", retries=2,
       retry_delay_seconds=[2, 5],
       retry_condition_fn=retry_on(CobblerUnavailable, SaltTransientError))
-def retire_old_box(old: Store, new: Store, consent: Consent | None = None) -> dict[str, Any]:
+def retire_old_box(old: Store, new: Store, consent: Consent | None = None, *, salt: SaltSettings,
+                   cobbler: CobblerSettings, power: BmcSettings,
+                   calendar: CalendarSettings) -> dict[str, Any]:
     """A replacement, before step 2: the old box powered off through its BMC (a BMC that does
     not answer, a destroyed box, is logged and left), then the store's minions forgotten
     (forget_store_minions), so the new box's install and VM sign in afresh; only as the guard
@@ -30,27 +32,26 @@ def retire_old_box(old: Store, new: Store, consent: Consent | None = None) -> di
     retirement and steps 2 to 5), else it changes nothing and returns `window`. Nothing when
     the store's record already holds the new box's MAC (a rerun: step 2 moved it)."""
     logger = get_run_logger()
-    settings = load_settings()
-    record = cobbler_client(settings).get_system(old.cobbler_system) or {}
+    record = cobbler_client(cobbler).get_system(old.cobbler_system) or {}
     macs = [i.get("mac_address") for i in record.get("interfaces", {}).values()]
     if step_rules.old_box_retired([m for m in macs if m], new.hypervisor.mac):
         logger.info("store %s: its record is on the new box %s already", old.store_id,
                     new.hypervisor.mac)
         return {"old_mac": old.hypervisor.mac, "retired_before": True}
     window, authorization = guarded_window(Action.REPLACE_BOX, old, consent or Consent(),
-                                           settings, logger)
+                                           calendar, logger)
     if not window["go"]:
         return {"old_mac": old.hypervisor.mac, "window": window}
     try:
-        bmc = bmc_client(old, settings)
+        bmc = bmc_client(old, power)
         if bmc.power_state() == "on":
             bmc.power_off()
-        power = "off"
+        left = "off"
     except BmcError as exc:
         logger.warning("store %s: the old box's BMC: %s; taken for gone", old.store_id, exc)
-        power = "unreachable"
-    forgotten = forget_store_minions(master_client(settings.salt_master_config), old)
+        left = "unreachable"
+    forgotten = forget_store_minions(master_client(salt.salt_master_config), old)
     logger.info("store %s: old box %s %s; keys deleted: %s", old.store_id, old.hypervisor.mac,
-                power, forgotten["keys_deleted"] or "none")
-    return {"old_mac": old.hypervisor.mac, "retired_before": False, "power": power,
+                left, forgotten["keys_deleted"] or "none")
+    return {"old_mac": old.hypervisor.mac, "retired_before": False, "power": left,
             "authorization": authorization, **forgotten}

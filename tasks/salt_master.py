@@ -12,9 +12,9 @@ from prefect import get_run_logger, task
 
 from store_rollout import step_rules
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings_parts import CobblerSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
-from tasks.cobbler import CobblerUnavailable, forget_install_secrets
+from tasks.cobbler import CobblerUnavailable, cobbler_client, forget_install_secrets
 from tasks.notifications import announce_hypervisor_ready, end_hypervisor_wait
 from tasks.retry import retry_on
 from tasks.salt import HypervisorReadyWatcher, SaltMasterClient, SaltTransientError, master_client
@@ -25,7 +25,8 @@ __all__ = ["prepare_vm_keys", "remove_store_keys", "remove_vm_key", "wait_for_hy
 
 @task(name="wait_for_hypervisor",
       retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
-def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
+def wait_for_hypervisor(store: Store, salt: SaltSettings,
+                        timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
                         already_ready: bool = False,
                         stall_timeout: float = STEP_TIMEOUTS.hypervisor_stall_timeout
                         ) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
     fails the step before step 4 (tasks/salt/watchers.py, `HypervisorReadyWatcher`).
     """
     logger = get_run_logger()
-    master = master_client(load_settings().salt_master_config)
+    master = master_client(salt.salt_master_config)
     logger.info("store %s: waiting up to %.0fs for hypervisor %s", store.store_id, timeout,
                 store.hypervisor_minion_id)
     watcher = HypervisorReadyWatcher(master, store.store_id, store.hypervisor_minion_id,
@@ -56,18 +57,17 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
 
 @task(name="prepare_vm_keys", retries=2, retry_delay_seconds=[2, 5],
       retry_condition_fn=retry_on(SaltTransientError, CobblerUnavailable))
-def prepare_vm_keys(store: Store) -> dict[str, Any]:
+def prepare_vm_keys(store: Store, salt: SaltSettings, cobbler: CobblerSettings) -> dict[str, Any]:
     """Step 4: the installed host's Cobbler record without its one-time token and root hash
     (step 3 saw it ready: it needs neither again), then delete a stale key of the VM's minion
     id (exact id) and issue its one-time autosign token. A VM already running with an
     accepted key keeps it (rerun)."""
     logger = get_run_logger()
-    settings = load_settings()
-    forgotten = forget_install_secrets(store)
+    forgotten = forget_install_secrets(store, cobbler_client(cobbler))
     if forgotten:
         logger.info("store %s: Cobbler system %s no longer holds %s", store.store_id,
                     store.cobbler_system, ", ".join(forgotten))
-    master = master_client(settings.salt_master_config)
+    master = master_client(salt.salt_master_config)
     minion = store.vm_minion_id
     # the hypervisor's storevirt as the master has it (steps 4-6 call it); a key is stale only
     # when its VM is going to be created anew (step_rules.vm_key_kept)
@@ -90,10 +90,9 @@ def prepare_vm_keys(store: Store) -> dict[str, Any]:
 
 
 @task(name="remove_vm_key", task_run_name="remove-vm-key-{store.store_id}")
-def remove_vm_key(store: Store) -> dict[str, Any]:
+def remove_vm_key(store: Store, salt: SaltSettings) -> dict[str, Any]:
     """Rollback: delete the VM's key (exact id) and revoke its autosign token."""
-    settings = load_settings()
-    master = master_client(settings.salt_master_config)
+    master = master_client(salt.salt_master_config)
     minion = store.vm_minion_id
     result = {"minion": minion, "key_deleted": master.delete_key(minion),
               "token_revoked": master.revoke_token(minion)}
@@ -112,9 +111,9 @@ def forget_store_minions(master: SaltMasterClient, store: Store) -> dict[str, An
 
 @task(name="remove_store_keys", task_run_name="remove-keys-{store.store_id}",
       retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
-def remove_store_keys(store: Store) -> dict[str, Any]:
+def remove_store_keys(store: Store, salt: SaltSettings) -> dict[str, Any]:
     """Decommission: forget_store_minions."""
-    forgotten = forget_store_minions(master_client(load_settings().salt_master_config), store)
+    forgotten = forget_store_minions(master_client(salt.salt_master_config), store)
     get_run_logger().info("store %s: keys deleted: %s; tokens revoked: %s", store.store_id,
                           forgotten["keys_deleted"] or "none left",
                           forgotten["tokens_revoked"] or "none left")

@@ -38,7 +38,7 @@ from store_rollout.disruption import decide
 from store_rollout.guard import Action, calendar_for, sequence_seconds
 from store_rollout.inventory import Store
 from store_rollout.inventory.calendar_spec import CalendarSpec
-from store_rollout.settings import load_settings
+from store_rollout.settings_parts import CalendarSettings
 from tasks.run_health import this_flow_run
 
 STORE_DEPLOYMENT: Final = "store-rollout/store-rollout"  # prefect.yaml's store-rollout
@@ -87,12 +87,11 @@ def start_time(store: Store, now: datetime, install_seconds: float,
 
 @task(name="schedule_store_run", task_run_name="schedule-{store.store_id}")
 def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
-                       deployment: str = STORE_DEPLOYMENT,
+                       calendar: CalendarSettings, deployment: str = STORE_DEPLOYMENT,
                        follow_windows: bool = True) -> dict[str, Any]:
     """One store's rollout as a run of `deployment`, Scheduled for its window (now without
     `follow_windows`); the batch row of a store that has no window is returned Failed, no run
     created."""
-    settings = load_settings()
     now = datetime.now(UTC)
     start: datetime | None = now
     reason = "started now (" + ("ignore_windows" if params.get("ignore_windows") else
@@ -100,8 +99,8 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
     if follow_windows:
         # room for steps 2 to 5, as step 2 itself asks (store_rollout/guard.py)
         start, reason = start_time(store, now, sequence_seconds(Action.REINSTALL_HOST,
-                                                                settings.disruption_seconds),
-                                   settings.default_calendar)
+                                                                calendar.disruption_seconds),
+                                   calendar.default_calendar)
     row: dict[str, Any] = {"store_id": store.store_id, "region": store.region,
                            "window": reason, "flow_run_id": None,
                            "scheduled_start": start.isoformat() if start else None}

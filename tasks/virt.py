@@ -26,7 +26,7 @@ from tenacity import (
 from store_rollout import step_rules
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings_parts import CalendarSettings, HostSettings, ImageSettings, SaltSettings
 from tasks.image_delivery import deliver_image
 from tasks.retry import retry_on
 from tasks.salt import (
@@ -138,11 +138,11 @@ class HypervisorNotUp(VmError):
 
 
 @task(name="stage_image", task_run_name="stage-image-{store.store_id}")
-def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
+def stage_image(store: Store, image: dict[str, Any], salt: SaltSettings,
+                images: ImageSettings) -> dict[str, Any]:
     """Put the base image on the store's hypervisor ahead of its rollout window (verified, as
     step 5 would); the rollout's step 5 then finds it there and transfers nothing."""
-    settings = load_settings()
-    master = master_client(settings.salt_master_config)
+    master = master_client(salt.salt_master_config)
     hv = store.hypervisor_minion_id
     try:
         master.cmd(hv, "test.ping", timeout=15)
@@ -151,7 +151,7 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
             f"store {store.store_id}: hypervisor {hv} does not answer; staging needs an "
             f"installed host: roll the store out (`store-rollout rollout {store.store_id}`) or "
             "stage once its hypervisor is up") from None
-    delivered = deliver_image(master, store, settings, image)
+    delivered = deliver_image(master, store, images, image)
     get_run_logger().info("store %s: image %s staged on %s: %s bytes transferred",
                           store.store_id, image["key"], hv, delivered["transferred"])
     return {"store_id": store.store_id, "hypervisor": hv, "image_key": image["key"],
@@ -161,7 +161,9 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
 @task(name="create_vm",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
-              consent: Consent | None = None, window_covered: bool = False) -> dict[str, Any]:
+              consent: Consent | None = None, window_covered: bool = False, *,
+              salt: SaltSettings, hosts: HostSettings, images: ImageSettings,
+              calendar: CalendarSettings) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
     identity seed CD-ROM, write the seed, then virt.start with backoff until the domain runs
     (`start_domain`). An existing domain is reused, not recreated (step_rules.domain_reusable).
@@ -175,20 +177,20 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
 
     Prefect retries (3 attempts) only on SaltTransientError: a minion that did not answer."""
     logger = get_run_logger()
-    settings = load_settings()
     consent = consent or Consent()
-    master = master_client(settings.salt_master_config)
+    master = master_client(salt.salt_master_config)
     vm = StoreVm(master, store)
     summary = vm.summary()
     delivered, overridden, authorization = None, False, None
     if step_rules.domain_reusable(summary) and not consent.asks(Action.RECREATE_VM):
         logger.info("store %s: domain %s exists; reusing it", store.store_id, vm.name)
     else:  # a domain that exists (a working store server) is destroyed: the guard decides
-        window, authorization = creation_window(summary is not None, store, consent, settings,
+        window, authorization = creation_window(summary is not None, store, consent, calendar,
                                                 logger, window_covered)
         if not window["go"]:
             return {"window": window}
-        summary, delivered = define_domain(vm, store, image, logger, replacing=summary)
+        summary, delivered = define_domain(vm, store, image, logger, replacing=summary,
+                                           images=images, vm_type=hosts.vm_type)
         overridden = bool(window["overridden"])
     summary, settled = vm.settle(summary)
     if settled:
@@ -205,19 +207,19 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
 
 def define_domain(vm: StoreVm, store: Store, image: dict[str, Any],
                   logger: logging.Logger | LoggingAdapter,
-                  replacing: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                  replacing: dict[str, Any] | None = None, *, images: ImageSettings,
+                  vm_type: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The base image on the hypervisor, the VM's disks and its domain defined (not started),
     in place of the domain `replacing` (removed first) if any; returns the domain's summary
     and how the image came."""
     if replacing is not None:
         logger.warning("store %s: recreating domain %s: %s", store.store_id, vm.name,
                        vm.remove_for_recreation(replacing))
-    settings = load_settings()
-    delivered = deliver_image(vm.master, store, settings, image)
+    delivered = deliver_image(vm.master, store, images, image)
     logger.info("store %s: base image %s on %s: %s", store.store_id, image["key"],
                 vm.hypervisor, delivery_note(delivered))
     disk, seed = vm.create_disks(delivered["path"])
-    summary = vm.define(init_kwargs(store, settings.vm_type, disk, seed))
+    summary = vm.define(init_kwargs(store, vm_type, disk, seed))
     logger.info("store %s: domain %s defined on overlay %s", store.store_id, vm.name, disk)
     return summary, delivered
 
@@ -280,12 +282,11 @@ def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any
 
 @task(name="remove_vm", task_run_name="remove-vm-{store.store_id}",
       retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
-def remove_vm(store: Store, host_may_be_gone: bool = False) -> dict[str, Any]:
+def remove_vm(store: Store, salt: SaltSettings, host_may_be_gone: bool = False) -> dict[str, Any]:
     """Rollback and decommission: destroy and undefine the store VM and delete its overlay
     disk. `host_may_be_gone` (a decommission, maybe rerun): a host without an accepted key or
     that does not answer (an earlier run powered it off) is not asked: its disk goes with it."""
-    settings = load_settings()
-    master = master_client(settings.salt_master_config)
+    master = master_client(salt.salt_master_config)
     hv = store.hypervisor_minion_id
     if host_may_be_gone and not (master.key_state(hv) == "accepted" and master.ping(hv)):
         get_run_logger().warning("store %s: %s has no accepted key or does not answer (an "

@@ -15,7 +15,7 @@ from store_rollout import disruption, guard
 from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings
+from store_rollout.settings_parts import CalendarSettings
 from tasks.run_health import run_logger, say_running
 
 AWAITING_WINDOW: Final = "AwaitingWindow"
@@ -61,7 +61,7 @@ def run_in_window(store_id: str, run_step: Callable[[], dict[str, Any]],
                 slot.take()
 
 
-def guarded_window(action: Action, store: Store, consent: Consent, settings: RolloutSettings,
+def guarded_window(action: Action, store: Store, consent: Consent, settings: CalendarSettings,
                    logger: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The guard's decision on a destructive action of a step (store_rollout/guard.py), logged,
     as the step's `window` and the decision's record; ActionRefused when not asked or not
@@ -74,7 +74,7 @@ def guarded_window(action: Action, store: Store, consent: Consent, settings: Rol
     return decision.window(), decision.record
 
 
-def step_window(step: str, store: Store, consent: Consent, settings: RolloutSettings,
+def step_window(step: str, store: Store, consent: Consent, settings: CalendarSettings,
                 logger: Any, *, covered_by: str = "",
                 expected_seconds: float | None = None) -> dict[str, Any]:
     """A disruptive step's `window` when it destroys nothing that works: open when an earlier
@@ -90,7 +90,7 @@ def step_window(step: str, store: Store, consent: Consent, settings: RolloutSett
                                           settings.default_calendar, expected_seconds))
 
 
-def install_window(reinstall: bool, store: Store, consent: Consent, settings: RolloutSettings,
+def install_window(reinstall: bool, store: Store, consent: Consent, settings: CalendarSettings,
                    logger: Any, retirement_covers: bool) -> tuple[dict[str, Any], Any]:
     """Step 2's window and the guard's record (None for a host never installed: its store has
     no server yet, but its site may be open, so the window has room for steps 2 to 5)."""
@@ -103,7 +103,7 @@ def install_window(reinstall: bool, store: Store, consent: Consent, settings: Ro
 
 
 def creation_window(replacing: bool, store: Store, consent: Consent,
-                    settings: RolloutSettings, logger: Any,
+                    settings: CalendarSettings, logger: Any,
                     install_covers: bool) -> tuple[dict[str, Any], Any]:
     """Step 5's window and the guard's record: destroying the domain that exists
     (`replacing`) is the guard's; a new domain's window is covered by step 2 of this run when

@@ -33,6 +33,8 @@ from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
 
 T = TypeVar("T")
+# the checkout the tests run from (tests/ is one level down)
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def wait_for(condition: Callable[[], T], *, timeout: float, interval: float = 0.2, what: str) -> T:
@@ -415,6 +417,21 @@ BASE_ENV = {"STORE_ROLLOUT_COBBLER_URL": "https://cobbler.invalid/cobbler_api",
             "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "https://erp.invalid/",
             "STORE_ROLLOUT_ERP_TOKEN_BLOCK": "erp-token",
             "STORE_ROLLOUT_IMAGE_BASE_URL": "http://images.invalid"}
+
+
+def settings_with(**fields: Any) -> Any:
+    """Settings as a flow loads them from BASE_ENV, with `fields` set as loaded values (not
+    validated again): for tests that hand a flow its settings."""
+    from store_rollout.settings import load_settings
+
+    return load_settings(BASE_ENV).model_copy(update=fields)
+
+
+def spec_parts(settings: Any) -> tuple[Any, Any]:
+    """The parts of `settings` a Cobbler record is written from (tasks/pxe_install.system_spec)."""
+    from store_rollout.settings_parts import HostSettings, SaltSettings
+
+    return SaltSettings.of(settings), HostSettings.of(settings)
 
 
 def cli_in_process(lab_env: dict[str, str], *args: str,

@@ -24,6 +24,7 @@ import pytest
 from store_rollout import audit
 from store_rollout.approvals import tightened
 from store_rollout.approvers import CODES_FILE, ApproverError, next_code, verify
+from tests.helpers import settings_with
 
 SEED = pyotp.random_base32()
 SEEDS = {"ana": SEED, "ben": pyotp.random_base32()}
@@ -144,15 +145,11 @@ def approvers(prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyP
     """The approvers' Secret Block on the harness server, and the settings that name it."""
     from prefect.blocks.system import Secret
 
-    from tasks import approvals
-
     Secret(value=json.dumps(SEEDS)).save("test-approvers", overwrite=True)
-    settings = SimpleNamespace(approvers_block="test-approvers", audit_dir=str(tmp_path / "audit"),
-                               approval_policy="destructive", approval_timeout_seconds=60,
-                               heartbeat_seconds=30,
-                               disruption_seconds=audit_seconds(), default_calendar=always())
-    monkeypatch.setattr(approvals, "load_settings", lambda: settings)
-    return settings
+    return settings_with(approvers_block="test-approvers", audit_dir=str(tmp_path / "audit"),
+                         approval_policy="destructive", approval_timeout_seconds=60,
+                         heartbeat_seconds=30, disruption_seconds=audit_seconds(),
+                         default_time_zone="UTC", default_maintenance_windows=["daily 00:00-24:00"])
 
 
 def audit_seconds() -> dict[str, float]:
@@ -202,7 +199,7 @@ def test_a_wrong_code_on_the_runs_page_is_refused_and_the_run_asks_again(
             ("approval-2", {"approve": True, "approver": "ana",
                             "code": pyotp.TOTP(SEED).now(), "comment": "go"}),
         ), args=(flow_run.id,), daemon=True).start()
-        answer, name = ask_proven("0042", "recreate_vm", "**Store 0042** waits", 60)
+        answer, name = ask_proven("0042", "recreate_vm", "**Store 0042** waits", 60, approvers)
         return {"approve": answer.approve, "name": name, "id": str(flow_run.id)}
 
     with caplog.at_level(logging.WARNING):
@@ -227,7 +224,7 @@ def test_a_decommission_is_approved_by_a_proven_person_and_the_trail_names_them(
     inventory.write_text('stores: [{store_id: "0043", hypervisor: {hostname: hv.invalid, '
                          'mac: "52:54:00:42:00:01"}, erp: {site_code: DE-0043}}]')
     changed: list[str] = []
-    monkeypatch.setattr(decommission, "check_region", lambda store: None)
+    monkeypatch.setattr(decommission, "check_region", lambda *_: None)
     monkeypatch.setattr(decommission, "load_settings", lambda: approvers)
     monkeypatch.setattr("store_rollout.settings.load_settings", lambda: approvers)
     for name in ("remove_vm", "power_off_hypervisor", "remove_store_keys",

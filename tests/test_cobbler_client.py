@@ -263,9 +263,9 @@ def test_rollback_fails_when_cobbler_leaves_netboot_on(
         "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
     fake.systems[store.cobbler_system] = {"name": store.cobbler_system, "netboot_enabled": True}
     fake.pxe_just_once = False
-    monkeypatch.setattr(tasks.cobbler.task, "cobbler_client", lambda settings=None: client)
+    monkeypatch.setattr(tasks.cobbler.task, "cobbler_client", lambda _settings: client)
     with pytest.raises(CobblerRejected, match="netboot of system 'store-s1-hv' is still on"):
-        tasks.cobbler.disable_hypervisor_netboot.fn(store)
+        tasks.cobbler.disable_hypervisor_netboot.fn(store, None)  # the client is given
     # not a transient failure: the task's retries do not wait it out
     assert not issubclass(CobblerRejected, CobblerUnavailable)
 

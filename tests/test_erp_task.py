@@ -13,6 +13,8 @@ from prefect import flow
 from prefect.blocks.system import Secret
 
 from store_rollout.inventory import Store, parse_inventory
+from store_rollout.settings import load_settings
+from store_rollout.settings_parts import ErpSettings
 from tasks.erp import ERP_RETRIES, ErpUnavailable, notify_erp
 from tests.helpers import BASE_ENV
 from tests.local_servers import ERP_CREATED, ScriptedErp, serving
@@ -47,7 +49,9 @@ def erp_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @flow(name="notify-erp-only")
 def notify_only(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
     # the production task with its production retries and retry condition; only no waiting
-    return notify_erp.with_options(retry_delay_seconds=0)(store, vm)
+    # settings loaded once by the flow, its ERP part handed to the task
+    erp = ErpSettings.of(load_settings())
+    return notify_erp.with_options(retry_delay_seconds=0)(store, vm, erp)
 
 
 @pytest.mark.parametrize("status", [503, 429])

@@ -25,9 +25,12 @@ from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
 from store_rollout.guard import Action, ActionRefused, Consent
 from store_rollout.inventory import parse_inventory
 from store_rollout.inventory.calendar_spec import CalendarSpec
+from tests.helpers import settings_with
 from tests.test_step_rules import HV_KEYS, IMAGE, STORE, FakeBmc, FakeMaster, domain
 
 ALWAYS = CalendarSpec(time_zone="UTC", windows=["daily 00:00-24:00"])
+# the settings of that default calendar
+ALWAYS_SETTINGS = {"default_time_zone": "UTC", "default_maintenance_windows": ["daily 00:00-24:00"]}
 NIGHTS = CalendarSpec(time_zone="UTC", windows=["daily 22:00-06:00"])
 SECONDS = dict(DEFAULT_DISRUPTION_SECONDS)  # step 2: 45 min, step 5: 20 min
 MIDNIGHT = datetime(2026, 11, 27, 0, 0, tzinfo=UTC)
@@ -142,9 +145,10 @@ def systems(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
                             bmc=Bmc(on=False))
     settings = SimpleNamespace(salt_master_config="/dev/null", vm_type="kvm",
                                disruption_seconds=SECONDS, default_calendar=ALWAYS)
+    # every task's part of the settings (store_rollout/settings_parts.py), read by attribute
+    world.parts = {part: settings for part in ("salt", "cobbler", "power", "hosts", "images", "calendar")}
     for module in (pxe_install, virt, retire_box):
         monkeypatch.setattr(module, "get_run_logger", lambda: logging.getLogger("test"))
-        monkeypatch.setattr(module, "load_settings", lambda: settings)
         monkeypatch.setattr(module, "master_client", lambda _config: world.master)
     for module in (pxe_install, retire_box):
         monkeypatch.setattr(module, "cobbler_client", lambda _settings: world.cobbler)
@@ -163,20 +167,27 @@ def test_every_task_path_refuses_when_the_guard_does(
     from tasks import pxe_install, retire_box, virt
 
     monkeypatch.setattr(pxe_install, "run_started_at", lambda: datetime.now(UTC))
+    install_parts = {k: v for k, v in systems.parts.items() if k != "images"}
     # step 2, an installed host found off (silent): powered on only through the guard
     with pytest.raises(Refused):
-        pxe_install.pxe_install_hypervisor.fn(STORE, 1800.0, Consent(policy="never"))
+        pxe_install.pxe_install_hypervisor.fn(STORE, 1800.0, Consent(policy="never"),
+                                              **install_parts)
     # step 2, an installed host asked to be reinstalled
     with pytest.raises(Refused):
-        pxe_install.pxe_install_hypervisor.fn(STORE, 1800.0, EVERYTHING)
+        pxe_install.pxe_install_hypervisor.fn(STORE, 1800.0, EVERYTHING, **install_parts)
     # step 5, the existing domain asked to be recreated
     with pytest.raises(Refused):
-        virt.create_vm.fn(STORE, IMAGE, 120, EVERYTHING)
+        virt.create_vm.fn(STORE, IMAGE, 120, EVERYTHING, salt=systems.parts["salt"],
+                          hosts=systems.parts["hosts"], images=systems.parts["images"],
+                          calendar=systems.parts["calendar"])
     # a replacement's retirement of the old box
     new = STORE.model_copy(update={"hypervisor": STORE.hypervisor.model_copy(
         update={"mac": "52:54:00:42:00:99"})})
     with pytest.raises(Refused):
-        retire_box.retire_old_box.fn(STORE, new, EVERYTHING)
+        retire_box.retire_old_box.fn(STORE, new, EVERYTHING, salt=systems.parts["salt"],
+                                     cobbler=systems.parts["cobbler"],
+                                     power=systems.parts["power"],
+                                     calendar=systems.parts["calendar"])
     assert refusing_guard == ["power_on_host", "reinstall_hypervisor", "recreate_vm",
                               "replace_box"]
     # nothing was changed on the way: no power action, no VM call beyond reading it
@@ -196,10 +207,10 @@ def test_rollback_and_decommission_refuse_when_the_guard_does(
     inventory = tmp_path / "inv.yaml"
     inventory.write_text('stores: [{store_id: "0042", hypervisor: {hostname: hv.invalid, '
                          'mac: "52:54:00:42:00:01"}, erp: {site_code: DE-0042}}]')
-    settings = SimpleNamespace(approval_policy="never", approval_timeout_seconds=60,
-                               disruption_seconds=SECONDS, default_calendar=ALWAYS)
+    settings = settings_with(approval_policy="never", approval_timeout_seconds=60,
+                             disruption_seconds=SECONDS, **ALWAYS_SETTINGS)
     changed: list[str] = []
-    monkeypatch.setattr(module, "check_region", lambda store: None)
+    monkeypatch.setattr(module, "check_region", lambda *_: None)
     monkeypatch.setattr(module, "load_settings", lambda: settings)
     monkeypatch.setattr(module, "get_run_logger", lambda: logging.getLogger("test"))
     for name in ("remove_vm", "remove_vm_key", "disable_hypervisor_netboot",
@@ -384,10 +395,10 @@ def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
     removed: list[str] = []
     for name in ("remove_vm", "remove_vm_key", "disable_hypervisor_netboot"):
         monkeypatch.setattr(store_rollback, name, lambda *a, _n=name, **k: removed.append(_n))
-    monkeypatch.setattr(store_rollback, "check_region", lambda store: None)
+    monkeypatch.setattr(store_rollback, "check_region", lambda *_: None)
     monkeypatch.setattr(store_rollback, "get_run_logger", lambda: logging.getLogger("test"))
-    monkeypatch.setattr(store_rollback, "load_settings", lambda: SimpleNamespace(
-        disruption_seconds=SECONDS, default_calendar=None, audit_dir=str(tmp_path / "audit")))
+    monkeypatch.setattr(store_rollback, "load_settings", lambda: settings_with(
+        disruption_seconds=SECONDS, audit_dir=str(tmp_path / "audit")))
 
     def erp(notices: Any) -> None:
         def read(_store_id: str) -> Any:

@@ -32,7 +32,7 @@ from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import parse_inventory
 from store_rollout.settings import load_settings
 from store_rollout.update_repos import LEAP_UPDATE_REPOS
-from tests.helpers import BASE_ENV, cannot_run
+from tests.helpers import BASE_ENV, cannot_run, spec_parts
 from tests.test_root_password import COBBLER_DEFAULT_HASH, glibc_crypt
 
 # the AutoYaST profile's default namespace (yast2ns), as the installer reads it
@@ -372,7 +372,7 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
     hashes: dict[str, str] = {}
     try:
         for store in stores:
-            spec = system_spec(store, settings, f"tok-{store.store_id}",
+            spec = system_spec(store, *spec_parts(settings), f"tok-{store.store_id}",
                                store_root_password_hash(
                                    store, client.get_system(store.cobbler_system)))
             assert client.upsert_system(spec) is True
@@ -389,7 +389,7 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
         first = stores[0]
         assert client.get_system(first.cobbler_system)["autoinstall_meta"][
             ROOT_PASSWORD_HASH_META] == hashes[first.store_id]
-        again = system_spec(first, settings, "tok-rerun", store_root_password_hash(
+        again = system_spec(first, *spec_parts(settings), "tok-rerun", store_root_password_hash(
             first, client.get_system(first.cobbler_system)))
         assert client.upsert_system(again) is False
         assert _root_password(client.render_autoinstall(first.cobbler_system)) \

@@ -247,7 +247,7 @@ def test_a_store_of_another_region_is_refused_before_an_undo_or_a_rollout(
         "hypervisor": {"hostname": "hv2.example", "mac": "52:54:00:00:00:02"}}]}))
     with pytest.raises(PreflightError, match="store 0002: region 'north' .* work pool "
                                              "'rollout-north'"):
-        check_region(load_inventory(inventory).get("0002"))
+        check_region(load_inventory(inventory).get("0002"), load_settings())
     for command in (["decommission", "0002"], ["rollback", "0002"], ["rollout", "0002"]):
         done = CliRunner().invoke(app, [*command, "--inventory", str(inventory)])
         assert done.exit_code == 2, (command, done.output)

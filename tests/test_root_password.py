@@ -27,7 +27,7 @@ from tasks.blocks import (
 )
 from tasks.cobbler import system_changes
 from tasks.pxe_install import root_password_hash, system_spec, update_repos_meta
-from tests.helpers import BASE_ENV
+from tests.helpers import BASE_ENV, spec_parts
 
 # Cobbler's default_password_crypted: the hash of "cobbler" (store-stack.md)
 COBBLER_DEFAULT_HASH = "$1$mF86/UHC$WvcIcX2t6crBz2onWxyac."
@@ -123,7 +123,7 @@ def test_the_hash_uses_the_documented_rounds_and_renews_a_weaker_one() -> None:
 def test_the_hash_reaches_the_record_but_no_plan_or_repr() -> None:
     settings = load_settings(BASE_ENV)
     hashed = root_password_hash(SecretStr("Kc7mQ2xWpa9RtH4vNe8u"))
-    spec = system_spec(store(), settings, "tok-0042", hashed)
+    spec = system_spec(store(), *spec_parts(settings), "tok-0042", hashed)
     assert spec.autoinstall_meta[ROOT_PASSWORD_HASH_META] == hashed
     assert hashed not in repr(spec) and "tok-0042" not in repr(spec)
     record = {"name": spec.name, "autoinstall_meta": {**spec.autoinstall_meta,
@@ -134,7 +134,7 @@ def test_the_hash_reaches_the_record_but_no_plan_or_repr() -> None:
     # a new record: the field is named, its value is not
     assert not any("$6$" in c.describe() for c in system_changes(spec, None))
     # a plan's spec has no hash (a plan never reads the password): nothing about it
-    planned = system_spec(store(), settings, token="")
+    planned = system_spec(store(), *spec_parts(settings), token="")
     assert ROOT_PASSWORD_HASH_META not in planned.autoinstall_meta
     assert not [c for c in system_changes(planned, record) if ROOT_PASSWORD_HASH_META in c.field]
 
@@ -142,7 +142,7 @@ def test_the_hash_reaches_the_record_but_no_plan_or_repr() -> None:
 def test_update_repositories_travel_as_alias_url_pairs() -> None:
     settings = load_settings(BASE_ENV)
     assert settings.hypervisor_update_repos == list(LEAP_UPDATE_REPOS)
-    meta = system_spec(store(), settings, "tok").autoinstall_meta[UPDATE_REPOS_META]
+    meta = system_spec(store(), *spec_parts(settings), "tok").autoinstall_meta[UPDATE_REPOS_META]
     # Leap's own aliases, as `zypper lr` on a Leap install names these repositories
     assert meta == ("repo-update=https://download.opensuse.org/update/leap/15.6/oss/ "
                     "repo-sle-update=https://download.opensuse.org/update/leap/15.6/sle/ "

@@ -327,17 +327,21 @@ def run_task(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
         module = {"pxe_install_hypervisor": pxe_install, "prepare_vm_keys": salt_master,
                   "create_vm": virt}[task.name]
         monkeypatch.setattr(module, "get_run_logger", lambda: logging.getLogger("test"))
-        monkeypatch.setattr(module, "load_settings", lambda: settings)
         monkeypatch.setattr(module, "master_client", lambda _config: master)
         if module is salt_master:  # its Cobbler record's install secrets: none to remove
-            monkeypatch.setattr(module, "forget_install_secrets", lambda _store: [])
+            monkeypatch.setattr(module, "cobbler_client", lambda _settings: None)
+            monkeypatch.setattr(module, "forget_install_secrets", lambda _store, _client: [])
         if module is pxe_install:
             cobbler = Cobbler()
             cobbler.record = getattr(master, "cobbler_record", None)
             monkeypatch.setattr(module, "cobbler_client", lambda _settings: cobbler)
             monkeypatch.setattr(module, "bmc_client", lambda _store, _settings: FakeBmc(
                 getattr(master, "host_on", False)))
-        return task.fn(STORE, *args)
+        # each task's parts of the settings (store_rollout/settings_parts.py), read by attribute
+        parts = {"pxe_install_hypervisor": ("salt", "cobbler", "power", "hosts", "calendar"),
+                 "prepare_vm_keys": ("salt", "cobbler"),
+                 "create_vm": ("salt", "hosts", "images", "calendar")}[task.name]
+        return task.fn(STORE, *args, **dict.fromkeys(parts, settings))
 
     return run
 

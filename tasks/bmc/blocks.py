@@ -7,7 +7,7 @@ from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings
+from store_rollout.settings_parts import BmcSettings
 from tasks.blocks import load_block
 from tasks.bmc.client import Bmc
 from tasks.bmc.ipmi import IPMI_PASSWORD_MAX_BYTES, IPMI_PORT, IpmiBmc
@@ -53,12 +53,12 @@ class BmcCredentials(CredentialsBlock):
                        cipher_suite=hv.ipmi_cipher_suite)
 
 
-def bmc_credentials_block_name(store: Store, settings: RolloutSettings) -> str:
+def bmc_credentials_block_name(store: Store, settings: BmcSettings) -> str:
     """The store's own Block, else the fleet's ("" when neither is named)."""
     return store.hypervisor.bmc_credentials_block or settings.bmc_credentials_block
 
 
-def bmc_credentials(store: Store, settings: RolloutSettings) -> BmcCredentials:
+def bmc_credentials(store: Store, settings: BmcSettings) -> BmcCredentials:
     name = bmc_credentials_block_name(store, settings)
     if not name:
         raise ValueError(f"store {store.store_id}: no BMC Credentials Block named: set "
@@ -67,11 +67,11 @@ def bmc_credentials(store: Store, settings: RolloutSettings) -> BmcCredentials:
     return load_block(BmcCredentials, name)
 
 
-def power_type_of(store: Store, settings: RolloutSettings) -> str:
+def power_type_of(store: Store, settings: BmcSettings) -> str:
     return store.hypervisor.power_type or settings.power_type
 
 
-def bmc_client(store: Store, settings: RolloutSettings) -> Bmc:
+def bmc_client(store: Store, settings: BmcSettings) -> Bmc:
     """The store host's BMC, over its protocol, with the login from its Block."""
     client = bmc_credentials(store, settings).get_client(
         store, power_type_of(store, settings), settings.insecure_redfish_http,
@@ -82,7 +82,7 @@ def bmc_client(store: Store, settings: RolloutSettings) -> Bmc:
     return client
 
 
-def bmc_problems(stores: list[Store], settings: RolloutSettings) -> list[str]:
+def bmc_problems(stores: list[Store], settings: BmcSettings) -> list[str]:
     """What keeps step 2 from reaching each store's BMC, found without calling it: no address,
     no Block named, a Block missing or without a login (each Block is read once)."""
     problems: list[str] = []

@@ -9,7 +9,7 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from store_rollout.inventory import Store
-from store_rollout.settings import load_settings
+from store_rollout.settings_parts import BmcSettings
 from tasks.bmc.blocks import bmc_client
 from tasks.bmc.client import Bmc
 from tasks.bmc.errors import BmcRejected, BmcUnreachable
@@ -18,17 +18,16 @@ from tasks.retry import retry_on
 
 @task(name="power_off_hypervisor", task_run_name="power-off-{store.store_id}",
       retries=2, retry_delay_seconds=[5, 15], retry_condition_fn=retry_on(BmcUnreachable))
-def power_off_hypervisor(store: Store) -> dict[str, Any]:
+def power_off_hypervisor(store: Store, power: BmcSettings) -> dict[str, Any]:
     """Decommission: the host shut down through its BMC, its OS first (a graceful shutdown,
     waited for up to the `graceful_shutdown_seconds` setting), its power cut only when it is
     still on then; a host already off is left so."""
-    settings = load_settings()
-    bmc = bmc_client(store, settings)
+    bmc = bmc_client(store, power)
     logger = get_run_logger()
     was = bmc.power_state()
     graceful = False
     if was != "off":
-        graceful = shut_down_gracefully(bmc, settings.graceful_shutdown_seconds, time.sleep,
+        graceful = shut_down_gracefully(bmc, power.graceful_shutdown_seconds, time.sleep,
                                         logger)
         if not graceful:
             bmc.power_off()

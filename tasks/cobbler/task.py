@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr
 
 from store_rollout.contracts import INSTALL_SECRETS_META
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings, load_settings
+from store_rollout.settings_parts import CobblerSettings
 from tasks.blocks import load_block, secret_of
 from tasks.cobbler.client import DEFAULT_TIMEOUT, CobblerClient
 from tasks.cobbler.errors import CobblerUnavailable
@@ -42,11 +42,10 @@ class CobblerCredentials(CredentialsBlock):
                              insecure_http=insecure_http, ca_bundle=ca_bundle)
 
 
-def cobbler_client(settings: RolloutSettings | None = None) -> CobblerClient:
+def cobbler_client(settings: CobblerSettings) -> CobblerClient:
     """The Cobbler client every task uses: from the Block STORE_ROLLOUT_COBBLER_CREDENTIALS_BLOCK
     names, else from the cobbler_* settings and the Secret block
     STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK names (the password is never a setting)."""
-    settings = settings or load_settings()
     if settings.cobbler_credentials_block:
         credentials = load_block(CobblerCredentials, settings.cobbler_credentials_block)
         field = f"the url of the Cobbler Credentials Block {settings.cobbler_credentials_block!r}"
@@ -61,19 +60,19 @@ def cobbler_client(settings: RolloutSettings | None = None) -> CobblerClient:
     return credentials.get_client(settings.insecure_cobbler_http, settings.cobbler_ca_bundle)
 
 
-def forget_install_secrets(store: Store, client: CobblerClient | None = None) -> list[str]:
+def forget_install_secrets(store: Store, client: CobblerClient) -> list[str]:
     """An installed host's record without its one-time autosign token and its root password's
     hash (INSTALL_SECRETS_META): Cobbler serves a record's profile to anyone asking by name,
     and the host needs neither any more. Returns the keys removed ([] on a rerun)."""
-    return (client or cobbler_client()).forget_meta(store.cobbler_system, INSTALL_SECRETS_META)
+    return client.forget_meta(store.cobbler_system, INSTALL_SECRETS_META)
 
 
 @task(name="disable_hypervisor_netboot", task_run_name="disable-netboot-{store.store_id}",
       retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
-def disable_hypervisor_netboot(store: Store) -> dict[str, Any]:
+def disable_hypervisor_netboot(store: Store, cobbler: CobblerSettings) -> dict[str, Any]:
     """Rollback: keep the Cobbler record (the hardware is still there) but turn netboot off, so a
     power cycle boots the installed system instead of reinstalling it."""
-    client = cobbler_client()
+    client = cobbler_client(cobbler)
     system = store.cobbler_system
     exists = client.get_system(system) is not None
     if exists:
@@ -85,11 +84,11 @@ def disable_hypervisor_netboot(store: Store) -> dict[str, Any]:
 
 @task(name="remove_hypervisor_record", task_run_name="remove-cobbler-record-{store.store_id}",
       retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
-def remove_hypervisor_record(store: Store) -> dict[str, Any]:
+def remove_hypervisor_record(store: Store, cobbler: CobblerSettings) -> dict[str, Any]:
     """Decommission: the host's Cobbler system removed (its PXE files with it) and its MAC out
     of the DHCP configuration, under the fleet's one-sync-at-a-time slot."""
-    client = cobbler_client()
-    with fleet_slot(load_settings().cobbler_sync_limit):
+    client = cobbler_client(cobbler)
+    with fleet_slot(cobbler.cobbler_sync_limit):
         removed = client.remove_system(store.cobbler_system)
         client.sync_dhcp()
     get_run_logger().info("store %s: Cobbler system %s removed: %s; DHCP configuration rewritten",
