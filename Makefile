@@ -71,11 +71,14 @@ $(STAMP_APT): Makefile
 	fi
 	touch $@
 
-$(STAMP_VENV): pyproject.toml requirements.lock $(STAMP_APT)
+# the application, then the lab: its own distribution (lab/pyproject.toml, never in the wheel),
+# which adds `store-rollout lab ...` and the lab's image builder through entry points
+$(STAMP_VENV): pyproject.toml lab/pyproject.toml requirements.lock $(STAMP_APT)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.lock
 	$(VENV)/bin/pip install -q --no-deps -e .
+	$(VENV)/bin/pip install -q --no-deps -e lab
 	touch $@
 
 $(STAMP_COBBLER): $(STAMP_APT)

@@ -1,23 +1,22 @@
 """`store-rollout` command line: rollouts, batches, plan, reconcile, staging, status, rollback,
 decommission, replace (app/replace.py), vm-xml. How they run flows: app/runner.py; what they
-show: app/live.py, app/views.py. Other packages' sub-commands (entry point group
-`store_rollout.commands`, e.g. `store-rollout lab ...`) are added without importing them.
+show: app/live.py, app/views.py. Sub-commands other installs register are listed, and loaded
+only when run (app/commands.py).
 """
 
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from app.audit import audit_app
+from app.commands import PluginGroup
 from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
 from app.replace import replace
 from app.runner import (
-    COMMAND_GROUP,
     command_prefect_settings,
     console,
     finished,
@@ -35,6 +34,7 @@ from store_rollout.settings import SettingsError
 from store_rollout.step_timeouts import STEP_TIMEOUTS, StepTimeouts
 
 app = typer.Typer(
+    cls=PluginGroup,
     no_args_is_help=True,
     add_completion=False,
     help="Roll out retail stores: KIWI image, Cobbler PXE, Salt, libvirt, ERP.",
@@ -281,14 +281,6 @@ def serve(
     from prefect import serve as prefect_serve
 
     prefect_serve(*served, limit=limit)
-
-
-def _registered_commands() -> None:
-    for entry in entry_points(group=COMMAND_GROUP):
-        app.add_typer(entry.load(), name=entry.name)
-
-
-_registered_commands()
 
 
 def main() -> None:

@@ -17,8 +17,6 @@ from rich.markup import escape
 from store_rollout.settings import SettingsError
 
 console = Console(stderr=True)
-# entry points that add sub-commands (the lab's `store-rollout lab ...`) and settings hints
-COMMAND_GROUP = "store_rollout.commands"
 
 
 def command_prefect_settings() -> Any:
@@ -92,16 +90,14 @@ def refuse(message: str, *more: str) -> NoReturn:
 
 
 def refuse_settings(exc: SettingsError) -> NoReturn:
-    """The settings' one-line error and the lines a command plugin adds to it (`settings_hint`
-    in the plugin's module: the lab names a lab running on this machine); the person decides,
-    the CLI never picks one."""
-    from importlib import import_module
-    from importlib.metadata import entry_points
+    """The settings' one-line error and the lines other installs add to it (entry point group
+    `store_rollout.settings_hints`, loaded only here: e.g. the settings file of a test setup
+    running on this machine); the person decides, the CLI never picks one."""
+    from store_rollout.plugins import SETTINGS_HINTS, registered
 
     hints: list[str] = []
-    for entry in entry_points(group=COMMAND_GROUP):
-        hint = getattr(import_module(entry.module), "settings_hint", None)
-        hints += hint(exc.missing) if hint is not None else []
+    for entry in registered(SETTINGS_HINTS).values():
+        hints += entry.load()(exc.missing)
     refuse(exc.brief, *hints)
 
 
@@ -251,7 +247,7 @@ def _server_line(url: str, reason: str) -> str:
     prefect = os.environ.get("PREFECT_API_URL", "")
     if prefect and url.startswith(prefect.rstrip("/")) or "/api/" in url:
         return (f"the Prefect server at {prefect or url} does not answer ({reason}): start it "
-                "(in the lab: `store-rollout lab up`) or set PREFECT_API_URL to the running one")
+                "or set PREFECT_API_URL to the running one")
     return f"{url} does not answer ({reason}): start that server or fix its address in the settings"
 
 

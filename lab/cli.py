@@ -1,7 +1,9 @@
 """`store-rollout lab ...`: the local lab (real services, simulated hardware) and its demo.
 
 Registered as a sub-command of the application's CLI through the entry point group
-`store_rollout.commands` (pyproject.toml), so the application never imports the lab.
+`store_rollout.commands` by the lab's own distribution (lab/pyproject.toml, which `make setup`
+installs), with `settings_hint` in `store_rollout.settings_hints`: the application never
+imports the lab, and loads this module only for `store-rollout lab ...` (app/commands.py).
 """
 
 from __future__ import annotations

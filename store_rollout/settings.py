@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -38,6 +38,7 @@ from pydantic_settings import (
 )
 
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS, checked_disruptions
+from store_rollout.plugins import known_builder
 from store_rollout.regions import (
     DEFAULT_COBBLER_SYNC_LIMIT,
     DEFAULT_REGION,
@@ -128,7 +129,8 @@ class RolloutSettings(TransportSettings, ApproverSettings):
     # must agree, as a run is taken for dead after three silent intervals
     heartbeat_seconds: float = Field(30.0, ge=4, le=300)  # the automation needs a 12-s window
     image_description: str = "leap-jeos"
-    image_builder: Literal["lab", "kiwi"] = "kiwi"
+    # kiwi, or a builder another install registers (store_rollout/plugins.py)
+    image_builder: Annotated[str, AfterValidator(known_builder)] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"
     image_params: dict[str, str] = Field(default_factory=dict)
     # where hypervisors download base images: the image cache served over HTTP(S) by any static

@@ -14,7 +14,7 @@ from store_rollout.transport import checked_url
 
 class TransportSettings(DefaultCalendarSettings):
     insecure_cobbler_http: bool = Field(False, description="allow http:// to Cobbler off the "
-                                        "loopback (a lab only; logged)")
+                                        "loopback (a test setup only; logged)")
     insecure_erp_http: bool = Field(False, description="allow http:// to the ERP off the loopback")
     insecure_redfish_http: bool = Field(False, description="allow http:// to Redfish BMCs off "
                                         "the loopback")

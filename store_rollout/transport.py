@@ -42,7 +42,7 @@ def url_problem(url: str, system: str, field: str, insecure: bool) -> str | None
         return f"{field}: {url!r} is not an https:// URL: use https://host/..."
     if plain_http(url) and not insecure:
         return (f"{field}: {url!r} would send {system}'s credentials in clear: use https://, or "
-                f"set {insecure_setting(system)}=true (a lab only; logged each time)")
+                f"set {insecure_setting(system)}=true (a test setup only; logged each time)")
     return None
 
 

@@ -196,7 +196,7 @@ def ensure_notifications(block_name: str, ready_within: float) -> dict[str, str]
     if "/" not in block_name:
         raise ValueError(f"notification_block {block_name!r}: name the block as Prefect does, "
                          "<block type>/<block name> (e.g. slack-webhook/ops, "
-                         "custom-webhook/lab-notify; `prefect block ls` lists them)")
+                         "custom-webhook/ops-notify; `prefect block ls` lists them)")
     block: Any = Block.load(block_name)  # sync here: no running event loop
     block_id = block._block_document_id
     if block_id is None:

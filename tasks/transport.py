@@ -24,6 +24,6 @@ def outside_url(url: str, system: str, field: str, insecure: bool) -> str:
     checked_url(url, system, field, insecure)
     if plain_http(url):
         _logger().warning("%s at %s over plain HTTP, as %s=true allows: its credentials cross "
-                          "the network in clear (a lab only)", system, url,
+                          "the network in clear (a test setup only)", system, url,
                           insecure_setting(system))
     return url

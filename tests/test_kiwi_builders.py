@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from lab.image_builder import render_minion_d
 from lab.state import REPO_ROOT
 from tasks.kiwi import (
     BUILD_PARAMS_FILE,
     ImageCache,
     KiwiBuilder,
     KiwiBuildError,
-    render_minion_d,
 )
 from tasks.kiwi.overlay import MINION_LOCK, MINION_WHEELHOUSE
 from tests.helpers import cannot_run, load_salt_module

@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from lab.image_builder import HALT_BOOT_SECTOR, LabBuilder
 from tasks.kiwi import (
     BuildOutput,
     BuildParamsError,
     ImageCache,
     KiwiDescriptionError,
-    LabBuilder,
     image_key,
 )
-from tasks.kiwi.builders import HALT_BOOT_SECTOR
 from tests.kiwi_helpers import (
     DEBIAN,
     LEAP,

@@ -1,5 +1,6 @@
-"""tasks/kiwi/params.py: build parameters and minion.d rendering, and that the image's own
-apply-build-params helper (run by config.sh) renders the same files."""
+"""tasks/kiwi/params.py: build parameters and minion.d rendering (lab/image_builder.py's
+render_minion_d, from the shipped parts), and that the image's own apply-build-params helper
+(run by config.sh) renders the same files."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab.image_builder import render_minion_d
 from tasks.kiwi import (
     BUILD_PARAMS_FILE,
     BuildParamsError,
     KiwiBuilder,
-    render_minion_d,
 )
 from tests.kiwi_helpers import (
     DEBIAN,

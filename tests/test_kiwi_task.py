@@ -36,6 +36,6 @@ def test_ensure_image_refuses_an_unknown_builder_and_builds_nothing(prefect_harn
                                                                     tmp_path: Path) -> None:
     state = image_step(str(tmp_path / "cache"), builder="docker", return_state=True)
     assert state.is_failed()
-    with pytest.raises(ValueError, match="unknown builder 'docker'; expected one of lab, kiwi"):
+    with pytest.raises(ValueError, match="unknown builder 'docker'; expected one of kiwi, lab"):
         state.result()
     assert not (tmp_path / "cache").exists()

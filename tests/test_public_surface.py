@@ -27,10 +27,10 @@ SURFACES = {
     ],
     "tasks.kiwi": [
         "BUILD_PARAMS_FILE", "BuildOutput", "BuildParamsError", "IDENTITY_SCRIPT",
-        "IMAGE_BUILDS_DIR", "ImageCache", "KiwiBuildError", "KiwiBuilder", "KiwiDescriptionError",
-        "LabBuilder", "OBS_REPOSITORIES", "ensure_image", "image_key", "image_status",
-        "local_repo_args", "make_builder", "render_minion_d", "resolve_description",
-        "validate_description",
+        "IMAGE_BUILDS_DIR", "ImageCache", "KiwiBuildError", "KiwiBuildTimeout", "KiwiBuilder",
+        "KiwiDescriptionError", "OBS_REPOSITORIES", "ensure_image", "image_key", "image_status",
+        "kiwi_profile", "local_repo_args", "make_builder", "minion_d_dir", "resolve_description",
+        "resolve_params", "substitute", "validate_description",
     ],
 }
 

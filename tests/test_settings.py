@@ -82,6 +82,17 @@ def test_cli_never_picks_a_lab_by_itself(tmp_path: Path) -> None:
         assert str(stale.parent) not in re.split(r"[=\s,()]+", proc.stderr)
 
 
+def test_an_image_builder_no_install_registers_is_refused() -> None:
+    """kiwi is built in, the lab's builder comes with the lab's install (store_rollout/plugins.py);
+    another name fails the settings, not the image step."""
+    base = {**BASE, "STORE_ROLLOUT_IMAGE_BASE_URL": "https://images.example/s"}
+    assert load_settings(base).image_builder == "kiwi"
+    assert load_settings({**base, "STORE_ROLLOUT_IMAGE_BUILDER": "lab"}).image_builder == "lab"
+    with pytest.raises(SettingsError, match="image_builder: .*unknown builder 'docker'; expected "
+                                            "one of kiwi, lab"):
+        load_settings({**base, "STORE_ROLLOUT_IMAGE_BUILDER": "docker"})
+
+
 def test_missing_settings_are_named_once_in_one_line() -> None:
     with pytest.raises(SettingsError) as err:
         load_settings({})

@@ -92,7 +92,7 @@ class VmBoot:
             self.domain_minions[dom.name()] = minion_id
             if seeded and (not self.minions.installed(minion_id)
                            or self._disk_changed(minion_id, xml)):
-                from tasks.kiwi import render_minion_d
+                from lab.image_builder import render_minion_d
 
                 files = render_minion_d(*seeded["image"])
                 files.update(seeded["minion.d"])
@@ -171,7 +171,7 @@ class VmBoot:
     def _boots_for_real(self, xml: ET.Element) -> bool:
         """The disk's base image is an operating system (built by KIWI), not a lab builder's
         disk (any version: a VM made before the lab builder's tag changed is still a lab VM)."""
-        from tasks.kiwi import LabBuilder
+        from lab.image_builder import LabBuilder
 
         lab_family = LabBuilder.tag.rsplit("-", 1)[0] + "-"  # "lab-"
         return not str(self._base_meta(xml).get("builder", "")).startswith(lab_family)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tasks.kiwi.errors import BuildParamsError
-from tasks.kiwi.overlay import minion_d_dir, placeholders, substitute
+from tasks.kiwi.overlay import placeholders
 
 __all__ = [
     "BUILDER_PARAMS",
@@ -18,7 +18,6 @@ __all__ = [
     "PARAM_KEY_RE",
     "PARAM_VALUE_RE",
     "kiwi_profile",
-    "render_minion_d",
     "resolve_params",
 ]
 
@@ -65,25 +64,3 @@ def resolve_params(desc_dir: Path, params: Mapping[str, str]) -> dict[str, str]:
     if problems:
         raise BuildParamsError(desc_dir, problems)
     return dict(sorted(effective.items()))
-
-
-def render_minion_d(desc_dir: Path, params: Mapping[str, str]) -> dict[str, str]:
-    """The ``minion.d`` files as they end up in the image, placeholders substituted.
-
-    Args:
-        desc_dir: The description directory.
-        params: Build parameters (defaults applied).
-
-    Returns:
-        File name -> text, e.g. ``{"00-master.conf": 'master: "10.0.0.1"\\n...'}``.
-
-    Raises:
-        BuildParamsError: A placeholder has no value or a value is malformed.
-    """
-    effective = resolve_params(desc_dir, params)
-    minion_d = minion_d_dir(desc_dir)
-    out: dict[str, str] = {}
-    for path in sorted(p for p in minion_d.iterdir() if p.is_file()):
-        text = path.read_text(encoding="utf-8")
-        out[path.name] = substitute(text, effective) if path.suffix == ".conf" else text
-    return out

@@ -8,7 +8,8 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from store_rollout import instrument
-from tasks.kiwi.builders import BUILDERS, make_builder
+from store_rollout.plugins import known_builder
+from tasks.kiwi.builders import make_builder
 from tasks.kiwi.cache import ImageCache
 from tasks.kiwi.errors import KiwiTaskError
 from tasks.kiwi.validate import resolve_description
@@ -18,16 +19,17 @@ __all__ = ["ensure_image", "image_status"]
 
 @task(task_run_name="image-{description}")
 def ensure_image(
-    description: str, params: dict[str, str], cache_dir: str, builder: str = "lab"
+    description: str, params: dict[str, str], cache_dir: str, builder: str = "kiwi"
 ) -> dict[str, Any]:
     """Make sure the image for ``description`` + ``params`` is in the cache.
 
     Args:
         description: Name under ``image_builds/`` (``leap-jeos``) or a description's directory.
         params: Build parameters, e.g. ``{"SALT_MASTER": "10.20.0.1"}``; ``KIWI_PROFILE``
-            selects a KIWI profile, ``LAB_DISK_SIZE`` the lab image size.
+            selects a KIWI profile (a builder may read others of its own).
         cache_dir: Image cache directory.
-        builder: ``lab`` (validate + empty qcow2) or ``kiwi`` (real kiwi-ng build, root).
+        builder: ``kiwi`` (real kiwi-ng build, root) or a builder another install registers
+            (:mod:`store_rollout.plugins`).
 
     Returns:
         ``{"key", "path", "sha256", "meta", "cache_hit", "seconds", "build_seconds",
@@ -39,8 +41,7 @@ def ensure_image(
         ...     return ensure_image("leap-jeos", {"SALT_MASTER": "127.0.0.1"}, "/srv/cache")
     """
     logger = get_run_logger()
-    if builder not in BUILDERS:
-        raise ValueError(f"unknown builder {builder!r}; expected one of {', '.join(BUILDERS)}")
+    known_builder(builder)
     desc_dir = resolve_description(description)
     cache = Path(cache_dir)
     logger.info("Ensuring image %s with builder %s in %s", description, builder, cache)
@@ -65,10 +66,9 @@ def ensure_image(
 
 
 def image_status(description: str, params: dict[str, str], cache_dir: str,
-                 builder: str = "lab") -> dict[str, Any]:
+                 builder: str = "kiwi") -> dict[str, Any]:
     """What the image step would do now, without doing it: ``{"key", "cached", "builder"}``."""
-    if builder not in BUILDERS:
-        raise ValueError(f"unknown builder {builder!r}; expected one of {', '.join(BUILDERS)}")
+    known_builder(builder)
     cache = Path(cache_dir)
     key, meta = ImageCache(cache).lookup(resolve_description(description), params,
                                          make_builder(builder, cache))
