@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
 from flows.store_rollback import store_rollback
-from store_rollout.approvals import NOT_APPROVED, REJECTED, tightened
+from store_rollout.approval_policy import NOT_APPROVED, REJECTED, tightened
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
@@ -37,6 +37,7 @@ from tasks.firstboot import firstboot
 from tasks.go_live import go_live_gate
 from tasks.kiwi import ensure_image
 from tasks.notifications import end_hypervisor_wait, notify_failure
+from tasks.observe import plan_for_approval
 from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor
 from tasks.retire_box import retire_old_box
@@ -147,7 +148,7 @@ def store_rollout(store_id: str, inventory: str,
         approval = (proven_yes(store_id, asked, approver, code) if approver or code
                     else approve_rollout(store, policy,
                                          approval_timeout or settings.approval_timeout_seconds,
-                                         recreate_vm=recreate_vm,
+                                         plan_for_approval, recreate_vm=recreate_vm,
                                          reinstall_hypervisor=reinstall_hypervisor,
                                          replace_box=bool(replace_box)))
         if approval.get("not_approved"):  # no answer, and a run of the CLI cannot be parked

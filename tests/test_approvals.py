@@ -1,4 +1,4 @@
-"""Issue 30, approvals: when a run asks (store_rollout/approvals.py), what the approver reads
+"""Issue 30, approvals: when a run asks (store_rollout/approval_policy.py), what the approver reads
 (the plan of a recreation), and how a run waits for the answer with Prefect's pause, parked
 when nobody answers in time (tasks/approvals.py, against a real Prefect server). In the lab,
 through the UI: tests/test_approvals_lab.py."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from store_rollout.approvals import approval_needed, approval_request, check_policy
+from store_rollout.approval_policy import approval_needed, approval_request, check_policy
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
