@@ -123,7 +123,7 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool,
     from app.live import LiveSteps
     from flows.rollout import store_rollout
     from store_rollout import steps
-    from store_rollout.approvals import UNAPPROVED_ENDS
+    from store_rollout.approval_policy import UNAPPROVED_ENDS
 
     view = LiveSteps(store_ids)
     steps.add_listener(view)

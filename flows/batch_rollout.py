@@ -23,17 +23,17 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.rollout import store_rollout
 from store_rollout import steps
-from store_rollout.approvals import NOT_FAILED, UNAPPROVED_ENDS, tightened
+from store_rollout.approval_policy import NOT_FAILED, UNAPPROVED_ENDS, tightened
 from store_rollout.inventory import load_inventory
 from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
 from store_rollout.settings import load_settings
 from store_rollout.settings_parts import CalendarSettings
 from store_rollout.waves import plan_region_waves, regions_to_halt, runs_of_their_own
+from tasks.flow_runs import check_deployment
 from tasks.run_health import beating
 from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, in_flight_slots, set_limit
 from tasks.store_runs import (
     STORE_DEPLOYMENT,
-    check_deployment,
     rolled_out_stores,
     schedule_store_run,
     wait_for_store_runs,

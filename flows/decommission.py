@@ -11,7 +11,7 @@ from typing import Any
 from prefect import flow, get_run_logger, tags
 
 from store_rollout import guard
-from store_rollout.approvals import check_policy
+from store_rollout.approval_policy import check_policy
 from store_rollout.guard import Action
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings

@@ -16,7 +16,8 @@ from store_rollout.fleet.reconcile import StoreStatus, reconcile_store
 from store_rollout.fleet.render import reconcile_table
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
-from tasks.observe import emit_store_changes, observe_stores, previous_reconcile
+from tasks.observe import observe_stores
+from tasks.reconcile_events import emit_store_changes, previous_reconcile
 from tasks.region_runs import publish_result, run_in_region, split_by_region
 from tasks.run_health import beating, zombie_after
 

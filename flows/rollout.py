@@ -7,6 +7,7 @@ Wiring only; every integration lives in `tasks/`.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
 from prefect import State, flow, tags
@@ -14,7 +15,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 
 from flows.store_rollback import store_rollback
-from store_rollout.approvals import NOT_APPROVED, REJECTED, tightened
+from store_rollout.approval_policy import NOT_APPROVED, REJECTED, tightened
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
@@ -47,6 +48,7 @@ from tasks.firstboot import firstboot
 from tasks.go_live import go_live_gate
 from tasks.kiwi import ensure_image
 from tasks.notifications import end_hypervisor_wait, notify_failure
+from tasks.observe import plan_for_approval
 from tasks.preflight import preflight
 from tasks.pxe_install import pxe_install_hypervisor
 from tasks.retire_box import retire_old_box
@@ -158,8 +160,8 @@ def store_rollout(store_id: str, inventory: str,
                     if approver or code
                     else approve_rollout(store, policy,
                                          approval_timeout or settings.approval_timeout_seconds,
-                                         settings,
-                                         recreate_vm=recreate_vm,
+                                         partial(plan_for_approval, settings=settings),
+                                         ApprovalSettings.of(settings), recreate_vm=recreate_vm,
                                          reinstall_hypervisor=reinstall_hypervisor,
                                          replace_box=bool(replace_box)))
         if approval.get("not_approved"):  # no answer, and a run of the CLI cannot be parked

@@ -30,7 +30,7 @@ AUTOSIGN_REFUSED_TAG: Final = "store/autosign/refused"
 AUTOSIGN_FORGED_TAG: Final = "store/autosign/forged"
 
 # -- AutoYaST profile inputs -----------------------------------------------------------------
-# Cobbler autoinstall_meta keys step 2 (tasks/pxe_install.system_spec) sets and the profile
+# Cobbler autoinstall_meta keys step 2 (tasks/cobbler/systems.system_spec) sets and the profile
 # (image_builds/autoyast/store-hypervisor.xml) reads with $getVar; tests/test_lab_cobbler.py
 # renders the profile with them in a real Cobbler.
 # crypt(3) SHA-512 of root's password (its Prefect Secret block); without it root is locked

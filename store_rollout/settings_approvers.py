@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-from store_rollout.approvals import (
+from store_rollout.approval_policy import (
     DEFAULT_APPROVAL_POLICY,
     DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     ApprovalPolicy,
@@ -19,7 +19,7 @@ DEFAULT_APPROVERS_BLOCK = "store-rollout-approvers"
 
 class ApproverSettings(BaseSettings):
     # when a rollout asks a person first (a run may only tighten it: approvals.tightened), and
-    # how long it waits paused before it is parked (store_rollout/approvals.py)
+    # how long it waits paused before it is parked (store_rollout/approval_policy.py)
     approval_policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY
     approval_timeout_seconds: float = Field(DEFAULT_APPROVAL_TIMEOUT_SECONDS, gt=0, le=604800)
     approvers_block: str = Field(

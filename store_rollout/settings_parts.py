@@ -72,7 +72,7 @@ class HostSettings(_Part):
 class ImageSettings(_Part):
     """The store server's image: its KIWI build (step 1) and its delivery to the hosts."""
     image_description: str
-    image_builder: Literal["lab", "kiwi"] = "kiwi"
+    image_builder: str = "kiwi"  # a registered builder (store_rollout/plugins.py)
     image_cache_dir: str
     image_params: dict[str, str]
     image_base_url: str

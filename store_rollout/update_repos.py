@@ -1,5 +1,6 @@
 """The update repositories a store host installs from and keeps (setting
-`hypervisor_update_repos`): their default and what a valid list is."""
+`hypervisor_update_repos`): their default, what a valid list is, and how they travel in its
+Cobbler record (`update_repos_meta`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from typing import Any
 LEAP_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/15.6/oss/",
                      "https://download.opensuse.org/update/leap/15.6/sle/",
                      "https://download.opensuse.org/update/leap/15.6/backports/")
+# Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
+# segment of the URL, as download.opensuse.org and its mirrors lay them out
+LEAP_UPDATE_ALIASES = {"oss": "repo-update", "non-oss": "repo-update-non-oss",
+                       "sle": "repo-sle-update", "backports": "repo-backports-update"}
 _REPO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>&\"']+")
 
 
@@ -38,3 +43,16 @@ def checked_repo_urls(value: list[str]) -> list[str]:
     if len(set(value)) != len(value):
         raise ValueError(f"{value} lists a repository twice")
     return value
+
+
+def update_repos_meta(urls: list[str]) -> str:
+    """The profile's update repositories as one autoinstall_meta string (Cobbler's meta values
+    are strings): space-separated `alias=url`, Leap's alias for Leap's repositories, else
+    `update-<n>`."""
+    entries: list[str] = []
+    for n, url in enumerate(urls, 1):
+        alias = LEAP_UPDATE_ALIASES.get(url.rstrip("/").rsplit("/", 1)[-1], f"update-{n}")
+        if any(e.startswith(f"{alias}=") for e in entries):
+            alias = f"update-{n}"
+        entries.append(f"{alias}={url}")
+    return " ".join(entries)

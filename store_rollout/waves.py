@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from store_rollout.approvals import NOT_FAILED
+from store_rollout.approval_policy import NOT_FAILED
 
 
 def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[list[str]]:

@@ -1,0 +1,33 @@
+"""The tasks layer: what the flows call, and the clients of the outside systems they call through
+(above store_rollout/, below flows/). Its modules are of three kinds, named below once:
+
+- **Step modules** (`STEP_MODULES`): the Prefect tasks (and the flow-side functions) of one step
+  or one job of a flow, composing clients and helpers: pxe_install (step 2), salt_master (steps
+  3 and 4, and the keys' removal), virt (step 5, staging, the VM's removal), firstboot (step 6),
+  go_live (the go-live gate); retire_box (a replacement's first change), approvals (the
+  approval before step 1), preflight (the checks before any side effect), observe (what plan,
+  reconcile and an approval read), reconcile_events, store_runs (a batch's runs), region_runs
+  (a chain-wide read's runs in other regions).
+- **Clients** (`CLIENTS`): one package or module per outside system: its typed client, error
+  tree and Blocks, and the thin tasks that call that system alone: step 1's `ensure_image`
+  (kiwi/), the ERP notices (erp), the rollback's and decommission's Cobbler and BMC tasks.
+- **Helpers** (`HELPERS`): what several steps share without being an outside system's client:
+  Blocks and the root password (blocks, root_password), retries and outside URLs (retry,
+  transport), the store VM and its image's delivery (store_vm, image_delivery), Prefect's runs
+  and the run's health (flow_runs, run_health), windows, slots, notifications, approvers,
+  audit.
+
+Steps stand side by side: a step module imports no other step module, and a client or a helper
+imports no step module (nor a client another client); what two steps share lives in a client or
+a helper. tests/test_layers.py reads every import (nested ones too) and fails on one that
+breaks this, or on a module of tasks/ that is in none of the three lists.
+"""
+
+STEP_MODULES = ("approvals", "firstboot", "go_live", "observe", "preflight", "pxe_install",
+                "reconcile_events", "region_runs", "retire_box", "salt_master", "store_runs",
+                "virt")
+CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
+HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
+           "retry", "root_password", "run_health", "slots", "store_vm", "transport", "windows")
+
+__all__ = ["CLIENTS", "HELPERS", "STEP_MODULES"]

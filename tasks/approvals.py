@@ -1,4 +1,4 @@
-"""Asking a person before a rollout goes on (store_rollout/approvals.py says when): the run
+"""Asking a person before a rollout goes on (store_rollout/approval_policy.py says when): the run
 pauses with Prefect's `pause_flow_run(wait_for_input=...)`, and its page in the UI shows the
 store's plan above a form (approver name, one-time code, approve, comment): an answer counts
 only once its code proves the approver (tasks/approvers.py); a wrong one is logged ("approval
@@ -13,10 +13,10 @@ answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from prefect import task
 from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
@@ -24,16 +24,14 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from store_rollout.approvals import ANSWER_HOW, ApprovalPolicy, approval_needed, approval_request
+from store_rollout.approval_policy import ANSWER_HOW, ApprovalPolicy, approval_needed, approval_request
 from store_rollout.approvers import ApproverError
-from store_rollout.fleet.plan import StepPlan, plan_store
+from store_rollout.fleet.plan import StepPlan
 from store_rollout.guard import WHAT, Action, Consent
 from store_rollout.inventory import Store
-from store_rollout.settings import RolloutSettings
 from store_rollout.settings_parts import ApprovalSettings
 from tasks.approvers import prove
 from tasks.audit import record
-from tasks.observe import observe
 from tasks.run_health import run_logger, say_running
 
 ASK_KEY: Final = "approval"
@@ -41,6 +39,9 @@ PARK_KEY: Final = "approval-parked"
 PARKED_PAUSE_SECONDS: Final = 30 * 24 * 3600  # a run that cannot be suspended stays paused
 POLL_SECONDS: Final = 2  # how soon a paused run sees its answer (one API read each)
 TRIES: Final = 5  # answers without a good code before the run gives up (nothing changed)
+# what makes the store's plan for its approval (store, recreate_vm, reinstall_hypervisor,
+# replace_box): tasks/observe.plan_for_approval, which the rollout flow hands approve_rollout
+Planner = Callable[[Store, bool, bool, bool], list[StepPlan]]
 
 
 class Approval(RunInput):
@@ -52,16 +53,6 @@ class Approval(RunInput):
     code: str = Field("", max_length=16, description="The one-time code your authenticator "
                                                      "shows now")
     comment: str = Field("", max_length=2000, description="Why (kept in the run's log)")
-
-
-@task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
-def plan_for_approval(store: Store, settings: RolloutSettings, recreate_vm: bool,
-                      reinstall_hypervisor: bool = False, replace_box: bool = False
-                      ) -> list[StepPlan]:
-    """The store's plan as `store-rollout plan` makes it (its highstate not tested)."""
-    facts = observe([store], settings)[store.store_id]
-    return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
-                      replace_box=replace_box)
 
 
 def _parked_before(key: str) -> bool:
@@ -172,24 +163,26 @@ def asked_actions(recreate_vm: bool, reinstall_hypervisor: bool, replace_box: bo
         (Action.REPLACE_BOX, replace_box)) if wanted) or "rollout"
 
 
-def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float,
-                    settings: RolloutSettings, *, recreate_vm: bool = False,
+def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, planner: Planner,
+                    approvals: ApprovalSettings, *, recreate_vm: bool = False,
                     reinstall_hypervisor: bool = False, replace_box: bool = False
                     ) -> dict[str, Any]:
     """Ask first when the policy wants it for this run: {"asked", "approved", "approver",
-    "comment"}. Called from the flow itself (a task cannot pause its flow)."""
+    "comment"}. Called from the flow itself (a task cannot pause its flow). `planner` makes the
+    store's plan, called only when the policy may ask (the flow hands it
+    tasks/observe.plan_for_approval)."""
     asked_to_destroy = recreate_vm or reinstall_hypervisor or replace_box
     unasked = {"asked": False, "approved": True, "approver": "", "comment": ""}
     if policy == "never" or (policy == "destructive" and not asked_to_destroy):
         return unasked  # nothing to destroy: no read
-    plan = plan_for_approval(store, settings, recreate_vm, reinstall_hypervisor, replace_box)
+    plan = planner(store, recreate_vm, reinstall_hypervisor, replace_box)
     if not approval_needed(policy, plan):
         return unasked
     try:
         answer, name = ask_proven(store.store_id, asked_actions(
             recreate_vm, reinstall_hypervisor, replace_box),
             approval_request(store.store_id, policy, plan), timeout,
-            ApprovalSettings.of(settings))
+            approvals)
     except NoAnswer as exc:
         run_logger(__name__).warning("%s", exc)
         return {"asked": True, "approved": False, "not_approved": True, "approver": "",

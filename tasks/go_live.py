@@ -3,7 +3,7 @@ before the ERP hears that the store runs.
 
 The checks are the store server's own data (its role's services, ports and HTTP answers, free
 disk, clock), run on the VM by `storegate.run` (salt_states/_modules/storegate.py); the verdict
-and the table are store_rollout/go_live.py's. Checks that fail are asked again for
+and the table are store_rollout/go_live_report.py's. Checks that fail are asked again for
 `go_live_settle_seconds` (a service may still be starting after firstboot's last reboot), then
 the gate fails naming each failed check and the store; nothing is changed on the VM.
 """
@@ -18,7 +18,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from store_rollout.contracts import GO_LIVE_FUNCTION, STORE_SERVER_CONFIG
-from store_rollout.go_live import GoLiveReport
+from store_rollout.go_live_report import GoLiveReport
 from store_rollout.inventory import Store
 from store_rollout.settings_parts import SaltSettings
 from tasks.retry import retry_on

@@ -1,11 +1,12 @@
-"""Read the real systems for `plan` and `reconcile`, changing nothing: Cobbler (records), the
-Salt master (keys; hypervisor and VM grains; the hypervisor's highstate in test=True), each
-hypervisor's libvirt (through `storevirt.inspect`), the image cache, the ERP (its notices) and
-Prefect (each store's last rollout run and its heartbeats).
+"""Read the real systems for `plan`, `reconcile` and a rollout's approval, changing nothing:
+Cobbler (records), the Salt master (keys; hypervisor and VM grains; the hypervisor's highstate
+in test=True), each hypervisor's libvirt (through `storevirt.inspect`), the image cache, the ERP
+(its notices) and Prefect (each store's last rollout run and its heartbeats).
 
 One batched call per kind for all the stores asked about (one Salt job per function over a
 list target, one key listing, one Prefect query), so 25 stores cost about what one does.
-The facts go to store_rollout/fleet/, which draws the conclusions.
+The facts go to store_rollout/fleet/, which draws the conclusions (`plan_for_approval`: one
+store's plan, which the rollout flow hands its approval).
 """
 
 from __future__ import annotations
@@ -23,19 +24,18 @@ from store_rollout.contracts import (
     HYPERVISOR_READY_GRAIN,
 )
 from store_rollout.fleet.facts import LastRun, StoreFacts
-from store_rollout.fleet.reconcile import StoreStatus
+from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.inventory import Store
 from store_rollout.settings import RolloutSettings
 from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings, HostSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.bmc import BmcError, bmc_client
-from tasks.cobbler import CobblerError, cobbler_client, system_changes
+from tasks.cobbler import CobblerError, cobbler_client, power_cycled_at, system_changes, system_spec
 from tasks.erp import ErpError, erp_client
+from tasks.flow_runs import newest_rollout_runs
 from tasks.kiwi import image_status
-from tasks.pxe_install import power_cycled_at, system_spec
 from tasks.run_health import HEARTBEAT_EVENT
 from tasks.salt import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
-from tasks.store_runs import newest_rollout_runs
 
 READ_TIMEOUT = 3  # seconds a minion gets to answer a read (a silent one is reported as such)
 HIGHSTATE_TEST_TIMEOUT = 60
@@ -218,49 +218,11 @@ def observe_stores(stores: list[Store], settings: RolloutSettings, highstate_tes
     return facts
 
 
-def previous_reconcile(key: str, depth: int = 50) -> dict[str, str]:
-    """{store id: fingerprint} as the newest reconcile that checked each store left it, from
-    the last `depth` table artifacts `key` (a reconcile of a few stores, or of another
-    inventory, does not make the others look new)."""
-    import json
-
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-    from prefect.client.schemas.sorting import ArtifactSort
-
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
-            sort=ArtifactSort.CREATED_DESC, limit=depth)
-    fingerprints: dict[str, str] = {}
-    for artifact in found:  # newest first: the first fingerprint of a store wins
-        data = artifact.data
-        rows = json.loads(data) if isinstance(data, str) else (data or [])
-        for row in rows:
-            if isinstance(row, dict) and "store" in row:
-                fingerprints.setdefault(str(row["store"]), str(row.get("fingerprint", "")))
-    return fingerprints
-
-
-def emit_store_changes(statuses: list[StoreStatus], previous: dict[str, str]) -> list[str]:
-    """A Prefect event per store whose reconcile result changed since the last one, on the
-    resource `store.<id>` (where the Salt engine's events of the store are related too)."""
-    from prefect.events import emit_event
-
-    changed = []
-    for status in statuses:
-        before = previous.get(status.store_id)
-        if before == status.fingerprint():
-            continue
-        changed.append(status.store_id)
-        emit_event(
-            event=f"store.reconcile.{status.status}",
-            resource={"prefect.resource.id": f"store.{status.store_id}",
-                      "prefect.resource.name": f"store {status.store_id}",
-                      "store.id": status.store_id},
-            related=[{"prefect.resource.id": f"prefect.tag.store-{status.store_id}",
-                      "prefect.resource.role": "tag"}],
-            payload={"previous": before, "now": status.fingerprint(), "systems": status.real,
-                     "last_run": status.last_run,
-                     "mismatches": [m.model_dump() for m in status.mismatches]})
-    return changed
+@task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
+def plan_for_approval(store: Store, recreate_vm: bool, reinstall_hypervisor: bool = False,
+                      replace_box: bool = False, *, settings: RolloutSettings) -> list[StepPlan]:
+    """The store's plan as `store-rollout plan` makes it (its highstate not tested): what an
+    approval shows and decides on (the rollout flow hands it to tasks/approvals.py)."""
+    facts = observe([store], settings)[store.store_id]
+    return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
+                      replace_box=replace_box)

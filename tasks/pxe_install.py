@@ -3,7 +3,10 @@
 master (the host's key and its one-time autosign token, and whether the host is already
 installed and ready).
 
-The clients are tasks/cobbler/, tasks/bmc/ and tasks/salt/; this module only composes them.
+The clients are tasks/cobbler/, tasks/bmc/ and tasks/salt/; this module only composes them. The
+record it writes (`system_spec`) and its install's power-on stamp (`power_cycled_at`) are
+tasks/cobbler/systems.py's, the root password's hash tasks/root_password.py's: plan reads them
+too.
 """
 
 from __future__ import annotations
@@ -11,17 +14,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from passlib.hash import sha512_crypt
 from prefect import get_run_logger, task
-from pydantic import SecretStr
 
 from store_rollout import guard, step_rules
-from store_rollout.contracts import (
-    AUTOSIGN_GRAIN,
-    POWER_CYCLED_META,
-    ROOT_PASSWORD_HASH_META,
-    UPDATE_REPOS_META,
-)
+from store_rollout.contracts import POWER_CYCLED_META
 from store_rollout.guard import NO_CONSENT, Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.settings_parts import (
@@ -32,101 +28,23 @@ from store_rollout.settings_parts import (
     SaltSettings,
 )
 from store_rollout.step_timeouts import STEP_TIMEOUTS
-from tasks.blocks import store_root_password
 from tasks.bmc import Bmc, BmcUnreachable, bmc_client, power_cycle_for_install
 from tasks.cobbler import (
     CobblerClient,
     CobblerRejected,
     CobblerUnavailable,
-    SystemSpec,
     cobbler_client,
+    power_cycled_at,
+    system_spec,
 )
 from tasks.notifications import announce_install_started
 from tasks.retry import retry_on
+from tasks.root_password import store_root_password_hash
 from tasks.run_health import run_started_at
 from tasks.salt import hypervisor_ready, master_client
 from tasks.salt.master_key import master_pin
 from tasks.slots import fleet_slot
 from tasks.windows import install_window
-
-ROOT_HASH_ROUNDS = 656000  # SHA-512 crypt's rounds (docs/production.md)
-# Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
-# segment of the URL, as download.opensuse.org and its mirrors lay them out
-LEAP_UPDATE_ALIASES = {"oss": "repo-update", "non-oss": "repo-update-non-oss",
-                       "sle": "repo-sle-update", "backports": "repo-backports-update"}
-
-
-def update_repos_meta(urls: list[str]) -> str:
-    """The profile's update repositories as one autoinstall_meta string (Cobbler's meta values
-    are strings): space-separated `alias=url`, Leap's alias for Leap's repositories, else
-    `update-<n>`."""
-    entries: list[str] = []
-    for n, url in enumerate(urls, 1):
-        alias = LEAP_UPDATE_ALIASES.get(url.rstrip("/").rsplit("/", 1)[-1], f"update-{n}")
-        if any(e.startswith(f"{alias}=") for e in entries):
-            alias = f"update-{n}"
-        entries.append(f"{alias}={url}")
-    return " ".join(entries)
-
-
-def root_password_hash(password: SecretStr, current: str = "") -> str:
-    """SHA-512 crypt(3) of a root password (`$6$`, what glibc and YaST take). `current`, the
-    hash Cobbler holds, is kept when it is of this password and of ROOT_HASH_ROUNDS: a rerun
-    changes nothing."""
-    secret = password.get_secret_value()
-    if current and sha512_crypt.identify(current):
-        try:
-            if (sha512_crypt.from_string(current).rounds == ROOT_HASH_ROUNDS
-                    and sha512_crypt.verify(secret, current)):
-                return current
-        except ValueError:  # malformed: replaced below
-            pass
-    # docs/production.md's 656000 rounds (passlib's default): an operator may choose a weaker
-    # password than the generated 114 bits, and Cobbler served the hash during the install
-    return str(sha512_crypt.using(rounds=ROOT_HASH_ROUNDS).hash(secret))
-
-
-def store_root_password_hash(store: Store, record: dict[str, Any] | None) -> str:
-    """crypt(3) of the store's root password (its Secret block, made on the first install) for
-    its Cobbler record: the hash the record already holds when it is of that password."""
-    meta = (record or {}).get("autoinstall_meta")
-    current = str(meta.get(ROOT_PASSWORD_HASH_META) or "") if isinstance(meta, dict) else ""
-    return root_password_hash(store_root_password(store.store_id), current)
-
-
-def power_cycled_at(record: dict[str, Any] | None) -> datetime | None:
-    """When step 2 last powered the host on into its install, as its Cobbler record says."""
-    meta = (record or {}).get("autoinstall_meta")
-    stamp = meta.get(POWER_CYCLED_META) if isinstance(meta, dict) else None
-    try:
-        return datetime.fromisoformat(str(stamp)) if stamp else None
-    except ValueError:  # edited by hand: as if absent
-        return None
-
-
-def system_spec(store: Store, salt: SaltSettings, hosts: HostSettings, token: str,
-                root_hash: str = "", pin: dict[str, str] | None = None) -> SystemSpec:
-    """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
-    autosign token; `root_hash`: crypt(3) of its root password, left out of the
-    record when empty, as for a plan, which never reads the password; `pin`: the master's key
-    fingerprint and hash_type, tasks/salt/master_key.py, left out as well when not given). No
-    BMC field: step 2 drives the BMC itself."""
-    hv = store.hypervisor
-    root = {ROOT_PASSWORD_HASH_META: root_hash} if root_hash else {}
-    return SystemSpec(
-        name=store.cobbler_system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
-        ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
-        autoinstall_meta={
-            "salt_master": salt.salt_master_address,
-            "salt_master_port": str(salt.salt_ret_port),
-            "salt_publish_port": str(salt.salt_publish_port),
-            "minion_id": store.hypervisor_minion_id, "store_id": store.store_id,
-            "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
-            "virt_uri": hosts.hypervisor_libvirt_uri,
-            "vm_images_dir": hosts.vm_images_dir,
-            UPDATE_REPOS_META: update_repos_meta(hosts.hypervisor_update_repos),
-            **root, **(pin or {}),
-        })
 
 
 @task(name="pxe_install_hypervisor", retries=4, retry_delay_seconds=[2, 4, 8, 16],

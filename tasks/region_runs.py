@@ -22,7 +22,7 @@ from prefect.deployments import run_deployment
 
 from store_rollout.inventory import Store
 from store_rollout.regions import regional_deployment
-from tasks.store_runs import check_deployment
+from tasks.flow_runs import check_deployment
 
 RESULT_SUFFIX: Final = "-result"
 REGION_RUN_TIMEOUT: Final = 900.0  # seconds a region's part may take (plans run highstate tests)

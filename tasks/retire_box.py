@@ -15,7 +15,7 @@ from tasks.bmc import BmcError, bmc_client
 from tasks.cobbler import CobblerUnavailable, cobbler_client
 from tasks.retry import retry_on
 from tasks.salt import SaltTransientError, master_client
-from tasks.salt_master import forget_store_minions
+from tasks.salt.store_keys import forget_store_minions
 from tasks.windows import guarded_window
 
 

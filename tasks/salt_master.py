@@ -17,8 +17,9 @@ from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.cobbler import CobblerUnavailable, cobbler_client, forget_install_secrets
 from tasks.notifications import announce_hypervisor_ready, end_hypervisor_wait
 from tasks.retry import retry_on
-from tasks.salt import HypervisorReadyWatcher, SaltMasterClient, SaltTransientError, master_client
+from tasks.salt import HypervisorReadyWatcher, SaltTransientError, master_client
 from tasks.salt.probes import domain_with_current_extensions
+from tasks.salt.store_keys import forget_store_minions
 
 __all__ = ["prepare_vm_keys", "remove_store_keys", "remove_vm_key", "wait_for_hypervisor"]
 
@@ -98,15 +99,6 @@ def remove_vm_key(store: Store, salt: SaltSettings) -> dict[str, Any]:
               "token_revoked": master.revoke_token(minion)}
     get_run_logger().info("store %s: VM key removal %s", store.store_id, result)
     return result
-
-
-def forget_store_minions(master: SaltMasterClient, store: Store) -> dict[str, Any]:
-    """The store's host and VM unknown to the master: their autosign tokens revoked, then their
-    keys, in any state, deleted in one call (the master rotates its AES key once, not once per
-    key). Decommission and a replacement's retirement of the old box."""
-    minions = [store.hypervisor_minion_id, store.vm_minion_id]
-    revoked = [m for m in minions if master.revoke_token(m)]
-    return {"keys_deleted": master.delete_keys(minions), "tokens_revoked": revoked}
 
 
 @task(name="remove_store_keys", task_run_name="remove-keys-{store.store_id}",

@@ -19,26 +19,23 @@ from uuid import UUID
 from prefect import get_run_logger, task
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
-    FlowFilter,
-    FlowFilterName,
     FlowRunFilter,
     FlowRunFilterId,
-    FlowRunFilterName,
     TaskRunFilter,
     TaskRunFilterFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun
-from prefect.client.schemas.sorting import FlowRunSort, TaskRunSort
+from prefect.client.schemas.sorting import TaskRunSort
 from prefect.deployments import run_deployment
-from prefect.exceptions import ObjectNotFound
 
-from store_rollout.approvals import AWAITING_APPROVAL, UNAPPROVED_ENDS
+from store_rollout.approval_policy import AWAITING_APPROVAL, UNAPPROVED_ENDS
 from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import decide
 from store_rollout.guard import Action, calendar_for, sequence_seconds
 from store_rollout.inventory import Store
 from store_rollout.inventory.calendar_spec import CalendarSpec
 from store_rollout.settings_parts import CalendarSettings
+from tasks.flow_runs import newest_rollout_runs
 from tasks.run_health import this_flow_run
 
 STORE_DEPLOYMENT: Final = "store-rollout/store-rollout"  # prefect.yaml's store-rollout
@@ -46,31 +43,6 @@ POLL_SECONDS: Final = 5.0  # how often the batch reads its scheduled runs' state
 # a run is due this long after its window opens: Prefect stamps a run's start with the time its
 # process asked to start, which can be milliseconds before the server let it (seen: 20 ms)
 START_MARGIN: Final = timedelta(seconds=1)
-
-
-class DeploymentUnavailable(RuntimeError):
-    """The deployment a scheduled batch creates its store runs from cannot run them."""
-
-
-def check_deployment(name: str) -> str:
-    """The work pool of deployment `name`; refuses one that is missing or whose pool no worker
-    polls (its runs would stay Scheduled for ever), naming the fix."""
-    with get_client(sync_client=True) as client:
-        try:
-            deployment = client.read_deployment_by_name(name)
-        except ObjectNotFound:
-            raise DeploymentUnavailable(
-                f"store_deployment: Prefect has no deployment {name!r} to schedule the stores' "
-                "rollouts into their windows; register prefect.yaml's deployments (`prefect "
-                "deploy --all`) or run the batch now (--now, ignore_windows)") from None
-        pool_name = deployment.work_pool_name or ""
-        pool = client.read_work_pool(pool_name) if pool_name else None
-    if pool is None or str(getattr(pool.status, "value", pool.status)) != "READY":
-        raise DeploymentUnavailable(
-            f"store_deployment: no worker polls work pool {pool_name or '(none)'!r} of "
-            f"deployment {name!r}, so its scheduled runs would never start; start one: "
-            f"`prefect worker start --pool {pool_name or '<pool>'}`")
-    return pool_name
 
 
 def start_time(store: Store, now: datetime, install_seconds: float,
@@ -117,26 +89,6 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
     get_run_logger().info("store %s: run %s of %s scheduled for %s UTC (%s)", store.store_id,
                           run.name, deployment, f"{start:%Y-%m-%d %H:%M:%S}", reason)
     return {**row, "state": "Scheduled", "flow_run_id": str(run.id), "error": ""}
-
-
-def newest_rollout_runs(client: Any, store_ids: list[str], page: int = 200) -> dict[str, Any]:
-    """Each store's newest run of the store-rollout flow (UI, API, batch or CLI), if any."""
-    wanted = {f"rollout-{sid}": sid for sid in store_ids}
-    found: dict[str, Any] = {}
-    for start in range(0, len(store_ids), page):  # a filter of a few hundred names per call
-        names = list(wanted)[start:start + page]
-        offset = 0
-        while True:
-            runs = client.read_flow_runs(
-                flow_filter=FlowFilter(name=FlowFilterName(any_=["store-rollout"])),
-                flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=names)),
-                sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=page, offset=offset)
-            for run in runs:
-                found.setdefault(wanted[run.name], run)
-            if len(runs) < page or all(wanted[n] in found for n in names):
-                break
-            offset += page
-    return found
 
 
 @task(name="find_rolled_out_stores")

@@ -1,4 +1,4 @@
-"""Issue 30, approvals: when a run asks (store_rollout/approvals.py), what the approver reads
+"""Issue 30, approvals: when a run asks (store_rollout/approval_policy.py), what the approver reads
 (the plan of a recreation), and how a run waits for the answer with Prefect's pause, parked
 when nobody answers in time (tasks/approvals.py, against a real Prefect server). In the lab,
 through the UI: tests/test_approvals_lab.py."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from store_rollout.approvals import approval_needed, approval_request, check_policy
+from store_rollout.approval_policy import approval_needed, approval_request, check_policy
 from store_rollout.contracts import (
     STEP_CREATE_VM,
     STEP_FIRSTBOOT,
@@ -87,6 +87,29 @@ def test_the_approver_reads_why_and_the_plan() -> None:
                            "would destroy something that works: create_vm: recreate "
                            "store-0042-vm")
     assert "| create_vm | **yes, destructive** |" in text and "Leave it off" in text
+
+
+def test_the_plan_is_made_only_when_the_policy_may_ask() -> None:
+    """approve_rollout plans through the planner the flow hands it (tasks/observe's
+    plan_for_approval): never under `never`, nor under `destructive` for a run that asks to
+    destroy nothing; asked once otherwise, and a plan with nothing to ask about asks nothing."""
+    from tasks.approvals import approve_rollout
+    from tests.test_step_rules import STORE
+
+    planned: list[tuple[Any, ...]] = []
+
+    def planner(*args: Any) -> Any:
+        planned.append(args)
+        return plan_store(fresh(), recreate_vm=args[1], reinstall_hypervisor=args[2],
+                          replace_box=args[3])
+
+    unasked = {"asked": False, "approved": True, "approver": "", "comment": ""}
+    assert approve_rollout(STORE, "never", 60, planner, recreate_vm=True) == unasked
+    assert approve_rollout(STORE, "destructive", 60, planner) == unasked
+    assert planned == []
+    # a fresh store has no VM to destroy: the plan is read, nothing is asked
+    assert approve_rollout(STORE, "destructive", 60, planner, recreate_vm=True) == unasked
+    assert planned == [(STORE, True, False, False)]
 
 
 def paused_run(answer_after: Any, timeout: float) -> tuple[dict[str, Any], list[str]]:

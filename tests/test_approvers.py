@@ -22,7 +22,7 @@ import pyotp
 import pytest
 
 from store_rollout import audit
-from store_rollout.approvals import tightened
+from store_rollout.approval_policy import tightened
 from store_rollout.approvers import CODES_FILE, ApproverError, next_code, verify
 from tests.helpers import settings_with
 

@@ -257,7 +257,7 @@ def test_previous_fingerprints_come_from_the_newest_reconcile_of_each_store(
     from prefect import flow
     from prefect.artifacts import create_table_artifact
 
-    from tasks.observe import previous_reconcile
+    from tasks.reconcile_events import previous_reconcile
 
     @flow
     def reconciles() -> None:

@@ -1,4 +1,4 @@
-"""The go-live gate's verdict (store_rollout/go_live.py) and its rechecks (tasks/go_live.py)
+"""The go-live gate's verdict (store_rollout/go_live_report.py) and its rechecks (tasks/go_live.py)
 over injected check rows; the lab's `service` provider shadows every function of Salt's own.
 
 The checks themselves run on a store server in the lab (test_rollout_e2e, every check_store;
@@ -13,7 +13,7 @@ from typing import Any
 
 from lab.state import REPO_ROOT
 from store_rollout.contracts import GO_LIVE_FUNCTION, STORE_SERVER_CONFIG
-from store_rollout.go_live import GoLiveReport
+from store_rollout.go_live_report import GoLiveReport
 from store_rollout.inventory import Store
 from tasks.go_live import RECHECK_SECONDS, GoLiveGate
 

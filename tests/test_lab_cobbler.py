@@ -59,7 +59,7 @@ META = {
     # the master's key as step 2 pins it (tasks/salt/master_key.py)
     "master_finger": "3a:9f:" + ":".join(["0c"] * 30),
     "master_hash_type": "sha256",
-    # as step 2 sends the settings' default (tasks/pxe_install.update_repos_meta); no root hash:
+    # as step 2 sends the settings' default (update_repos.update_repos_meta); no root hash:
     # this record stands for one written without it, whose root the profile locks
     UPDATE_REPOS_META: "repo-update=https://download.opensuse.org/update/leap/15.6/oss/ "
                        "repo-sle-update=https://download.opensuse.org/update/leap/15.6/sle/ "
@@ -356,9 +356,8 @@ def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
     """Step 2's records of two stores, rendered by Cobbler: each root hash is of the password in
     its store's Secret block, the two differ, neither is Cobbler's default; a rerun of step 2
     keeps the password and the hash."""
-    from tasks.blocks import store_root_password
-    from tasks.cobbler import forget_install_secrets
-    from tasks.pxe_install import store_root_password_hash, system_spec
+    from tasks.cobbler import forget_install_secrets, system_spec
+    from tasks.root_password import store_root_password, store_root_password_hash
 
     settings = load_settings(BASE_ENV)
     client = _client(cobbler_lab)

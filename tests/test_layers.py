@@ -6,6 +6,9 @@ store_rollout/plugins.py). Flows only wire: no protocol or SDK module in them. E
 counts, also one inside a function (a lazy import is still an arrow), and a module imported by
 its name as a string (`importlib.import_module("x")`, `__import__("x")`).
 
+Inside tasks/, steps stand side by side: a step module imports no other step module, a client or
+a helper imports no step module, a client no other client (the three lists: tasks/__init__.py).
+
 What ships names no lab. To store hosts and images (`salt_states/`, `image_builds/`): no word of
 it, comments included; the lab's Salt behaviour lives in lab/salt_overlay/, which only the lab's
 master serves, and its KIWI description in lab/image_builds/. In the Python packages: no name or
@@ -22,6 +25,7 @@ import shutil
 import tokenize
 from pathlib import Path
 
+import tasks
 from lab.state import REPO_ROOT
 
 LAYERS = {"store_rollout": 0, "tasks": 1, "flows": 2, "app": 3}
@@ -124,6 +128,83 @@ def test_a_module_named_in_a_variable_or_relatively_is_no_arrow() -> None:
              "importlib.util.find_spec('lab')", "import_module()"]
     assert [imported_by_name(ast.parse(c).body[0].value) for c in calls  # type: ignore[attr-defined]
             ] == [None, None, None, None]
+
+
+def task_units(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, module or package right under tasks/) of every import of tasks/ in a module,
+    nested and relative ones included."""
+    package = list(path.relative_to(root).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name.split(".")[1]) for alias in node.names
+                      if alias.name.startswith("tasks.")]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            parts = base + (node.module.split(".") if node.module else [])
+            if parts[:1] != ["tasks"]:
+                continue
+            if len(parts) > 1:
+                found.append((node.lineno, parts[1]))
+            else:  # from tasks import observe
+                found += [(node.lineno, alias.name) for alias in node.names]
+    return found
+
+
+def step_problems(root: Path, steps: tuple[str, ...] = tasks.STEP_MODULES,
+                  clients: tuple[str, ...] = tasks.CLIENTS,
+                  helpers: tuple[str, ...] = tasks.HELPERS) -> list[str]:
+    """Where a module of tasks/ leans on a step module (or a client on another client), and the
+    modules of tasks/ in no list or in a list but gone."""
+    kind = {**dict.fromkeys(helpers, "helper"), **dict.fromkeys(clients, "client"),
+            **dict.fromkeys(steps, "step module")}
+    units = {p.name.removesuffix(".py") for p in (root / "tasks").iterdir()
+             if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").exists())}
+    problems = [f"tasks/{unit}: neither a step module, a client nor a helper (say which in "
+                "tasks/__init__.py)" for unit in sorted(units - set(kind))]
+    problems += [f"tasks/{unit}: listed in tasks/__init__.py, not in tasks/"
+                 for unit in sorted(set(kind) - units)]
+    for path in sorted((root / "tasks").rglob("*.py")):
+        where = path.relative_to(root)
+        if where == Path("tasks/__init__.py"):
+            continue
+        unit = where.parts[1].removesuffix(".py")
+        mine = kind.get(unit, "module")
+        for line, target in task_units(path, root):
+            if target == unit or target not in kind:
+                continue
+            if kind[target] == "step module" or mine == kind[target] == "client":
+                problems.append(f"{where}:{line}: {mine} {unit} imports {kind[target]} {target} "
+                                "(steps stand side by side: what both use belongs in a client "
+                                "or a helper)")
+    return problems
+
+
+def test_no_step_module_imports_another() -> None:
+    assert step_problems(REPO_ROOT) == []
+
+
+def test_a_planted_step_twin_is_found(tmp_path: Path) -> None:
+    shutil.copytree(REPO_ROOT / "tasks", tmp_path / "tasks",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert step_problems(tmp_path) == []
+    (tmp_path / "tasks" / "twin.py").write_text(
+        "from tasks.pxe_install import pxe_install_hypervisor  # noqa\n")
+    windows = tmp_path / "tasks" / "windows.py"
+    windows.write_text(windows.read_text() + "\n\ndef _late() -> None:\n"
+                       "    from tasks import observe  # noqa\n")
+    (tmp_path / "tasks" / "salt" / "sneaky.py").write_text("from .. import virt  # noqa\n")
+    (tmp_path / "tasks" / "erp_twin.py").write_text("import tasks.cobbler.client  # noqa\n")
+    (tmp_path / "tasks" / "stray.py").write_text("X = 1\n")
+    found = step_problems(tmp_path, steps=(*tasks.STEP_MODULES, "twin"),
+                          clients=(*tasks.CLIENTS, "erp_twin"))
+    assert [f.split(" (")[0] for f in found] == [
+        "tasks/stray: neither a step module, a client nor a helper",
+        "tasks/erp_twin.py:1: client erp_twin imports client cobbler",
+        "tasks/salt/sneaky.py:1: client salt imports step module virt",
+        "tasks/twin.py:1: step module twin imports step module pxe_install",
+        "tasks/windows.py:" + str(len(windows.read_text().splitlines()))
+        + ": helper windows imports step module observe"], found
 
 
 def lab_words(root: Path) -> list[str]:

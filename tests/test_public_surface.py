@@ -11,6 +11,7 @@ import types
 import pytest
 
 SURFACES = {
+    "tasks": ["CLIENTS", "HELPERS", "STEP_MODULES"],
     "store_rollout.inventory": [
         "DEFAULT_INVENTORY", "InventoryError", "Store", "load_inventory", "parse_inventory",
     ],
@@ -22,8 +23,9 @@ SURFACES = {
     "tasks.cobbler": [
         "CobblerAuthError", "CobblerClient", "CobblerCredentials", "CobblerError",
         "CobblerNotFound", "CobblerRejected", "CobblerUnavailable", "SystemSpec",
-        "cobbler_client", "disable_hypervisor_netboot", "forget_install_secrets", "record_fields",
-        "remove_hypervisor_record", "spec_fields", "system_changes",
+        "cobbler_client", "disable_hypervisor_netboot", "forget_install_secrets",
+        "power_cycled_at", "record_fields", "remove_hypervisor_record", "spec_fields",
+        "system_changes", "system_spec",
     ],
     "tasks.kiwi": [
         "BUILD_PARAMS_FILE", "BuildOutput", "BuildParamsError", "IDENTITY_SCRIPT",

@@ -186,7 +186,7 @@ class FakeRuns:
 
 
 def test_a_batch_finds_each_store_s_newest_rollout_run() -> None:
-    from tasks.store_runs import newest_rollout_runs
+    from tasks.flow_runs import newest_rollout_runs
 
     def run(name: str, state: str) -> Any:
         return SimpleNamespace(name=name, state=state)

@@ -18,15 +18,15 @@ from pydantic import SecretStr
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import Store, parse_inventory
 from store_rollout.settings import load_settings
-from store_rollout.update_repos import LEAP_UPDATE_REPOS
-from tasks.blocks import (
+from store_rollout.update_repos import LEAP_UPDATE_REPOS, update_repos_meta
+from tasks.cobbler import system_changes, system_spec
+from tasks.root_password import (
     ROOT_PASSWORD_ALPHABET,
     ROOT_PASSWORD_LENGTH,
     root_password_block_name,
+    root_password_hash,
     store_root_password,
 )
-from tasks.cobbler import system_changes
-from tasks.pxe_install import root_password_hash, system_spec, update_repos_meta
 from tests.helpers import BASE_ENV, spec_parts
 
 # Cobbler's default_password_crypted: the hash of "cobbler" (store-stack.md)

@@ -297,7 +297,7 @@ def test_master_log_tail_finds_a_refused_auth_protocol_from_now_on(tmp_path: Pat
 def test_a_store_s_minions_are_forgotten_tokens_first_then_both_keys_in_one_call() -> None:
     """Decommission and a replacement's retirement share it: a token left behind would sign
     in a box that kept the store's install profile."""
-    from tasks.salt_master import forget_store_minions
+    from tasks.salt.store_keys import forget_store_minions
 
     calls: list[Any] = []
 

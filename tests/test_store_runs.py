@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from store_rollout.inventory import parse_inventory
-from tasks.store_runs import DeploymentUnavailable, check_deployment, ended_runs, start_time
+from tasks.flow_runs import DeploymentUnavailable, check_deployment
+from tasks.store_runs import ended_runs, start_time
 
 MONDAY_NOON = datetime(2026, 6, 1, 10, tzinfo=UTC)  # 12:00 in Berlin, 19:00 in Tokyo
 INSTALL = 2700.0

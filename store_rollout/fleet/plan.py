@@ -23,7 +23,7 @@ class StepPlan(BaseModel):
     # False when the step's work happens in a later step (a cached image's transfer: step 5),
     # so a rerun is not said to resume here
     resumes_here: bool = True
-    # it destroys something that works (store_rollout/approvals.py asks first)
+    # it destroys something that works (store_rollout/approval_policy.py asks first)
     destructive: bool = False
 
 

@@ -1,6 +1,7 @@
 """Cobbler: the XML-RPC client (`client`), its errors (`errors`), the hypervisor's system
-record (`systems`), and the Blocks and task the pipeline gets it through (`task`). Import from
-`tasks.cobbler`."""
+record (`systems`: the record a store's step 2 writes and plan compares, and the install's
+power-on stamp in it), and the Blocks and task the pipeline gets it through (`task`). Import
+from `tasks.cobbler`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from tasks.cobbler.errors import (
     CobblerRejected,
     CobblerUnavailable,
 )
-from tasks.cobbler.systems import SystemSpec, record_fields, spec_fields, system_changes
+from tasks.cobbler.systems import (
+    SystemSpec,
+    power_cycled_at,
+    record_fields,
+    spec_fields,
+    system_changes,
+    system_spec,
+)
 from tasks.cobbler.task import (
     CobblerCredentials,
     cobbler_client,
@@ -33,8 +41,10 @@ __all__ = [
     "cobbler_client",
     "disable_hypervisor_netboot",
     "forget_install_secrets",
+    "power_cycled_at",
     "record_fields",
     "remove_hypervisor_record",
     "spec_fields",
     "system_changes",
+    "system_spec",
 ]

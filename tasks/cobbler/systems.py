@@ -1,12 +1,23 @@
-"""A hypervisor's Cobbler system record: what the rollout wants it to be (`SystemSpec`), its
-fields as Cobbler stores them, and the differences between the two (plan and reconcile)."""
+"""A hypervisor's Cobbler system record: what the rollout wants it to be (`SystemSpec`; a
+store's, as step 2 writes it and plan compares it: `system_spec`), its fields as Cobbler stores
+them, the differences between the two (plan and reconcile), and when step 2 last powered the
+host on into its install (`power_cycled_at`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from store_rollout.contracts import ROOT_PASSWORD_HASH_META
+from store_rollout.contracts import (
+    AUTOSIGN_GRAIN,
+    POWER_CYCLED_META,
+    ROOT_PASSWORD_HASH_META,
+    UPDATE_REPOS_META,
+)
+from store_rollout.inventory import Store
+from store_rollout.settings_parts import HostSettings, SaltSettings
+from store_rollout.update_repos import update_repos_meta
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,41 @@ class SystemSpec:
         if self.netmask:
             fields[f"netmask-{i}"] = self.netmask
         return fields
+
+
+def system_spec(store: Store, salt: SaltSettings, hosts: HostSettings, token: str,
+                root_hash: str = "", pin: dict[str, str] | None = None) -> SystemSpec:
+    """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
+    autosign token; `root_hash`: crypt(3) of its root password, left out of the
+    record when empty, as for a plan, which never reads the password; `pin`: the master's key
+    fingerprint and hash_type, tasks/salt/master_key.py, left out as well when not given). No
+    BMC field: step 2 drives the BMC itself."""
+    hv = store.hypervisor
+    root = {ROOT_PASSWORD_HASH_META: root_hash} if root_hash else {}
+    return SystemSpec(
+        name=store.cobbler_system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
+        ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
+        autoinstall_meta={
+            "salt_master": salt.salt_master_address,
+            "salt_master_port": str(salt.salt_ret_port),
+            "salt_publish_port": str(salt.salt_publish_port),
+            "minion_id": store.hypervisor_minion_id, "store_id": store.store_id,
+            "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
+            "virt_uri": hosts.hypervisor_libvirt_uri,
+            "vm_images_dir": hosts.vm_images_dir,
+            UPDATE_REPOS_META: update_repos_meta(hosts.hypervisor_update_repos),
+            **root, **(pin or {}),
+        })
+
+
+def power_cycled_at(record: dict[str, Any] | None) -> datetime | None:
+    """When step 2 last powered the host on into its install, as its Cobbler record says."""
+    meta = (record or {}).get("autoinstall_meta")
+    stamp = meta.get(POWER_CYCLED_META) if isinstance(meta, dict) else None
+    try:
+        return datetime.fromisoformat(str(stamp)) if stamp else None
+    except ValueError:  # edited by hand: as if absent
+        return None
 
 
 # Cobbler hands power_pass back in clear to any get_system caller and its power manager logs

@@ -5,7 +5,8 @@
 - `watchers`, `firstboot_watcher`: the waits of steps 3 and 6 (`HypervisorReadyWatcher`,
   `FirstbootWatcher`).
 - `probes`: one question to a minion, or one action on it, shared by steps and waits.
-- `tokens`: the one-time autosign token store; `masterlog`: the master's log tail.
+- `tokens`: the one-time autosign token store; `store_keys`: a store's keys and tokens gone
+  (decommission, a replacement); `masterlog`: the master's log tail.
 - `errors`: the error tree, with structured context; `runtime`: Salt's process set-up.
 
 The names below are the package's public surface (pinned by tests/test_salt_package.py);
