@@ -54,12 +54,12 @@ def prefect_setup() -> None:
     Run it once per server, and after a region is added (lab up does)."""
     from store_rollout.regions import RegionsError, load_regions
     from store_rollout.settings import SettingsError
-    from store_rollout.settings_outside import setting_at_setup
+    from store_rollout.settings_outside import one_setting
     from tasks.notifications import ensure_notifications
     from tasks.run_health import AUTOMATION_NAME, ensure_zombie_automation, zombie_after
 
     try:  # all read before the server is changed
-        beat, notify_through, ready_within, regions_file = (setting_at_setup(name) for name in (
+        beat, notify_through, ready_within, regions_file = (one_setting(name) for name in (
             "heartbeat_seconds", "notification_block", "hypervisor_ready_expected_seconds",
             "regions_file"))
         load_regions(regions_file)

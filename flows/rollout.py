@@ -29,16 +29,7 @@ from store_rollout.contracts import (
 from store_rollout.inventory import load_inventory
 from store_rollout.inventory.replacement import with_new_box
 from store_rollout.settings import load_settings
-from store_rollout.settings_parts import (
-    ApprovalSettings,
-    BmcSettings,
-    CalendarSettings,
-    CobblerSettings,
-    ErpSettings,
-    HostSettings,
-    ImageSettings,
-    SaltSettings,
-)
+from store_rollout.settings_parts import ApprovalSettings, SettingsParts
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
 from tasks.approvals import approve_rollout, asked_actions, proven_yes, rollout_consent
@@ -196,10 +187,9 @@ def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: A
     """Steps 1 to 7 of an approved rollout (the slot given back while a step waits)."""
     store_id = store.store_id
     # each task gets the part of the settings it uses (store_rollout/settings_parts.py)
-    salt, cobbler, images = (SaltSettings.of(settings), CobblerSettings.of(settings),
-                             ImageSettings.of(settings))
-    power, hosts, calendar = (BmcSettings.of(settings), HostSettings.of(settings),
-                              CalendarSettings.of(settings))
+    parts = SettingsParts.of(settings)
+    salt, cobbler, images, power, hosts, calendar = (parts.salt, parts.cobbler, parts.images,
+                                                     parts.power, parts.hosts, parts.calendar)
     image = clock.run(STEP_IMAGE, ensure_image, images.image_description,
                       images.image_params, images.image_cache_dir, images.image_builder)
     retired = (run_in_window(store_id, lambda: retire_old_box(
@@ -223,7 +213,7 @@ def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: A
     booted = clock.run(STEP_FIRSTBOOT, firstboot, store, salt, images, timeout=firstboot_timeout,
                        stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
     go_live = clock.run(STEP_GO_LIVE, go_live_gate, store, salt)
-    erp_part = ErpSettings.of(settings)
+    erp_part = parts.erp
     erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm, erp_part)
     replaced = (notify_erp_replaced(store, old_box.hypervisor.mac, erp_part) if replace_box
                 else None)

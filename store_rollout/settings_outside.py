@@ -1,5 +1,5 @@
 """Settings read outside a flow run: the Prefect server of the settings file (for the CLI), and
-single settings `prefect-setup` needs where the others may not be given."""
+single settings read alone where the others may not be given (`prefect-setup`, heartbeats)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Annotated, Any
 from dotenv import dotenv_values
 from pydantic import TypeAdapter, ValidationError
 
-from store_rollout.settings import RolloutSettings, SettingsError, load_settings, settings_file
+from store_rollout.settings import RolloutSettings, SettingsError, settings_file
+from store_rollout.settings_guard import region_settings
 
 # a file holding the Prefect API's `user:password` (PREFECT_API_AUTH_STRING), mode 0600: the
 # settings file names it and holds no secret itself (an API behind
@@ -57,19 +58,22 @@ def prefect_auth_string(path: Path) -> str:
     return text
 
 
-def setting_at_setup(name: str, environ: dict[str, str] | None = None) -> Any:
-    """One setting for `prefect-setup`, which may run where the others are not given: from the
-    settings if they load, else its own variable, else its default."""
+def one_setting(name: str, environ: dict[str, str] | None = None) -> Any:
+    """One setting read alone, without loading (or requiring) the others: from the same sources
+    and in the same order as load_settings (its region's value, its variable in the environment,
+    then in the settings file, its default), checked as load_settings checks it. For what runs
+    where the other settings may be missing: `prefect-setup`, and each flow run's heartbeat,
+    which starts before the flow loads its settings (tasks/run_health.beating)."""
+    env = dict(os.environ if environ is None else environ)
+    path = settings_file(env)
+    given = dotenv_values(path) if path is not None and path.is_file() else {}
+    variable = f"STORE_ROLLOUT_{name.upper()}"
+    value = region_settings(env, path).get(name, env.get(variable, given.get(variable)))
+    field = RolloutSettings.model_fields[name]
+    if value is None:
+        return field.get_default(call_default_factory=True)
+    typed: Any = Annotated[field.annotation, *field.metadata]
     try:
-        return getattr(load_settings(environ), name)
-    except SettingsError:
-        field = RolloutSettings.model_fields[name]
-        given = (os.environ if environ is None else environ).get(f"STORE_ROLLOUT_{name.upper()}")
-        if given is None:
-            return field.get_default(call_default_factory=True)
-        typed: Any = Annotated[field.annotation, *field.metadata]
-        try:
-            return TypeAdapter(typed).validate_python(given)
-        except ValidationError as exc:
-            raise SettingsError(f"STORE_ROLLOUT_{name.upper()}={given!r}: "
-                                f"{exc.errors()[0]['msg']}") from None
+        return TypeAdapter(typed).validate_python(value)
+    except ValidationError as exc:
+        raise SettingsError(f"{variable}={value!r}: {exc.errors()[0]['msg']}") from None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from store_rollout.inventory.calendar_spec import CalendarSpec
 
 __all__ = ["ApprovalSettings", "BmcSettings", "CalendarSettings", "CobblerSettings",
-           "ErpSettings", "HostSettings", "ImageSettings", "SaltSettings"]
+           "ErpSettings", "HostSettings", "ImageSettings", "SaltSettings", "SettingsParts"]
 
 
 class _Part(BaseModel):
@@ -102,3 +102,24 @@ class ApprovalSettings(_Part):
     approval_timeout_seconds: float
     approvers_block: str
     audit_dir: str
+
+
+class SettingsParts(BaseModel):
+    """Every part, cut once from loaded settings by a flow that hands them to its tasks."""
+    model_config = ConfigDict(frozen=True)
+
+    salt: SaltSettings
+    cobbler: CobblerSettings
+    power: BmcSettings
+    hosts: HostSettings
+    images: ImageSettings
+    erp: ErpSettings
+    calendar: CalendarSettings
+    approvals: ApprovalSettings
+
+    @classmethod
+    def of(cls, settings: Any) -> SettingsParts:
+        return cls(salt=SaltSettings.of(settings), cobbler=CobblerSettings.of(settings),
+                   power=BmcSettings.of(settings), hosts=HostSettings.of(settings),
+                   images=ImageSettings.of(settings), erp=ErpSettings.of(settings),
+                   calendar=CalendarSettings.of(settings), approvals=ApprovalSettings.of(settings))

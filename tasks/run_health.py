@@ -96,9 +96,10 @@ def beating(fn: F) -> F:
 
     @functools.wraps(fn)
     def beating_run(*args: Any, **kwargs: Any) -> Any:
-        from store_rollout.settings import load_settings
+        from store_rollout.settings_outside import one_setting
 
-        with heartbeats(load_settings().heartbeat_seconds):
+        # the one setting it needs, read alone: the flow loads (and checks) all of them itself
+        with heartbeats(one_setting("heartbeat_seconds")):
             return fn(*args, **kwargs)
 
     return cast(F, beating_run)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import pytest
 
 from store_rollout.settings import SettingsError
-from store_rollout.settings_outside import setting_at_setup
+from store_rollout.settings_outside import one_setting
 from tasks import run_health
 from tasks.run_health import HEARTBEAT_EVENT, heartbeats, zombie_after, zombie_automation
 
@@ -92,14 +93,30 @@ def test_the_automation_waits_three_intervals_for_the_flows_own_beat() -> None:
 
 def test_setup_reads_the_heartbeat_without_the_other_settings() -> None:
     """prefect-setup runs where the flows' other settings may not be given."""
-    assert setting_at_setup("heartbeat_seconds", {}) == 30.0
-    assert setting_at_setup("heartbeat_seconds", {"STORE_ROLLOUT_HEARTBEAT_SECONDS": "6"}) == 6.0
+    assert one_setting("heartbeat_seconds", {}) == 30.0
+    assert one_setting("heartbeat_seconds", {"STORE_ROLLOUT_HEARTBEAT_SECONDS": "6"}) == 6.0
     with pytest.raises(ValueError, match="greater than or equal to 4"):
-        setting_at_setup("heartbeat_seconds", {"STORE_ROLLOUT_HEARTBEAT_SECONDS": "2"})
+        one_setting("heartbeat_seconds", {"STORE_ROLLOUT_HEARTBEAT_SECONDS": "2"})
     with pytest.raises(SettingsError, match="heartbeat_seconds"):
         from store_rollout.settings import load_settings
 
         load_settings({"STORE_ROLLOUT_HEARTBEAT_SECONDS": "2"})
+
+
+def test_one_setting_comes_from_the_same_sources_as_all_of_them(tmp_path: Path) -> None:
+    """The heartbeat a flow run beats at is the one its settings give: the environment over the
+    settings file over the default, without the other settings loading (none is given)."""
+    path = tmp_path / "settings.env"
+    path.write_text("STORE_ROLLOUT_HEARTBEAT_SECONDS=12\n")
+    path.chmod(0o600)
+    in_file = {"STORE_ROLLOUT_SETTINGS_FILE": str(path)}
+    assert one_setting("heartbeat_seconds", in_file) == 12.0
+    assert one_setting("heartbeat_seconds", {**in_file,
+                                             "STORE_ROLLOUT_HEARTBEAT_SECONDS": "7"}) == 7.0
+    with pytest.raises(SettingsError, match="salt_master_config"):
+        from store_rollout.settings import load_settings
+
+        load_settings(in_file)  # all of them: the required ones are missing
 
 
 def test_the_commands_turn_prefects_own_heartbeat_off() -> None:
