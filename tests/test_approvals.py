@@ -97,6 +97,8 @@ def test_the_plan_is_made_only_when_the_policy_may_ask() -> None:
     from tests.test_step_rules import STORE
 
     planned: list[tuple[Any, ...]] = []
+    # the approval settings: nobody is asked in these runs, so none is read
+    nobody = None
 
     def planner(*args: Any) -> Any:
         planned.append(args)
@@ -104,11 +106,11 @@ def test_the_plan_is_made_only_when_the_policy_may_ask() -> None:
                           replace_box=args[3])
 
     unasked = {"asked": False, "approved": True, "approver": "", "comment": ""}
-    assert approve_rollout(STORE, "never", 60, planner, recreate_vm=True) == unasked
-    assert approve_rollout(STORE, "destructive", 60, planner) == unasked
+    assert approve_rollout(STORE, "never", 60, planner, nobody, recreate_vm=True) == unasked
+    assert approve_rollout(STORE, "destructive", 60, planner, nobody) == unasked
     assert planned == []
     # a fresh store has no VM to destroy: the plan is read, nothing is asked
-    assert approve_rollout(STORE, "destructive", 60, planner, recreate_vm=True) == unasked
+    assert approve_rollout(STORE, "destructive", 60, planner, nobody, recreate_vm=True) == unasked
     assert planned == [(STORE, True, False, False)]
 
 
