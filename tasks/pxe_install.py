@@ -36,7 +36,7 @@ from tasks.cobbler import (
     cobbler_client,
 )
 from tasks.notifications import announce_install_started
-from tasks.retry import retry_on
+from tasks.retry import COBBLER_RETRY
 from tasks.run_health import run_started_at
 from tasks.salt import hypervisor_ready, master_client
 from tasks.salt.master_key import master_pin
@@ -123,8 +123,7 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
         })
 
 
-@task(name="pxe_install_hypervisor", retries=4, retry_delay_seconds=[2, 4, 8, 16],
-      retry_condition_fn=retry_on(CobblerUnavailable, BmcUnreachable))
+@task(name="pxe_install_hypervisor", **COBBLER_RETRY.on(CobblerUnavailable, BmcUnreachable))
 def pxe_install_hypervisor(store: Store,
                            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
                            consent: Consent = NO_CONSENT,

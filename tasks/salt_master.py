@@ -16,15 +16,14 @@ from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.cobbler import CobblerUnavailable, forget_install_secrets
 from tasks.notifications import announce_hypervisor_ready, end_hypervisor_wait
-from tasks.retry import retry_on
+from tasks.retry import SALT_KEYS_RETRY, SALT_WAIT_RETRY
 from tasks.salt import HypervisorReadyWatcher, SaltMasterClient, SaltTransientError, master_client
 from tasks.salt.probes import domain_with_current_extensions
 
 __all__ = ["prepare_vm_keys", "remove_store_keys", "remove_vm_key", "wait_for_hypervisor"]
 
 
-@task(name="wait_for_hypervisor",
-      retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
+@task(name="wait_for_hypervisor", **SALT_WAIT_RETRY.on(SaltTransientError))
 def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
                         already_ready: bool = False,
                         stall_timeout: float = STEP_TIMEOUTS.hypervisor_stall_timeout
@@ -54,8 +53,7 @@ def wait_for_hypervisor(store: Store, timeout: float = STEP_TIMEOUTS.hypervisor_
     return ready
 
 
-@task(name="prepare_vm_keys", retries=2, retry_delay_seconds=[2, 5],
-      retry_condition_fn=retry_on(SaltTransientError, CobblerUnavailable))
+@task(name="prepare_vm_keys", **SALT_KEYS_RETRY.on(SaltTransientError, CobblerUnavailable))
 def prepare_vm_keys(store: Store) -> dict[str, Any]:
     """Step 4: the installed host's Cobbler record without its one-time token and root hash
     (step 3 saw it ready: it needs neither again), then delete a stale key of the VM's minion
@@ -111,7 +109,7 @@ def forget_store_minions(master: SaltMasterClient, store: Store) -> dict[str, An
 
 
 @task(name="remove_store_keys", task_run_name="remove-keys-{store.store_id}",
-      retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
+      **SALT_KEYS_RETRY.on(SaltTransientError))
 def remove_store_keys(store: Store) -> dict[str, Any]:
     """Decommission: forget_store_minions."""
     forgotten = forget_store_minions(master_client(load_settings().salt_master_config), store)

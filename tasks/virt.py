@@ -28,7 +28,7 @@ from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
 from tasks.image_delivery import deliver_image
-from tasks.retry import retry_on
+from tasks.retry import SALT_VIRT_RETRY
 from tasks.salt import (
     SaltCommandFailed,
     SaltError,
@@ -158,8 +158,7 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
             **delivered}
 
 
-@task(name="create_vm",
-      retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
+@task(name="create_vm", **SALT_VIRT_RETRY.on(SaltTransientError))
 def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
               consent: Consent | None = None, window_covered: bool = False) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
@@ -279,7 +278,7 @@ def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any
 
 
 @task(name="remove_vm", task_run_name="remove-vm-{store.store_id}",
-      retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
+      **SALT_VIRT_RETRY.on(SaltTransientError))
 def remove_vm(store: Store, host_may_be_gone: bool = False) -> dict[str, Any]:
     """Rollback and decommission: destroy and undefine the store VM and delete its overlay
     disk. `host_may_be_gone` (a decommission, maybe rerun): a host without an accepted key or
