@@ -149,7 +149,8 @@ def store_rollout(store_id: str, inventory: str,
                                          approval_timeout or settings.approval_timeout_seconds,
                                          recreate_vm=recreate_vm,
                                          reinstall_hypervisor=reinstall_hypervisor,
-                                         replace_box=bool(replace_box)))
+                                         replace_box=bool(replace_box),
+                                         install_seconds=hypervisor_timeout))
         if approval.get("not_approved"):  # no answer, and a run of the CLI cannot be parked
             return Completed(name=NOT_APPROVED, message=approval["comment"])
         if not approval["approved"]:

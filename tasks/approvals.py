@@ -30,6 +30,7 @@ from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.guard import WHAT, Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.settings import load_settings
+from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvers import prove
 from tasks.audit import record
 from tasks.observe import observe
@@ -55,9 +56,11 @@ class Approval(RunInput):
 
 @task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
 def plan_for_approval(store: Store, recreate_vm: bool, reinstall_hypervisor: bool = False,
-                      replace_box: bool = False) -> list[StepPlan]:
-    """The store's plan as `store-rollout plan` makes it (its highstate not tested)."""
-    facts = observe([store], load_settings())[store.store_id]
+                      replace_box: bool = False,
+                      install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout) -> list[StepPlan]:
+    """The store's plan as `store-rollout plan` makes it (its highstate not tested), for the
+    run asking: `install_seconds` its hypervisor_timeout, as its step 2 takes it."""
+    facts = observe([store], load_settings(), install_seconds=install_seconds)[store.store_id]
     return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
                       replace_box=replace_box)
 
@@ -171,14 +174,17 @@ def asked_actions(recreate_vm: bool, reinstall_hypervisor: bool, replace_box: bo
 
 def approve_rollout(store: Store, policy: ApprovalPolicy, timeout: float, *,
                     recreate_vm: bool = False, reinstall_hypervisor: bool = False,
-                    replace_box: bool = False) -> dict[str, Any]:
+                    replace_box: bool = False,
+                    install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout) -> dict[str, Any]:
     """Ask first when the policy wants it for this run: {"asked", "approved", "approver",
-    "comment"}. Called from the flow itself (a task cannot pause its flow)."""
+    "comment"}. Called from the flow itself (a task cannot pause its flow). The plan the
+    approver reads is this run's: `install_seconds` its hypervisor_timeout."""
     asked_to_destroy = recreate_vm or reinstall_hypervisor or replace_box
     unasked = {"asked": False, "approved": True, "approver": "", "comment": ""}
     if policy == "never" or (policy == "destructive" and not asked_to_destroy):
         return unasked  # nothing to destroy: no read
-    plan = plan_for_approval(store, recreate_vm, reinstall_hypervisor, replace_box)
+    plan = plan_for_approval(store, recreate_vm, reinstall_hypervisor, replace_box,
+                             install_seconds)
     if not approval_needed(policy, plan):
         return unasked
     try:
