@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, tags
 
 from store_rollout import guard
 from store_rollout.approvals import check_policy
@@ -26,6 +26,7 @@ from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_store_keys
 from tasks.slots import store_owner
+from tasks.undo import undo_decision
 from tasks.virt import remove_vm
 
 
@@ -61,12 +62,7 @@ def store_decommission(store_id: str, inventory: str,
                            settings.approval_timeout_seconds,
                            asked_by=asked_by or f"run decommission-{store_id}",
                            approver=approver, code=code, ignore_windows=ignore_windows)
-    decision = guard.authorize(Action.DECOMMISSION, store, consent,
-                               disruption_seconds=settings.disruption_seconds,
-                               default_calendar=settings.default_calendar)
-    get_run_logger().warning("store %s: %s", store_id, guard.describe(decision.record))
-    if not decision.go:
-        raise guard.ActionRefused(store_id, Action.DECOMMISSION, decision.reason)
+    decision = undo_decision(Action.DECOMMISSION, store, consent, settings)
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-decommission"):
         # the VM while the host answers; the host off before its key goes (a running minion

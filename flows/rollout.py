@@ -27,6 +27,7 @@ from store_rollout.contracts import (
 )
 from store_rollout.inventory import load_inventory
 from store_rollout.inventory.replacement import with_new_box
+from store_rollout.results import rollout_result
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
@@ -203,35 +204,9 @@ def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: A
     go_live = clock.run(STEP_GO_LIVE, go_live_gate, store)
     erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm)
     replaced = notify_erp_replaced(store, old_box.hypervisor.mac) if replace_box else None
-    return {
-        "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
-        "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
-        "hypervisor_reinstalled": not install["skipped"] and not install["silent"],
-        # what the guard decided for each destructive action of the run (who asked, who
-        # approved, which window), store_rollout/guard.py
-        "authorizations": [a for a in ((retired or {}).get("authorization"),
-                                       install.get("authorization"), vm.get("authorization"))
-                           if a],
-        # what step 2 had the BMC do ([] when it found the host installed, or installing)
-        "hypervisor_power_actions": install["power_actions"],
-        "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
-        "hypervisor_serial": hv_wait["serial"],  # checked against the inventory's
-        # a disruptive step (2 or 5) started outside a window by ignore_windows
-        "window_overridden": bool((install.get("window") or {}).get("overridden")
-                                  or vm["window_overridden"]),
-        "hypervisor_extensions_synced": keys["extensions_synced"],
-        "approval": approval,
-        "image_key": image["key"], "image_cache_hit": image["cache_hit"],
-        "image_build_seconds": image.get("build_seconds"),
-        # seconds into step 6 of each stage and minion start, and each stage's boot id
-        "firstboot": {key: booted.get(key) for key in
-                      ("stages", "minion_starts", "boot_ids", "boots_seen", "resets")},
-        "go_live_checks": go_live["checks"],
-        # the old box's retirement and the ERP's "replaced" notice (replace_box)
-        "replaced": replaced and {**(retired or {}), "new_mac": store.hypervisor.mac,
-                                  "erp_id": replaced["erp_id"]},
-        "step_seconds": clock.seconds,
-    }
+    return rollout_result(store, image=image, install=install, retired=retired, hv_wait=hv_wait,
+                          keys=keys, vm=vm, booted=booted, go_live=go_live, erp=erp,
+                          replaced=replaced, approval=approval, step_seconds=clock.seconds)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, tags
 
-from store_rollout import guard, step_rules
+from store_rollout import guard
 from store_rollout.approvals import check_policy
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import load_inventory
@@ -19,12 +19,12 @@ from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
 from tasks.audit import record
 from tasks.cobbler import disable_hypervisor_netboot
-from tasks.erp import ErpError, erp_client
 from tasks.notifications import notify_failure
 from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
 from tasks.slots import store_owner
+from tasks.undo import cancel_leaves_as_is, undo_decision
 from tasks.virt import remove_vm
 
 
@@ -60,21 +60,10 @@ def store_rollback(store_id: str, inventory: str,
     store = load_inventory(inventory).get(store_id)
     check_region(store)
     settings = load_settings()
-    logger = get_run_logger()
     if unfinished_only:
-        try:
-            live = step_rules.store_live(erp_client(settings).notices(store_id))
-        except ErpError as exc:
-            logger.warning("store %s: cancelled; the ERP did not answer (%s): the store is left "
-                           "as it is", store_id, exc)
-            record(settings, store_id, "cancel", "", "left as is", f"ERP unreadable: {exc}")
-            return {"store_id": store_id, "left_as_is": f"ERP unreadable: {exc}"}
-        if live:
-            logger.warning("store %s: cancelled; the store is live (the ERP knows it): left as "
-                           "it is. Undo it with `store-rollout rollback` if that is wanted",
-                           store_id)
-            record(settings, store_id, "cancel", "", "left as is", "live store")
-            return {"store_id": store_id, "left_as_is": "live store"}
+        left = cancel_leaves_as_is(store_id, settings)
+        if left:
+            return {"store_id": store_id, "left_as_is": left}
         action, consent = Action.CLEAN_UNFINISHED, Consent(asked_by=asked_by or "a cancel")
     else:
         action = Action.ROLLBACK
@@ -82,12 +71,7 @@ def store_rollback(store_id: str, inventory: str,
                                settings.approval_timeout_seconds,
                                asked_by=asked_by or f"run rollback-{store_id}",
                                approver=approver, code=code, ignore_windows=ignore_windows)
-    decision = guard.authorize(action, store, consent,
-                               disruption_seconds=settings.disruption_seconds,
-                               default_calendar=settings.default_calendar)
-    logger.warning("store %s: %s", store_id, guard.describe(decision.record))
-    if not decision.go:
-        raise guard.ActionRefused(store_id, action, decision.reason)
+    decision = undo_decision(action, store, consent, settings)
     what = "cancel" if unfinished_only else action.value
     owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
              else nullcontext())

@@ -24,6 +24,7 @@ from store_rollout.contracts import (
 )
 from store_rollout.guard import NO_CONSENT, Action, Consent
 from store_rollout.inventory import Store
+from store_rollout.results import InstallResult, SilentHost
 from store_rollout.settings import RolloutSettings, load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.blocks import store_root_password
@@ -127,7 +128,7 @@ def system_spec(store: Store, settings: RolloutSettings, token: str,
 def pxe_install_hypervisor(store: Store,
                            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
                            consent: Consent = NO_CONSENT,
-                           window_covered: bool = False) -> dict[str, Any]:
+                           window_covered: bool = False) -> InstallResult:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), then through the
     host's BMC: network boot once and a power cycle. `install_seconds`: how long an install
@@ -145,18 +146,18 @@ def pxe_install_hypervisor(store: Store,
     `window_covered`: a replacement's retirement of the old box was let go by the guard with
     room for the whole sequence; the new box's install needs no second check.
 
-    Returns: {"system", "created", "skipped", "silent", "install_underway", "power_actions",
-    "window", "authorization"}; skipped when the hypervisor is installed and ready, which step
-    3 takes as its answer; silent when it is installed and does not answer ready now.
+    Returns an InstallResult (store_rollout/results.py): {"system", "created", "skipped",
+    "silent", "install_underway", "power_actions", "window", "authorization"}; skipped when
+    the hypervisor is installed and ready, which step 3 takes as its answer; silent when it
+    is installed and does not answer ready now.
     """
     logger = get_run_logger()
     settings = load_settings()
     master = master_client(settings.salt_master_config)
     client = cobbler_client(settings)
     system = store.cobbler_system
-    result: dict[str, Any] = {"system": system, "created": False, "skipped": False,
-                              "silent": False, "install_underway": False, "power_actions": [],
-                              "authorization": None}
+    result = InstallResult(system=system, created=False, skipped=False, silent=False,
+                           install_underway=False, power_actions=[], authorization=None)
     record = client.get_system(system)
     found = installed_already(store, master, record, consent.asks(Action.REINSTALL_HOST), logger)
     if found == "installed":
@@ -184,7 +185,7 @@ def pxe_install_hypervisor(store: Store,
 
 
 def wake_silent_host(store: Store, settings: RolloutSettings, bmc: Bmc, powered_on: bool,
-                     consent: Consent, logger: Any) -> dict[str, Any]:
+                     consent: Consent, logger: Any) -> SilentHost:
     """An installed host that does not answer: left alone while its BMC says it is on (a WAN
     cut, a busy host, a minion restarting: step 3 waits for it); powered on, from its disk,
     when its BMC says it is off. Never reinstalled."""

@@ -26,6 +26,7 @@ from tenacity import (
 from store_rollout import step_rules
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
+from store_rollout.results import ImageRef
 from store_rollout.settings import load_settings
 from tasks.image_delivery import deliver_image
 from tasks.retry import SALT_VIRT_RETRY
@@ -138,7 +139,7 @@ class HypervisorNotUp(VmError):
 
 
 @task(name="stage_image", task_run_name="stage-image-{store.store_id}")
-def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
+def stage_image(store: Store, image: ImageRef) -> dict[str, Any]:
     """Put the base image on the store's hypervisor ahead of its rollout window (verified, as
     step 5 would); the rollout's step 5 then finds it there and transfers nothing."""
     settings = load_settings()
@@ -159,7 +160,7 @@ def stage_image(store: Store, image: dict[str, Any]) -> dict[str, Any]:
 
 
 @task(name="create_vm", **SALT_VIRT_RETRY.on(SaltTransientError))
-def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
+def create_vm(store: Store, image: ImageRef, start_timeout: float = 120,
               consent: Consent | None = None, window_covered: bool = False) -> dict[str, Any]:
     """Step 5: define the VM (virt.init, start=False) on an overlay of the base image with its
     identity seed CD-ROM, write the seed, then virt.start with backoff until the domain runs
@@ -202,7 +203,7 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
     return vm_result(summary, vm.hypervisor, delivered, overridden, authorization)
 
 
-def define_domain(vm: StoreVm, store: Store, image: dict[str, Any],
+def define_domain(vm: StoreVm, store: Store, image: ImageRef,
                   logger: logging.Logger | LoggingAdapter,
                   replacing: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The base image on the hypervisor, the VM's disks and its domain defined (not started),

@@ -8,6 +8,7 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from store_rollout import instrument
+from store_rollout.results import ImageRef
 from tasks.kiwi.builders import BUILDERS, make_builder
 from tasks.kiwi.cache import ImageCache
 from tasks.kiwi.errors import KiwiTaskError
@@ -19,7 +20,7 @@ __all__ = ["ensure_image", "image_status"]
 @task(task_run_name="image-{description}")
 def ensure_image(
     description: str, params: dict[str, str], cache_dir: str, builder: str = "lab"
-) -> dict[str, Any]:
+) -> ImageRef:
     """Make sure the image for ``description`` + ``params`` is in the cache.
 
     Args:
@@ -30,8 +31,8 @@ def ensure_image(
         builder: ``lab`` (validate + empty qcow2) or ``kiwi`` (real kiwi-ng build, root).
 
     Returns:
-        ``{"key", "path", "sha256", "meta", "cache_hit", "seconds", "build_seconds",
-        "kiwi_seconds"}``.
+        An ``ImageRef`` (store_rollout/results.py): ``{"key", "path", "sha256", "meta",
+        "cache_hit", "seconds", "build_seconds", "kiwi_seconds"}``.
 
     Example:
         >>> @flow
@@ -52,16 +53,10 @@ def ensure_image(
     except KiwiTaskError:
         logger.exception("Image %s (builder %s) failed", description, builder)
         raise
-    return {
-        "key": ref.key,
-        "path": str(ref.path),
-        "sha256": ref.meta["sha256"],
-        "meta": ref.meta,
-        "cache_hit": ref.cache_hit,
-        "seconds": round(ref.seconds, 3),
-        "build_seconds": round(ref.build_seconds, 3),
-        "kiwi_seconds": round(ref.kiwi_seconds, 3),
-    }
+    return ImageRef(key=ref.key, path=str(ref.path), sha256=ref.meta["sha256"], meta=ref.meta,
+                    cache_hit=ref.cache_hit, seconds=round(ref.seconds, 3),
+                    build_seconds=round(ref.build_seconds, 3),
+                    kiwi_seconds=round(ref.kiwi_seconds, 3))
 
 
 def image_status(description: str, params: dict[str, str], cache_dir: str,
