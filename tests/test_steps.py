@@ -90,3 +90,32 @@ def test_steps_keeps_no_process_wide_listener_list(tmp_path: Path) -> None:
     planted.write_text("from typing import Any\n\n_listeners: list[Any] = []\nOTHER = list()\n"
                        "NAMES = ('a',)\n")
     assert module_level_lists(planted) == ["_listeners", "OTHER"]
+
+
+def test_prefect_runs_started_inside_the_block_hear_it(prefect_harness: None) -> None:
+    """As the CLI's batch: the listener set around a flow call hears the steps run in the
+    flow, and in a subflow called from a task the flow submitted to its thread pool."""
+    from prefect import flow, task
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    @flow(name="steps-heard-store")
+    def store(store_id: str) -> None:
+        StepClock(store_id).run("image", lambda: None)
+
+    @task(name="steps-heard-one")
+    def one(store_id: str) -> str:
+        reached = steps.LastStep(store_id)
+        with steps.listening(reached):
+            store(store_id)
+        return reached.step
+
+    @flow(name="steps-heard-batch", task_runner=ThreadPoolTaskRunner(max_workers=2))
+    def batch() -> list[str]:
+        return [f.result() for f in [one.submit("s1"), one.submit("s2")]]
+
+    heard: Heard = []
+    with steps.listening(recorder(heard)):
+        assert batch() == ["image", "image"]
+    assert sorted(heard) == [("s1", "image", "done"), ("s1", "image", "running"),
+                             ("s2", "image", "done"), ("s2", "image", "running")]
+    assert steps.LastStep("s3").step == "validation"  # before any step
