@@ -1,5 +1,6 @@
-"""What a command shows while its flows run, fed by the flows' in-process step listener
-(store_rollout/steps.py): a table of stores x steps, or a progress bar per store of a batch."""
+"""What a command shows while its flows run, as the step listener of the runs it starts in this
+process (store_rollout/steps.listening): a table of stores x steps, or a progress bar per store
+of a batch."""
 
 from __future__ import annotations
 

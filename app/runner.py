@@ -126,7 +126,6 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool,
     from store_rollout.approval_policy import UNAPPROVED_ENDS
 
     view = LiveSteps(store_ids)
-    steps.add_listener(view)
 
     def one(sid: str) -> dict[str, object]:
         started = time.monotonic()
@@ -145,20 +144,18 @@ def run_stores(store_ids: list[str], inventory: Path, live: bool,
         return summary
 
     live_cm = Live(view, console=console, refresh_per_second=4) if live else contextlib.nullcontext()
-    try:
-        # Salt prints to stdout; keep stdout for the --json result only
-        with (
-            live_cm,
-            contextlib.redirect_stdout(sys.stderr),
-            ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool,
-        ):
-            # each thread runs in a copy of this context: the Prefect settings the command
-            # applied (the lab's API URL) are context variables, which new threads do not see
-            contexts = {sid: contextvars.copy_context() for sid in store_ids}
-            results = list(pool.map(lambda sid: contexts[sid].run(one, sid), store_ids))
-    finally:
-        steps.remove_listener(view)
-    return results
+    # Salt prints to stdout; keep stdout for the --json result only
+    with (
+        steps.listening(view),
+        live_cm,
+        contextlib.redirect_stdout(sys.stderr),
+        ThreadPoolExecutor(max_workers=max(1, len(store_ids))) as pool,
+    ):
+        # each thread runs in a copy of this context: the Prefect settings the command applied
+        # (the lab's API URL) and the live view listening are context variables, which new
+        # threads do not see
+        contexts = {sid: contextvars.copy_context() for sid in store_ids}
+        return list(pool.map(lambda sid: contexts[sid].run(one, sid), store_ids))
 
 
 def run_batch(inventory: Path, store_ids: list[str], show_progress: bool, **waves: Any) -> Any:
@@ -173,12 +170,9 @@ def run_batch(inventory: Path, store_ids: list[str], show_progress: bool, **wave
 
     ids = [s.store_id for s in load_inventory(inventory).select(store_ids)]
     progress = BatchProgress(ids, console, disable=not show_progress)
-    steps.add_listener(progress)
-    try:
-        with progress, contextlib.redirect_stdout(sys.stderr):
-            return batch_rollout(str(inventory.resolve()), tuple(ids), return_state=True, **waves)
-    finally:
-        steps.remove_listener(progress)
+    # the batch's store runs are task runs started from this context: they hear of it
+    with steps.listening(progress), progress, contextlib.redirect_stdout(sys.stderr):
+        return batch_rollout(str(inventory.resolve()), tuple(ids), return_state=True, **waves)
 
 
 def recent_runs(limit: int) -> dict[str, list[dict[str, Any]]]:

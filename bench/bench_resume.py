@@ -50,19 +50,18 @@ def main() -> None:
             from flows.rollout import store_rollout
 
             requests.post(fault, json={"never": True}, timeout=5)
-            steps.add_listener(listen)
-            try:
-                first = store_rollout(sid, str(inv), firstboot_timeout=10, return_state=True)
-                for _ in range(reruns):
-                    _state, s1, s6 = rerun(firstboot_timeout=1)
-                    to_step1.append(s1)
-                    to_step6.append(s6)
-            finally:
-                requests.delete(fault, timeout=5)
-            final, s1, s6 = rerun(vm_stall_timeout=3)
-            to_step1.append(s1)
-            to_step6.append(s6)
-            steps.remove_listener(listen)
+            with steps.listening(listen):
+                try:
+                    first = store_rollout(sid, str(inv), firstboot_timeout=10, return_state=True)
+                    for _ in range(reruns):
+                        _state, s1, s6 = rerun(firstboot_timeout=1)
+                        to_step1.append(s1)
+                        to_step6.append(s6)
+                finally:
+                    requests.delete(fault, timeout=5)
+                final, s1, s6 = rerun(vm_stall_timeout=3)
+                to_step1.append(s1)
+                to_step6.append(s6)
     finally:
         cleanup(info, ids)
     emit({"benchmark": "resume", "first_run": first.name, "final_rerun": final.name,

@@ -10,7 +10,7 @@ region's copy of that deployment, in the region's work pool; otherwise, or with
 
 from __future__ import annotations
 
-import time
+from functools import partial
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -23,15 +23,23 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.rollout import store_rollout
 from store_rollout import steps
-from store_rollout.approval_policy import NOT_FAILED, UNAPPROVED_ENDS, tightened
-from store_rollout.inventory import load_inventory
-from store_rollout.regions import regional_deployment, regional_limit, runs_in_region_pools
+from store_rollout.approval_policy import UNAPPROVED_ENDS, tightened
+from store_rollout.batch_rows import RunTimer, StoreRow
+from store_rollout.inventory import Store, load_inventory
+from store_rollout.regions import regional_deployment
 from store_rollout.settings import load_settings
 from store_rollout.settings_parts import CalendarSettings
-from store_rollout.waves import plan_region_waves, regions_to_halt, runs_of_their_own
+from store_rollout.waves import (
+    BatchPlan,
+    WaveDone,
+    check_regions,
+    plan_batch,
+    run_waves,
+    store_run_params,
+)
 from tasks.flow_runs import check_deployment
 from tasks.run_health import beating
-from tasks.slots import IN_FLIGHT_LIMIT, fleet_slot, in_flight_slots, set_limit
+from tasks.slots import fleet_slot, in_flight_slots, set_in_flight_limits
 from tasks.store_runs import (
     STORE_DEPLOYMENT,
     rolled_out_stores,
@@ -45,36 +53,47 @@ STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
 
 @task(name="rollout_store", task_run_name="store-{store_id}")
 def rollout_store(store_id: str, inventory: str, params: dict[str, Any],
-                  region: str) -> dict[str, Any]:
+                  region: str) -> StoreRow:
     """One store as a subflow run, holding a chain-wide and a regional in-flight slot; never
     raises."""
-    reached: dict[str, str] = {}
+    reached = steps.LastStep(store_id)
+    timer = RunTimer()
+    with steps.listening(reached), fleet_slot(in_flight_slots(region)):
+        timer.slot_taken()
+        state = store_rollout(store_id, inventory, return_state=True, **params)
+        timer.run_ended()
+    rolled_out = state.is_completed() and state.name not in UNAPPROVED_ENDS
+    result: Any = state.result() if rolled_out else None
+    return StoreRow.ran(store_id, region, state=str(state.name), rolled_out=rolled_out,
+                        message=str(state.message or ""),
+                        erp_id=result["erp_id"] if rolled_out else None,
+                        step_reached=reached.step, timer=timer)
 
-    def listen(sid: str, step: str, state: str, _s: float) -> None:
-        if sid == store_id:
-            reached["step"] = step
 
-    steps.add_listener(listen)
-    started = time.monotonic()
-    try:
-        with fleet_slot(in_flight_slots(region)):
-            waited = time.monotonic() - started
-            began = time.time()
-            state = store_rollout(store_id, inventory, return_state=True, **params)
-            ended = time.time()
-    finally:
-        steps.remove_listener(listen)
-    row: dict[str, Any] = {"store_id": store_id, "region": region, "state": state.name,
-                           "step_reached": reached.get("step", "validation"),
-                           "seconds": round(time.monotonic() - started - waited, 1),
-                           "queued_seconds": round(waited, 1), "error": "",
-                           "began": round(began, 3), "ended": round(ended, 3)}
-    if state.is_completed() and state.name not in UNAPPROVED_ENDS:
-        result: Any = state.result()
-        row.update(state="Completed", erp_id=result["erp_id"])
-    else:
-        row["error"] = str(state.message or "")[:300]
-    return row
+def run_wave(number: int, wave: list[str], *, plan: BatchPlan, stores: dict[str, Store],
+             inventory: str, params: dict[str, Any], store_deployment: str,
+             calendar: CalendarSettings) -> list[StoreRow]:
+    """One wave's stores, each a run of its own (of its region's copy of `store_deployment`)
+    or the batch's subflow run; their rows once every one has ended."""
+    if plan.as_deployment_runs:  # each run takes its in-flight slots itself when it starts
+        scheduled = [schedule_store_run(stores[sid], inventory, params, calendar,
+                                        regional_deployment(store_deployment, stores[sid].region),
+                                        plan.follow_windows) for sid in wave]
+        return wait_for_store_runs(scheduled, wave_name=f"wave-{number}")
+    futures = [rollout_store.submit(sid, inventory, params, stores[sid].region) for sid in wave]
+    return [future.result() for future in futures]
+
+
+def wave_done(done: WaveDone, *, progress_id: Any, threshold: float) -> None:
+    """A wave's end in the batch's progress artifact and its log."""
+    update_progress_artifact(artifact_id=progress_id, progress=100.0 * done.finished / done.total)
+    logger = get_run_logger()
+    logger.info("wave %d done in %.0f s: %d/%d finished, %d failed, %d need a person "
+                "(approval)", done.number, done.seconds, done.finished, done.total, done.failed,
+                done.need_a_person)
+    for region, (failed, ended) in done.halting.items():
+        logger.warning("halting region %s: failure ratio %d/%d > %.2f", region, failed, ended,
+                       threshold)
 
 
 @flow(name="batch-rollout", flow_run_name="batch-{wave_size}x-{canary}c",
@@ -122,79 +141,30 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
         rerun_completed: Roll out again the stores whose newest rollout run Completed; without
             it they are left as they are (a rerun of a batch goes on with the rest).
     """
-    logger = get_run_logger()
     settings = load_settings()
     policy = tightened(settings.approval_policy, approval_policy)
-    stores = {s.store_id: s for s in load_inventory(inventory).select(list(store_ids))}
+    stores = load_inventory(inventory).select(list(store_ids))
     regions = settings.regions()
-    for store in stores.values():  # before any side effect: every store's region is known
-        regions.spec(store.region, f"store {store.store_id}: region")
-    selected = list(stores)
-    rows: dict[str, dict[str, Any]] = {} if rerun_completed else {
-        sid: {**row, "region": stores[sid].region}
-        for sid, row in rolled_out_stores(selected).items()}
-    todo = [sid for sid in selected if sid not in rows]
-    calendars = any(s.calendar for s in stores.values())
-    follow_windows = calendars and not ignore_windows
-    in_regions = sorted({stores[sid].region for sid in todo})
-    as_deployment_runs = runs_of_their_own(
-        policy, ignore_windows, calendars,
-        other_regions=runs_in_region_pools(regions, settings.region, in_regions))
-    if as_deployment_runs:  # before any side effect: each region's deployment has a worker
-        for region in in_regions:
+    check_regions(stores, regions)  # before any side effect: every store's region is known
+    done = {} if rerun_completed else rolled_out_stores(stores)
+    plan = plan_batch(stores, done, regions, settings.region, approval_policy=policy,
+                      ignore_windows=ignore_windows, canary=canary, wave_size=wave_size)
+    if plan.as_deployment_runs:  # before any side effect: each region's deployment has a worker
+        for region in plan.in_regions:
             check_deployment(regional_deployment(store_deployment, region))
-    rounds = plan_region_waves({sid: stores[sid].region for sid in todo}, canary, wave_size)
-    set_limit(IN_FLIGHT_LIMIT, max_in_flight)
-    for region in in_regions:
-        set_limit(regional_limit(IN_FLIGHT_LIMIT, region), max_in_flight_per_region or max_in_flight)
-    progress_id: Any = create_progress_artifact(progress=100.0 * len(rows) / max(len(selected), 1),
-                                                key="batch-progress",
-                                                description=f"{len(selected)} stores")
-    halted_after: dict[str, int] = {}  # region -> the wave after which it halted
-    asked = {"approval_policy": approval_policy} if approval_policy else {}
-    for number, by_region in enumerate(rounds):
-        wave = []
-        for region, ids in by_region.items():
-            if region not in halted_after:
-                wave += ids
-                continue
-            for sid in ids:
-                rows[sid] = {"store_id": sid, "region": region, "state": "Skipped",
-                             "step_reached": "-", "seconds": 0, "queued_seconds": 0,
-                             "began": None, "ended": None,
-                             "error": f"batch halted after wave {halted_after[region]} in "
-                                      f"region {region}"}
-        if not wave:
-            continue
-        if as_deployment_runs:  # each run takes its in-flight slots itself when it starts
-            entries = [schedule_store_run(stores[sid], inventory,
-                                          {**store_params, **asked, "hold_fleet_slot": True,
-                                           "ignore_windows": ignore_windows},
-                                          CalendarSettings.of(settings),
-                                          regional_deployment(store_deployment,
-                                                              stores[sid].region),
-                                          follow_windows) for sid in wave]
-            finished = wait_for_store_runs(entries, wave_name=f"wave-{number}")
-        else:
-            params = {**store_params, **asked, "ignore_windows": ignore_windows}
-            futures = [rollout_store.submit(sid, inventory, params, stores[sid].region)
-                       for sid in wave]
-            finished = [future.result() for future in futures]
-        for row in finished:
-            rows[row["store_id"]] = row
-        update_progress_artifact(artifact_id=progress_id, progress=100.0 * len(rows) / len(selected))
-        logger.info("wave %d done: %d/%d finished, %d failed, %d need a person (approval)",
-                    number, len(rows), len(selected),
-                    sum(1 for r in rows.values() if r["state"] not in NOT_FAILED),
-                    sum(1 for r in rows.values() if r["state"] in NOT_FAILED - {"Completed"}))
-        going = [region for region in by_region if region not in halted_after]
-        for region, (failed, ended) in regions_to_halt(list(rows.values()), going,
-                                                       halt_failure_ratio).items():
-            halted_after[region] = number
-            logger.warning("halting region %s: failure ratio %d/%d > %.2f", region, failed,
-                           ended, halt_failure_ratio)
+    set_in_flight_limits(plan.in_regions, max_in_flight, max_in_flight_per_region)
+    total = len(plan.selected)
+    progress_id: Any = create_progress_artifact(progress=100.0 * len(done) / max(total, 1),
+                                                key="batch-progress", description=f"{total} stores")
+    params = store_run_params(store_params, approval_policy, ignore_windows,
+                              run_of_its_own=plan.as_deployment_runs)
+    rows = run_waves(plan.rounds, partial(
+        run_wave, plan=plan, stores={s.store_id: s for s in stores}, inventory=inventory,
+        params=params, store_deployment=store_deployment,
+        calendar=CalendarSettings.of(settings)), halt_failure_ratio, done, total=total,
+        on_wave=partial(wave_done, progress_id=progress_id, threshold=halt_failure_ratio))
     update_progress_artifact(artifact_id=progress_id, progress=100.0)
-    table = [rows[sid] for sid in selected]
+    table = [rows[sid].row() for sid in plan.selected]
     create_table_artifact(key="batch-stores", table=table,
-                          description=f"batch of {len(selected)} stores")
+                          description=f"batch of {total} stores")
     return table

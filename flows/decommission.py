@@ -8,20 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, tags
 
 from store_rollout import guard
 from store_rollout.approval_policy import check_policy
 from store_rollout.guard import Action
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
-from store_rollout.settings_parts import (
-    ApprovalSettings,
-    BmcSettings,
-    CobblerSettings,
-    ErpSettings,
-    SaltSettings,
-)
+from store_rollout.settings_parts import SettingsParts
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
 from tasks.audit import record
@@ -33,6 +27,7 @@ from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_store_keys
 from tasks.slots import store_owner
+from tasks.undo import undo_decision
 from tasks.virt import remove_vm
 
 
@@ -64,27 +59,22 @@ def store_decommission(store_id: str, inventory: str,
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()
     check_region(store, settings)
+    parts = SettingsParts.of(settings)
     consent = undo_consent(store, Action.DECOMMISSION, check_policy(settings.approval_policy),
-                           settings.approval_timeout_seconds, ApprovalSettings.of(settings),
+                           settings.approval_timeout_seconds, parts.approvals,
                            asked_by=asked_by or f"run decommission-{store_id}",
                            approver=approver, code=code, ignore_windows=ignore_windows)
-    decision = guard.authorize(Action.DECOMMISSION, store, consent,
-                               disruption_seconds=settings.disruption_seconds,
-                               default_calendar=settings.default_calendar)
-    get_run_logger().warning("store %s: %s", store_id, guard.describe(decision.record))
-    if not decision.go:
-        raise guard.ActionRefused(store_id, Action.DECOMMISSION, decision.reason)
+    decision = undo_decision(Action.DECOMMISSION, store, consent, parts.calendar)
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-decommission"):
         # the VM while the host answers; the host off before its key goes (a running minion
         # whose key is deleted signs in again, leaving a pending key); its record last
-        salt = SaltSettings.of(settings)
-        vm = remove_vm(store, salt, host_may_be_gone=True)
-        power = power_off_hypervisor(store, BmcSettings.of(settings))
-        keys = remove_store_keys(store, salt)
-        cobbler = remove_hypervisor_record(store, CobblerSettings.of(settings))
-        erp = notify_erp_decommissioned(store, ErpSettings.of(settings))
-    record(ApprovalSettings.of(settings), store_id, Action.DECOMMISSION.value, consent.approver, "done",
+        vm = remove_vm(store, parts.salt, host_may_be_gone=True)
+        power = power_off_hypervisor(store, parts.power)
+        keys = remove_store_keys(store, parts.salt)
+        cobbler = remove_hypervisor_record(store, parts.cobbler)
+        erp = notify_erp_decommissioned(store, parts.erp)
+    record(parts.approvals, store_id, Action.DECOMMISSION.value, consent.approver, "done",
            guard.describe(decision.record))
     return {"store_id": store_id, "state": "Decommissioned", "vm": vm, "keys": keys,
             "cobbler": cobbler, "power": power, "erp_id": erp["erp_id"],

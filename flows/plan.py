@@ -19,6 +19,7 @@ from store_rollout.inventory import InventoryError, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
 from store_rollout.inventory.replacement import with_new_box
 from store_rollout.settings import load_settings
+from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.observe import observe_stores
 from tasks.region_runs import publish_result, run_in_region, split_by_region
 from tasks.run_health import beating
@@ -36,7 +37,8 @@ def _run_name() -> str:
 def store_plan(store_ids: list[str], inventory: str,
                highstate_test: bool = True, recreate_vm: bool = False,
                reinstall_hypervisor: bool = False,
-               replace_box: dict[str, Any] | None = None) -> dict[str, Any]:
+               replace_box: dict[str, Any] | None = None,
+               hypervisor_timeout: float = STEP_TIMEOUTS.hypervisor_timeout) -> dict[str, Any]:
     """What a rollout of each store started now would do, without changing anything: Cobbler
     record (field by field), netboot and power cycle, the hypervisor's states in test=True,
     keys, domain, image and ERP notice. Stores of other regions are planned by runs of their
@@ -55,6 +57,9 @@ def store_plan(store_ids: list[str], inventory: str,
             installed and ready.
         replace_box: Plan moving the one store given to a new box (`store-rollout replace`):
             the new box's fields, as that run takes them (`mac` at least).
+        hypervisor_timeout: The hypervisor_timeout of the rollout planned, as its step 2 takes
+            it: a host an earlier run powered on into its install less than this long ago is
+            left to that install.
     """
     inv = load_inventory(inventory)
     stores = inv.select(store_ids)  # validated before any call
@@ -67,8 +72,11 @@ def store_plan(store_ids: list[str], inventory: str,
     remote = [run_in_region.submit("store-plan", region, {
         "store_ids": ids, "inventory": inventory, "highstate_test": highstate_test,
         "recreate_vm": recreate_vm, "reinstall_hypervisor": reinstall_hypervisor,
-        "replace_box": replace_box}) for region, ids in others.items()]
-    facts = observe_stores(own, settings, highstate_test=highstate_test) if own else {}
+        "replace_box": replace_box, "hypervisor_timeout": hypervisor_timeout})
+        for region, ids in others.items()]
+    facts = (observe_stores(own, settings, highstate_test=highstate_test,
+                            install_seconds=hypervisor_timeout)
+             if own else {})
     plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor, bool(replace_box))
              for sid, f in facts.items()}
     for part in remote:

@@ -28,6 +28,7 @@ from store_rollout.contracts import (
 )
 from store_rollout.inventory import load_inventory
 from store_rollout.inventory.replacement import with_new_box
+from store_rollout.results import rollout_result
 from store_rollout.settings import load_settings
 from store_rollout.settings_parts import ApprovalSettings, SettingsParts
 from store_rollout.step_timeouts import STEP_TIMEOUTS
@@ -151,7 +152,8 @@ def store_rollout(store_id: str, inventory: str,
                     if approver or code
                     else approve_rollout(store, policy,
                                          approval_timeout or settings.approval_timeout_seconds,
-                                         partial(plan_for_approval, settings=settings),
+                                         partial(plan_for_approval, settings=settings,
+                                                 install_seconds=hypervisor_timeout),
                                          ApprovalSettings.of(settings), recreate_vm=recreate_vm,
                                          reinstall_hypervisor=reinstall_hypervisor,
                                          replace_box=bool(replace_box)))
@@ -188,64 +190,39 @@ def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: A
     store_id = store.store_id
     # each task gets the part of the settings it uses (store_rollout/settings_parts.py)
     parts = SettingsParts.of(settings)
-    salt, cobbler, images, power, hosts, calendar = (parts.salt, parts.cobbler, parts.images,
-                                                     parts.power, parts.hosts, parts.calendar)
+    images = parts.images
     image = clock.run(STEP_IMAGE, ensure_image, images.image_description,
                       images.image_params, images.image_cache_dir, images.image_builder)
     retired = (run_in_window(store_id, lambda: retire_old_box(
-        old_box, store, consent, salt=salt, cobbler=cobbler, power=power, calendar=calendar),
+        old_box, store, consent, salt=parts.salt, cobbler=parts.cobbler, power=parts.power,
+        calendar=parts.calendar),
         slot) if replace_box else None)
     install = run_in_window(store_id, lambda: clock.run(
         STEP_PXE_INSTALL_HYPERVISOR, pxe_install_hypervisor, store,
         install_seconds=hypervisor_timeout, consent=consent,
-        window_covered=bool(retired and retired.get("authorization")), salt=salt,
-        cobbler=cobbler, power=power, hosts=hosts, calendar=calendar), slot)
-    hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store, salt,
+        window_covered=bool(retired and retired.get("authorization")), salt=parts.salt,
+        cobbler=parts.cobbler, power=parts.power, hosts=parts.hosts, calendar=parts.calendar),
+        slot)
+    hv_wait = clock.run(STEP_WAIT_FOR_HYPERVISOR, wait_for_hypervisor, store, parts.salt,
                         timeout=hypervisor_timeout, already_ready=install["skipped"],
                         stall_timeout=hypervisor_stall_timeout)
-    keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store, salt, cobbler)
+    keys = clock.run(STEP_PREPARE_VM_KEYS, prepare_vm_keys, store, parts.salt, parts.cobbler)
     # step 2 started an install in a window with room for steps 2 to 5: step 5 goes on
     installed_now = bool(install["power_actions"]) and not install["silent"]
     vm = run_in_window(store_id, lambda: clock.run(
         STEP_CREATE_VM, create_vm, store, image, consent=consent,
-        window_covered=installed_now, salt=salt, hosts=hosts, images=images,
-        calendar=calendar), slot)
-    booted = clock.run(STEP_FIRSTBOOT, firstboot, store, salt, images, timeout=firstboot_timeout,
-                       stall_timeout=vm_stall_timeout, contact_timeout=vm_contact_timeout)
-    go_live = clock.run(STEP_GO_LIVE, go_live_gate, store, salt)
-    erp_part = parts.erp
-    erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm, erp_part)
-    replaced = (notify_erp_replaced(store, old_box.hypervisor.mac, erp_part) if replace_box
+        window_covered=installed_now, salt=parts.salt, hosts=parts.hosts, images=images,
+        calendar=parts.calendar), slot)
+    booted = clock.run(STEP_FIRSTBOOT, firstboot, store, parts.salt, images,
+                       timeout=firstboot_timeout, stall_timeout=vm_stall_timeout,
+                       contact_timeout=vm_contact_timeout)
+    go_live = clock.run(STEP_GO_LIVE, go_live_gate, store, parts.salt)
+    erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm, parts.erp)
+    replaced = (notify_erp_replaced(store, old_box.hypervisor.mac, parts.erp) if replace_box
                 else None)
-    return {
-        "store_id": store_id, "state": "Completed", "hypervisor": store.hypervisor_minion_id,
-        "vm_minion": store.vm_minion_id, "vm": vm, "erp_id": erp["erp_id"],
-        "hypervisor_reinstalled": not install["skipped"] and not install["silent"],
-        # what the guard decided for each destructive action of the run (who asked, who
-        # approved, which window), store_rollout/guard.py
-        "authorizations": [a for a in ((retired or {}).get("authorization"),
-                                       install.get("authorization"), vm.get("authorization"))
-                           if a],
-        # what step 2 had the BMC do ([] when it found the host installed, or installing)
-        "hypervisor_power_actions": install["power_actions"],
-        "hypervisor_highstate_reapplied": hv_wait["highstate_reapplied"],
-        "hypervisor_serial": hv_wait["serial"],  # checked against the inventory's
-        # a disruptive step (2 or 5) started outside a window by ignore_windows
-        "window_overridden": bool((install.get("window") or {}).get("overridden")
-                                  or vm["window_overridden"]),
-        "hypervisor_extensions_synced": keys["extensions_synced"],
-        "approval": approval,
-        "image_key": image["key"], "image_cache_hit": image["cache_hit"],
-        "image_build_seconds": image.get("build_seconds"),
-        # seconds into step 6 of each stage and minion start, and each stage's boot id
-        "firstboot": {key: booted.get(key) for key in
-                      ("stages", "minion_starts", "boot_ids", "boots_seen", "resets")},
-        "go_live_checks": go_live["checks"],
-        # the old box's retirement and the ERP's "replaced" notice (replace_box)
-        "replaced": replaced and {**(retired or {}), "new_mac": store.hypervisor.mac,
-                                  "erp_id": replaced["erp_id"]},
-        "step_seconds": clock.seconds,
-    }
+    return rollout_result(store, image=image, install=install, retired=retired, hv_wait=hv_wait,
+                          keys=keys, vm=vm, booted=booted, go_live=go_live, erp=erp,
+                          replaced=replaced, approval=approval, step_seconds=clock.seconds)
 
 
 if __name__ == "__main__":

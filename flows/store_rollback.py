@@ -8,24 +8,24 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, tags
 
-from store_rollout import guard, step_rules
+from store_rollout import guard
 from store_rollout.approval_policy import check_policy
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
-from store_rollout.settings_parts import ApprovalSettings, CobblerSettings, ErpSettings, SaltSettings
+from store_rollout.settings_parts import SettingsParts
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.approvals import undo_consent
 from tasks.audit import record
 from tasks.cobbler import disable_hypervisor_netboot
-from tasks.erp import ErpError, erp_client
 from tasks.notifications import notify_failure
 from tasks.preflight import check_region
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
 from tasks.slots import store_owner
+from tasks.undo import cancel_leaves_as_is, undo_decision
 from tasks.virt import remove_vm
 
 
@@ -61,44 +61,28 @@ def store_rollback(store_id: str, inventory: str,
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()
     check_region(store, settings)
-    approvals, logger = ApprovalSettings.of(settings), get_run_logger()
+    parts = SettingsParts.of(settings)
     if unfinished_only:
-        try:
-            live = step_rules.store_live(erp_client(ErpSettings.of(settings)).notices(store_id))
-        except ErpError as exc:
-            logger.warning("store %s: cancelled; the ERP did not answer (%s): the store is left "
-                           "as it is", store_id, exc)
-            record(approvals, store_id, "cancel", "", "left as is", f"ERP unreadable: {exc}")
-            return {"store_id": store_id, "left_as_is": f"ERP unreadable: {exc}"}
-        if live:
-            logger.warning("store %s: cancelled; the store is live (the ERP knows it): left as "
-                           "it is. Undo it with `store-rollout rollback` if that is wanted",
-                           store_id)
-            record(approvals, store_id, "cancel", "", "left as is", "live store")
-            return {"store_id": store_id, "left_as_is": "live store"}
+        left = cancel_leaves_as_is(store_id, parts.erp, parts.approvals)
+        if left:
+            return {"store_id": store_id, "left_as_is": left}
         action, consent = Action.CLEAN_UNFINISHED, Consent(asked_by=asked_by or "a cancel")
     else:
         action = Action.ROLLBACK
         consent = undo_consent(store, action, check_policy(settings.approval_policy),
-                               settings.approval_timeout_seconds, approvals,
+                               settings.approval_timeout_seconds, parts.approvals,
                                asked_by=asked_by or f"run rollback-{store_id}",
                                approver=approver, code=code, ignore_windows=ignore_windows)
-    decision = guard.authorize(action, store, consent,
-                               disruption_seconds=settings.disruption_seconds,
-                               default_calendar=settings.default_calendar)
-    logger.warning("store %s: %s", store_id, guard.describe(decision.record))
-    if not decision.go:
-        raise guard.ActionRefused(store_id, action, decision.reason)
+    decision = undo_decision(action, store, consent, parts.calendar)
     what = "cancel" if unfinished_only else action.value
     owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
              else nullcontext())
     with owner, tags(f"store-{store_id}", "store-rollback"):
         # a cancelled run may have stopped before its host was installed: not asked then
-        salt = SaltSettings.of(settings)
-        vm = remove_vm(store, salt, host_may_be_gone=unfinished_only)
-        key = remove_vm_key(store, salt)
-        cobbler = disable_hypervisor_netboot(store, CobblerSettings.of(settings))
-    record(approvals, store_id, what, consent.approver, "done",
+        vm = remove_vm(store, parts.salt, host_may_be_gone=unfinished_only)
+        key = remove_vm_key(store, parts.salt)
+        cobbler = disable_hypervisor_netboot(store, parts.cobbler)
+    record(parts.approvals, store_id, what, consent.approver, "done",
            f"{action.value}; {guard.describe(decision.record)}")
     return {"store_id": store_id, "vm": vm, "key": key, "cobbler": cobbler,
             "authorization": decision.record}

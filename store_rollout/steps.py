@@ -4,40 +4,57 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from store_rollout.contracts import STEPS
 
 T = TypeVar("T")
+# told of each step of a store's run: (store_id, step, "running" | "done" | "failed", seconds)
+StepListener = Callable[[str, str, str, float], None]
 
-# in-process listeners (the CLI's live view); runs on workers simply have none
-_listeners: list[Callable[[str, str, str, float], None]] = []
+# who hears of the steps the runs started in this context run (the CLI's live view, a batch's
+# row): set for a block by `listening`, seen by the threads and task runs started inside it
+# (they run in a copy of it: Prefect's task runners copy the context); runs on workers have none
+_LISTENING: ContextVar[tuple[StepListener, ...]] = ContextVar("step_listeners", default=())
 _lock = threading.Lock()
 # store -> the step its run in this process failed in, for the run's failure hook
 _failed: dict[str, str] = {}
 
 
-def add_listener(fn: Callable[[str, str, str, float], None]) -> None:
-    with _lock:
-        _listeners.append(fn)
-
-
-def remove_listener(fn: Callable[[str, str, str, float], None]) -> None:
-    with _lock:
-        if fn in _listeners:
-            _listeners.remove(fn)
+@contextmanager
+def listening(listener: StepListener) -> Iterator[None]:
+    """`listener` hears of every step of the rollouts run inside this block (in this thread, and
+    in the threads and task runs started from it), besides whoever listens around it."""
+    token = _LISTENING.set((*_LISTENING.get(), listener))
+    try:
+        yield
+    finally:
+        _LISTENING.reset(token)
 
 
 def _notify(store_id: str, step: str, state: str, seconds: float) -> None:
-    with _lock:
-        listeners = list(_listeners)
-    for fn in listeners:
+    for fn in _LISTENING.get():
         fn(store_id, step, state, seconds)
 
 
+class LastStep:
+    """A step listener keeping the last step `store_id`'s run reached ("validation" before its
+    first step: the run failed checking its input)."""
+
+    def __init__(self, store_id: str) -> None:
+        self.store_id = store_id
+        self.step = "validation"
+
+    def __call__(self, store_id: str, step: str, _state: str, _seconds: float) -> None:
+        if store_id == self.store_id:
+            self.step = step
+
+
 class StepClock:
-    """Times each step of one store's rollout and tells listeners about it."""
+    """Times each step of one store's rollout and tells the listeners of its context about it."""
 
     def __init__(self, store_id: str) -> None:
         self.store_id = store_id

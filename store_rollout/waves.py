@@ -1,11 +1,17 @@
-"""Batch planning: canary first, then fixed-size waves; halting on the failure ratio."""
+"""A batch without Prefect: its plan (canary first, then fixed-size waves, each region on its
+own) and its wave loop (halting a region on its failure ratio). flows/batch_rollout.py wires
+them to the tasks that run the stores."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from store_rollout.approval_policy import NOT_FAILED
+from store_rollout.batch_rows import StoreRow
+from store_rollout.inventory import Store
+from store_rollout.regions import Regions, runs_in_region_pools
 
 
 def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[list[str]]:
@@ -38,16 +44,15 @@ def should_halt(failed: int, finished: int, threshold: float) -> bool:
     return finished > 0 and failed / finished > threshold
 
 
-def regions_to_halt(rows: list[dict[str, Any]], regions: list[str],
+def regions_to_halt(rows: list[StoreRow], regions: list[str],
                     threshold: float) -> dict[str, tuple[int, int]]:
-    """Of `regions`, those whose finished stores (batch rows, each with its `region` and
-    `state`) failed above `threshold`: region -> (failed, finished). A region halts on its own
-    stores' failures only."""
+    """Of `regions`, those whose finished stores failed above `threshold`: region -> (failed,
+    finished). A region halts on its own stores' failures only."""
     halting = {}
     for region in regions:
-        ended = [row for row in rows if row["region"] == region]
+        ended = [row for row in rows if row.region == region]
         # a store that waits for an approval, or that a person rejected, has not failed
-        failed = sum(1 for row in ended if row["state"] not in NOT_FAILED)
+        failed = sum(1 for row in ended if row.failed)
         if should_halt(failed, len(ended), threshold):
             halting[region] = (failed, len(ended))
     return halting
@@ -61,3 +66,99 @@ def runs_of_their_own(approval_policy: str, ignore_windows: bool, calendars: boo
     parked) or belong to other regions than the batch's process (`other_regions`: only a
     worker of their region reaches their Salt master)."""
     return (calendars and not ignore_windows) or approval_policy == "always" or other_regions
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What a batch does, decided before any side effect: its stores in batch order
+    (`selected`), those it runs (`todo`, the others rolled out before), the regions they are
+    in, and how it runs them: as runs of their own (`as_deployment_runs`), in their windows
+    (`follow_windows`), in `rounds` of waves."""
+
+    selected: list[str]
+    todo: list[str]
+    in_regions: list[str]
+    follow_windows: bool
+    as_deployment_runs: bool
+    rounds: list[dict[str, list[str]]]
+
+
+def check_regions(stores: list[Store], regions: Regions) -> None:
+    """Every store's region is one of the chain's (RegionsError naming the store, else)."""
+    for store in stores:
+        regions.spec(store.region, f"store {store.store_id}: region")
+
+
+def plan_batch(stores: list[Store], done: Collection[str], regions: Regions, serving: str, *,
+               approval_policy: str, ignore_windows: bool, canary: int,
+               wave_size: int) -> BatchPlan:
+    """The plan of a batch of `stores` served by a process of region `serving`; `done`: the
+    stores left as they are (rolled out before)."""
+    todo = [store for store in stores if store.store_id not in done]
+    calendars = any(store.calendar for store in stores)
+    in_regions = sorted({store.region for store in todo})
+    other_regions = runs_in_region_pools(regions, serving, in_regions)
+    return BatchPlan(
+        selected=[store.store_id for store in stores],
+        todo=[store.store_id for store in todo], in_regions=in_regions,
+        follow_windows=calendars and not ignore_windows,
+        as_deployment_runs=runs_of_their_own(approval_policy, ignore_windows, calendars,
+                                             other_regions=other_regions),
+        rounds=plan_region_waves({store.store_id: store.region for store in todo}, canary,
+                                 wave_size))
+
+
+def store_run_params(store_params: dict[str, float], approval_policy: str,
+                     ignore_windows: bool, *, run_of_its_own: bool) -> dict[str, Any]:
+    """The parameters of each store's rollout in a batch: the step timeouts given, the
+    approval policy asked for (if any) and `ignore_windows`; a run of its own takes its
+    in-flight slots itself when it starts (`hold_fleet_slot`)."""
+    asked = {"approval_policy": approval_policy} if approval_policy else {}
+    slots = {"hold_fleet_slot": True} if run_of_its_own else {}
+    return {**store_params, **asked, **slots, "ignore_windows": ignore_windows}
+
+
+@dataclass(frozen=True)
+class WaveDone:
+    """A wave has ended: its `number`, how long it took, the batch's rows so far (`finished`
+    of `total`, `failed`, `need_a_person`: waiting for an approval or rejected) and the
+    regions that halt after it (region -> (failed, finished))."""
+
+    number: int
+    seconds: float
+    finished: int
+    total: int
+    failed: int
+    need_a_person: int
+    halting: dict[str, tuple[int, int]]
+
+
+def run_waves(rounds: list[dict[str, list[str]]],
+              run_wave: Callable[[int, list[str]], list[StoreRow]], threshold: float,
+              rows: dict[str, StoreRow], *, total: int,
+              on_wave: Callable[[WaveDone], None] = lambda done: None,
+              clock: Callable[[], float] = time.monotonic) -> dict[str, StoreRow]:
+    """The batch's rows (store -> row, `rows` the stores it had before) once every round has
+    run: each round's stores of the regions still going run as one wave (`run_wave(number,
+    store_ids)` returns their rows); a region whose failed/finished stores exceed `threshold`
+    after a wave halts, its later stores Skipped. `on_wave` hears of each wave's end, `clock`
+    times it."""
+    rows = dict(rows)
+    halted_after: dict[str, int] = {}  # region -> the wave after which it halted
+    for number, by_region in enumerate(rounds):
+        going = [region for region in by_region if region not in halted_after]
+        rows.update({sid: StoreRow.skipped(sid, region, halted_after[region])
+                     for region, ids in by_region.items() if region in halted_after
+                     for sid in ids})
+        wave = [sid for region in going for sid in by_region[region]]
+        if not wave:
+            continue
+        started = clock()
+        rows.update({row.store_id: row for row in run_wave(number, wave)})
+        halting = regions_to_halt(list(rows.values()), going, threshold)
+        halted_after.update(dict.fromkeys(halting, number))
+        on_wave(WaveDone(number=number, seconds=clock() - started, finished=len(rows),
+                         total=total, failed=sum(1 for row in rows.values() if row.failed),
+                         need_a_person=sum(1 for row in rows.values() if row.needs_a_person),
+                         halting=halting))
+    return rows

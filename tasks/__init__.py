@@ -25,7 +25,7 @@ breaks this, or on a module of tasks/ that is in none of the three lists.
 
 STEP_MODULES = ("approvals", "firstboot", "go_live", "observe", "preflight", "pxe_install",
                 "reconcile_events", "region_runs", "retire_box", "salt_master", "store_runs",
-                "virt")
+                "undo", "virt")
 CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "windows")

@@ -27,15 +27,12 @@ from store_rollout.inventory import Store
 from store_rollout.settings_parts import ErpSettings
 from store_rollout.transport import checked_url
 from tasks.blocks import load_block, secret_of
-from tasks.retry import OutsideCallFailed, retry_on
+from tasks.retry import ERP_RETRY, OutsideCallFailed
 from tasks.transport import outside_url
 
 ERP_CONNECT_TIMEOUT = 3.05
 ERP_TIMEOUT = (ERP_CONNECT_TIMEOUT, 15.0)  # (connect, read) seconds: never wait forever
 NOTICE_PATH = "/api/v1/store-rollouts"
-# the one retry layer of the ERP call (docs/reliability.md): 5 attempts, 52 s of waits
-ERP_RETRIES = 4
-ERP_RETRY_DELAYS: list[float] = [2, 5, 15, 30]
 
 
 class ErpError(OutsideCallFailed):
@@ -209,8 +206,7 @@ def erp_client(settings: ErpSettings) -> ErpClient:
     return credentials.get_client(settings.insecure_erp_http, settings.erp_ca_bundle)
 
 
-@task(name="notify_erp", retries=ERP_RETRIES,
-      retry_delay_seconds=ERP_RETRY_DELAYS, retry_condition_fn=retry_on(ErpUnavailable))
+@task(name="notify_erp", **ERP_RETRY.on(ErpUnavailable))
 def notify_erp(store: Store, vm: dict[str, Any], erp: ErpSettings) -> dict[str, Any]:
     """Step 7: tell the ERP the store server runs; returns the ERP's id for the run artifact."""
     logger = get_run_logger()
@@ -225,8 +221,7 @@ def notify_erp(store: Store, vm: dict[str, Any], erp: ErpSettings) -> dict[str, 
 
 
 @task(name="notify_erp_decommissioned", task_run_name="notify-erp-decommissioned-{store.store_id}",
-      retries=ERP_RETRIES, retry_delay_seconds=ERP_RETRY_DELAYS,
-      retry_condition_fn=retry_on(ErpUnavailable))
+      **ERP_RETRY.on(ErpUnavailable))
 def notify_erp_decommissioned(store: Store, erp: ErpSettings) -> dict[str, Any]:
     """Decommission: tell the ERP the store is closed (a rerun replays the same notice)."""
     result = erp_client(erp).notify(BoxNotice(
@@ -238,8 +233,7 @@ def notify_erp_decommissioned(store: Store, erp: ErpSettings) -> dict[str, Any]:
 
 
 @task(name="notify_erp_replaced", task_run_name="notify-erp-replaced-{store.store_id}",
-      retries=ERP_RETRIES, retry_delay_seconds=ERP_RETRY_DELAYS,
-      retry_condition_fn=retry_on(ErpUnavailable))
+      **ERP_RETRY.on(ErpUnavailable))
 def notify_erp_replaced(store: Store, old_mac: str, erp: ErpSettings) -> dict[str, Any]:
     """Replacement, after step 7: tell the ERP the store runs on a new box (a rerun replays)."""
     hv = store.hypervisor

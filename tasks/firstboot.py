@@ -16,7 +16,7 @@ from prefect import get_run_logger, task
 from store_rollout.inventory import Store
 from store_rollout.settings_parts import ImageSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
-from tasks.retry import retry_on
+from tasks.retry import SALT_WAIT_RETRY
 from tasks.salt import (
     FirstbootFailed,
     FirstbootWatcher,
@@ -46,8 +46,7 @@ def retire_bootstrap(master: SaltMasterClient, store: Store) -> dict[str, Any]:
     return seed
 
 
-@task(name="firstboot",
-      retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
+@task(name="firstboot", **SALT_WAIT_RETRY.on(SaltTransientError))
 def firstboot(store: Store, salt: SaltSettings, images: ImageSettings,
               timeout: float = STEP_TIMEOUTS.firstboot_timeout,
               stall_timeout: float = STEP_TIMEOUTS.vm_stall_timeout,

@@ -21,7 +21,7 @@ from store_rollout.contracts import GO_LIVE_FUNCTION, STORE_SERVER_CONFIG
 from store_rollout.go_live_report import GoLiveReport
 from store_rollout.inventory import Store
 from store_rollout.settings_parts import SaltSettings
-from tasks.retry import retry_on
+from tasks.retry import SALT_WAIT_RETRY
 from tasks.salt import SaltTransientError, master_client
 from tasks.salt.probes import contested_key
 
@@ -68,8 +68,7 @@ class GoLiveGate:
         return report
 
 
-@task(name="go_live_gate",
-      retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
+@task(name="go_live_gate", **SALT_WAIT_RETRY.on(SaltTransientError))
 def go_live_gate(store: Store, salt: SaltSettings) -> dict[str, Any]:
     """Step 7: check the store server; the table of checks is the run's `go-live-<store>`
     artifact. Raises GoLiveFailed naming the store and each failed check."""

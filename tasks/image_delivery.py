@@ -15,6 +15,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from store_rollout.contracts import DOWNLOAD_CUT
 from store_rollout.inventory import Store
+from store_rollout.results import ImageRef
 from store_rollout.settings_parts import ImageSettings
 from tasks.salt import SaltCommandFailed, SaltMasterClient
 
@@ -37,7 +38,7 @@ def _cut_as_a_type() -> Iterator[None]:
 
 
 def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSettings,
-                  image: dict[str, Any]) -> dict[str, Any]:
+                  image: ImageRef) -> dict[str, Any]:
     """The base image on the store's hypervisor, downloaded by it from the image server and
     verified there; a cut download is resumed (a few times), never restarted."""
     url = f"{settings.image_base_url}/{image['key']}/image.qcow2"

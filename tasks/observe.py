@@ -68,9 +68,12 @@ def _answers(master: SaltMasterClient, minions: list[str], fun: str, arg: list[A
 
 
 def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: bool = False,
-            last_runs: bool = False) -> dict[str, StoreFacts]:
+            last_runs: bool = False,
+            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout) -> dict[str, StoreFacts]:
     """The facts of each store, keyed by store id. `highstate_test`: also run each answering
-    hypervisor's highstate in test=True (plan); `last_runs`: also read Prefect (reconcile)."""
+    hypervisor's highstate in test=True (plan); `last_runs`: also read Prefect (reconcile);
+    `install_seconds`: the hypervisor_timeout of the rollout planned (its step 2 leaves an
+    install that young alone)."""
     master = master_client(settings.salt_master_config)
     image = image_status(settings.image_description, settings.image_params,
                          settings.image_cache_dir, settings.image_builder)
@@ -132,7 +135,9 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             cobbler_record=record is not None,
             cobbler_netboot=None if record is None else bool(record.get("netboot_enabled")),
             cobbler_changes=changes, power_cycled_at=power_cycled_at(record),
-            host_powered_on=_host_on(store, BmcSettings.of(settings), record, hv_keys[sid], ready.get(hv)),
+            host_powered_on=_host_on(store, BmcSettings.of(settings), record, hv_keys[sid],
+                                     ready.get(hv), install_seconds),
+            install_seconds=install_seconds,
             hypervisor_key=hv_keys[sid], hypervisor_answering=hv in ready,
             hypervisor_ready=bool(ready.get(hv)), expected_serial=store.hypervisor.serial,
             hypervisor_serial=str((grains.get(hv) or {}).get(HARDWARE_SERIAL_GRAIN) or "") or None,
@@ -147,13 +152,14 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
 
 
 def _host_on(store: Store, settings: BmcSettings, record: dict[str, Any] | None,
-             key: str | None, ready: Any) -> bool | None:
+             key: str | None, ready: Any, install_seconds: float) -> bool | None:
     """The host's power, from its BMC, asked only when it decides step 2: the host is not
-    installed and ready, and an earlier run powered it on into an install recently enough."""
+    installed and ready, and an earlier run powered it on into an install less than
+    `install_seconds` ago."""
     recorded = step_rules.install_recorded(record is not None, None if record is None
                                            else bool(record.get("netboot_enabled")))
     if step_rules.hypervisor_installed(key, recorded, bool(ready)) or not step_rules.install_underway(
-            power_cycled_at(record), datetime.now(UTC), STEP_TIMEOUTS.hypervisor_timeout, True):
+            power_cycled_at(record), datetime.now(UTC), install_seconds, True):
         return None
     try:
         return bmc_client(store, settings).power_state() == "on"
@@ -210,19 +216,25 @@ def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:
 
 @task(name="observe_stores", task_run_name="observe-stores")
 def observe_stores(stores: list[Store], settings: RolloutSettings, highstate_test: bool = False,
-                   last_runs: bool = False) -> dict[str, StoreFacts]:
+                   last_runs: bool = False,
+                   install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout
+                   ) -> dict[str, StoreFacts]:
     """The read-only step of plan and reconcile: every store's facts, one call per kind (it
     reads every outside system: it takes all the settings)."""
-    facts = observe(stores, settings, highstate_test=highstate_test, last_runs=last_runs)
+    facts = observe(stores, settings, highstate_test=highstate_test, last_runs=last_runs,
+                    install_seconds=install_seconds)
     get_run_logger().info("observed %d stores", len(facts))
     return facts
 
 
 @task(name="plan_for_approval", task_run_name="plan-for-approval-{store.store_id}")
 def plan_for_approval(store: Store, recreate_vm: bool, reinstall_hypervisor: bool = False,
-                      replace_box: bool = False, *, settings: RolloutSettings) -> list[StepPlan]:
+                      replace_box: bool = False, *, settings: RolloutSettings,
+                      install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout
+                      ) -> list[StepPlan]:
     """The store's plan as `store-rollout plan` makes it (its highstate not tested): what an
-    approval shows and decides on (the rollout flow hands it to tasks/approvals.py)."""
-    facts = observe([store], settings)[store.store_id]
+    approval shows and decides on (the rollout flow hands it to tasks/approvals.py), for the
+    run asking: `install_seconds` its hypervisor_timeout, as its step 2 takes it."""
+    facts = observe([store], settings, install_seconds=install_seconds)[store.store_id]
     return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
                       replace_box=replace_box)

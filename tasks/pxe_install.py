@@ -20,6 +20,7 @@ from store_rollout import guard, step_rules
 from store_rollout.contracts import POWER_CYCLED_META
 from store_rollout.guard import NO_CONSENT, Action, Consent
 from store_rollout.inventory import Store
+from store_rollout.results import InstallResult, SilentHost
 from store_rollout.settings_parts import (
     BmcSettings,
     CalendarSettings,
@@ -38,7 +39,7 @@ from tasks.cobbler import (
     system_spec,
 )
 from tasks.notifications import announce_install_started
-from tasks.retry import retry_on
+from tasks.retry import COBBLER_RETRY
 from tasks.root_password import store_root_password_hash
 from tasks.run_health import run_started_at
 from tasks.salt import hypervisor_ready, master_client
@@ -47,14 +48,13 @@ from tasks.slots import fleet_slot
 from tasks.windows import install_window
 
 
-@task(name="pxe_install_hypervisor", retries=4, retry_delay_seconds=[2, 4, 8, 16],
-      retry_condition_fn=retry_on(CobblerUnavailable, BmcUnreachable))
+@task(name="pxe_install_hypervisor", **COBBLER_RETRY.on(CobblerUnavailable, BmcUnreachable))
 def pxe_install_hypervisor(store: Store,
                            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
                            consent: Consent = NO_CONSENT,
                            window_covered: bool = False, *, salt: SaltSettings,
                            cobbler: CobblerSettings, power: BmcSettings, hosts: HostSettings,
-                           calendar: CalendarSettings) -> dict[str, Any]:
+                           calendar: CalendarSettings) -> InstallResult:
     """Step 2: Cobbler system record (upsert), netboot on, serialised sync of this system (a
     full sync would wipe the PXE configs of hypervisors booting right now), then through the
     host's BMC: network boot once and a power cycle. `install_seconds`: how long an install
@@ -72,17 +72,17 @@ def pxe_install_hypervisor(store: Store,
     `window_covered`: a replacement's retirement of the old box was let go by the guard with
     room for the whole sequence; the new box's install needs no second check.
 
-    Returns: {"system", "created", "skipped", "silent", "install_underway", "power_actions",
-    "window", "authorization"}; skipped when the hypervisor is installed and ready, which step
-    3 takes as its answer; silent when it is installed and does not answer ready now.
+    Returns an InstallResult (store_rollout/results.py): {"system", "created", "skipped",
+    "silent", "install_underway", "power_actions", "window", "authorization"}; skipped when
+    the hypervisor is installed and ready, which step 3 takes as its answer; silent when it
+    is installed and does not answer ready now.
     """
     logger = get_run_logger()
     master = master_client(salt.salt_master_config)
     client = cobbler_client(cobbler)
     system = store.cobbler_system
-    result: dict[str, Any] = {"system": system, "created": False, "skipped": False,
-                              "silent": False, "install_underway": False, "power_actions": [],
-                              "authorization": None}
+    result = InstallResult(system=system, created=False, skipped=False, silent=False,
+                           install_underway=False, power_actions=[], authorization=None)
     record = client.get_system(system)
     found = installed_already(store, master, record, consent.asks(Action.REINSTALL_HOST), logger)
     if found == "installed":
@@ -111,7 +111,7 @@ def pxe_install_hypervisor(store: Store,
 
 
 def wake_silent_host(store: Store, settings: CalendarSettings, bmc: Bmc, powered_on: bool,
-                     consent: Consent, logger: Any) -> dict[str, Any]:
+                     consent: Consent, logger: Any) -> SilentHost:
     """An installed host that does not answer: left alone while its BMC says it is on (a WAN
     cut, a busy host, a minion restarting: step 3 waits for it); powered on, from its disk,
     when its BMC says it is off. Never reinstalled."""

@@ -13,15 +13,14 @@ from store_rollout.inventory import Store
 from store_rollout.settings_parts import BmcSettings, CalendarSettings, CobblerSettings, SaltSettings
 from tasks.bmc import BmcError, bmc_client
 from tasks.cobbler import CobblerUnavailable, cobbler_client
-from tasks.retry import retry_on
+from tasks.retry import SALT_KEYS_RETRY
 from tasks.salt import SaltTransientError, master_client
 from tasks.salt.store_keys import forget_store_minions
 from tasks.windows import guarded_window
 
 
-@task(name="retire_old_box", task_run_name="retire-old-box-{old.store_id}", retries=2,
-      retry_delay_seconds=[2, 5],
-      retry_condition_fn=retry_on(CobblerUnavailable, SaltTransientError))
+@task(name="retire_old_box", task_run_name="retire-old-box-{old.store_id}",
+      **SALT_KEYS_RETRY.on(CobblerUnavailable, SaltTransientError))
 def retire_old_box(old: Store, new: Store, consent: Consent | None = None, *, salt: SaltSettings,
                    cobbler: CobblerSettings, power: BmcSettings,
                    calendar: CalendarSettings) -> dict[str, Any]:

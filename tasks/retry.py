@@ -1,10 +1,17 @@
 """Retry policy shared by the tasks: Prefect retries, only for failures worth retrying, told
-apart by type (never by message text)."""
+apart by type (never by message text), on one named schedule per outside system.
+
+A task takes its schedule from here and names the failures it retries:
+`@task(name="create_vm", **SALT_VIRT_RETRY.on(SaltTransientError))`; no task spells
+`retries=` or `retry_delay_seconds=` itself (tests/test_retry.py reads the decorators). A
+deployment may still override one task (`notify_erp.with_options(retries=...)`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, TypedDict
 
 
 def retry_on(*transient: type[BaseException]) -> Callable[[Any, Any, Any], bool]:
@@ -20,6 +27,50 @@ def retry_on(*transient: type[BaseException]) -> Callable[[Any, Any, Any], bool]
         return False
 
     return condition
+
+
+class TaskRetry(TypedDict):
+    """The keywords of Prefect's `@task` that a RetryPolicy fills in."""
+
+    retries: int
+    retry_delay_seconds: list[float]
+    retry_condition_fn: Callable[[Any, Any, Any], bool]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often a task's attempt is retried and how long apart (the waits, in seconds)."""
+
+    retries: int
+    delays: tuple[float, ...]
+
+    def on(self, *transient: type[BaseException]) -> TaskRetry:
+        """The `@task` keywords: this schedule, retrying only `transient` failures."""
+        return TaskRetry(retries=self.retries, retry_delay_seconds=list(self.delays),
+                         retry_condition_fn=retry_on(*transient))
+
+
+# Cobbler: XML-RPC to one cobblerd, which a restart (or a sync holding it) makes refuse
+# connections for seconds; cheap calls, so retried often with a doubling wait (30 s in all).
+# Step 2 takes it too: its transient failures are Cobbler's (and the BMC's, whose
+# power calls it makes once a Cobbler record is right).
+COBBLER_RETRY: Final = RetryPolicy(4, (2, 4, 8, 16))
+# A BMC: an embedded controller that answers slowly after a power action or a reset.
+BMC_RETRY: Final = RetryPolicy(2, (5, 15))
+# The ERP over HTTP: the one retry layer of its notice (docs/reliability.md): 5 attempts,
+# 52 s of waits; safe because every notice carries an Idempotency-Key.
+ERP_RETRY: Final = RetryPolicy(4, (2, 5, 15, 30))
+# Salt has three schedules, for three kinds of call:
+# - SALT_WAIT_RETRY: the steps that wait on a minion (steps 3 and 6 wait up to their
+#   timeouts and ride out a master restart inside; go-live's checks are one call on a VM
+#   that just finished firstboot): a retry starts the whole wait again, so once, soon.
+SALT_WAIT_RETRY: Final = RetryPolicy(1, (5,))
+# - SALT_KEYS_RETRY: key and token work on the master itself (also where a Cobbler record
+#   changes alongside: step 4, a replacement's retirement): quick calls, retried twice, soon.
+SALT_KEYS_RETRY: Final = RetryPolicy(2, (2, 5))
+# - SALT_VIRT_RETRY: libvirt through a hypervisor's minion (define, start, remove a domain),
+#   busy for longer after a domain's change: retried twice, further apart.
+SALT_VIRT_RETRY: Final = RetryPolicy(2, (3, 10))
 
 
 class OutsideCallFailed(Exception):

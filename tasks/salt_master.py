@@ -16,7 +16,7 @@ from store_rollout.settings_parts import CobblerSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.cobbler import CobblerUnavailable, cobbler_client, forget_install_secrets
 from tasks.notifications import announce_hypervisor_ready, end_hypervisor_wait
-from tasks.retry import retry_on
+from tasks.retry import SALT_KEYS_RETRY, SALT_WAIT_RETRY
 from tasks.salt import HypervisorReadyWatcher, SaltTransientError, master_client
 from tasks.salt.probes import domain_with_current_extensions
 from tasks.salt.store_keys import forget_store_minions
@@ -24,8 +24,7 @@ from tasks.salt.store_keys import forget_store_minions
 __all__ = ["prepare_vm_keys", "remove_store_keys", "remove_vm_key", "wait_for_hypervisor"]
 
 
-@task(name="wait_for_hypervisor",
-      retries=1, retry_delay_seconds=5, retry_condition_fn=retry_on(SaltTransientError))
+@task(name="wait_for_hypervisor", **SALT_WAIT_RETRY.on(SaltTransientError))
 def wait_for_hypervisor(store: Store, salt: SaltSettings,
                         timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
                         already_ready: bool = False,
@@ -56,8 +55,7 @@ def wait_for_hypervisor(store: Store, salt: SaltSettings,
     return ready
 
 
-@task(name="prepare_vm_keys", retries=2, retry_delay_seconds=[2, 5],
-      retry_condition_fn=retry_on(SaltTransientError, CobblerUnavailable))
+@task(name="prepare_vm_keys", **SALT_KEYS_RETRY.on(SaltTransientError, CobblerUnavailable))
 def prepare_vm_keys(store: Store, salt: SaltSettings, cobbler: CobblerSettings) -> dict[str, Any]:
     """Step 4: the installed host's Cobbler record without its one-time token and root hash
     (step 3 saw it ready: it needs neither again), then delete a stale key of the VM's minion
@@ -102,7 +100,7 @@ def remove_vm_key(store: Store, salt: SaltSettings) -> dict[str, Any]:
 
 
 @task(name="remove_store_keys", task_run_name="remove-keys-{store.store_id}",
-      retries=2, retry_delay_seconds=[2, 5], retry_condition_fn=retry_on(SaltTransientError))
+      **SALT_KEYS_RETRY.on(SaltTransientError))
 def remove_store_keys(store: Store, salt: SaltSettings) -> dict[str, Any]:
     """Decommission: forget_store_minions."""
     forgotten = forget_store_minions(master_client(salt.salt_master_config), store)

@@ -70,6 +70,14 @@ def set_limit(name: str, limit: int, *, update: bool = True) -> None:
                 name, GlobalConcurrencyLimitUpdate(limit=limit, active=True))
 
 
+def set_in_flight_limits(regions: list[str], fleet: int, per_region: int = 0) -> None:
+    """A batch's bounds: `fleet` stores in flight chain-wide and `per_region` (0: as many as
+    `fleet`) in each of `regions` (its Salt master and Cobbler)."""
+    set_limit(IN_FLIGHT_LIMIT, fleet)
+    for region in regions:
+        set_limit(regional_limit(IN_FLIGHT_LIMIT, region), per_region or fleet)
+
+
 @contextmanager
 def fleet_slot(name: str | list[str], timeout_seconds: float | None = None) -> Iterator[None]:
     """Hold one slot of the global limit `name` (of each limit named, taken together) under a

@@ -29,6 +29,7 @@ from prefect.client.schemas.sorting import TaskRunSort
 from prefect.deployments import run_deployment
 
 from store_rollout.approval_policy import AWAITING_APPROVAL, UNAPPROVED_ENDS
+from store_rollout.batch_rows import StoreRow
 from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import decide
 from store_rollout.guard import Action, calendar_for, sequence_seconds
@@ -60,7 +61,7 @@ def start_time(store: Store, now: datetime, install_seconds: float,
 @task(name="schedule_store_run", task_run_name="schedule-{store.store_id}")
 def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
                        calendar: CalendarSettings, deployment: str = STORE_DEPLOYMENT,
-                       follow_windows: bool = True) -> dict[str, Any]:
+                       follow_windows: bool = True) -> StoreRow:
     """One store's rollout as a run of `deployment`, Scheduled for its window (now without
     `follow_windows`); the batch row of a store that has no window is returned Failed, no run
     created."""
@@ -73,13 +74,10 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
         start, reason = start_time(store, now, sequence_seconds(Action.REINSTALL_HOST,
                                                                 calendar.disruption_seconds),
                                    calendar.default_calendar)
-    row: dict[str, Any] = {"store_id": store.store_id, "region": store.region,
-                           "window": reason, "flow_run_id": None,
-                           "scheduled_start": start.isoformat() if start else None}
     if start is None:
-        return {**row, "state": "Failed", "step_reached": "-", "seconds": 0,
-                "queued_seconds": 0, "began": None, "ended": None,
-                "error": f"NoMaintenanceWindow: {reason}"}
+        return StoreRow(store_id=store.store_id, region=store.region, window=reason,
+                        flow_run_id=None, scheduled_start=None, state="Failed", began=None,
+                        ended=None, error=f"NoMaintenanceWindow: {reason}")
     batch = this_flow_run()
     # sync here (run_deployment also serves async callers)
     run = cast(FlowRun, run_deployment(
@@ -88,24 +86,25 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
         idempotency_key=f"batch-{batch}-store-{store.store_id}" if batch else None))
     get_run_logger().info("store %s: run %s of %s scheduled for %s UTC (%s)", store.store_id,
                           run.name, deployment, f"{start:%Y-%m-%d %H:%M:%S}", reason)
-    return {**row, "state": "Scheduled", "flow_run_id": str(run.id), "error": ""}
+    return StoreRow(store_id=store.store_id, region=store.region, window=reason,
+                    flow_run_id=str(run.id), scheduled_start=start.isoformat(),
+                    state="Scheduled")
 
 
 @task(name="find_rolled_out_stores")
-def rolled_out_stores(store_ids: list[str]) -> dict[str, dict[str, Any]]:
+def rolled_out_stores(stores: list[Store]) -> dict[str, StoreRow]:
     """The batch rows of the stores whose newest rollout run Completed: a batch leaves them be
     (a rerun of a batch goes on with the stores it did not finish)."""
+    regions = {store.store_id: store.region for store in stores}
     with get_client(sync_client=True) as client:
-        newest = newest_rollout_runs(client, store_ids)
+        newest = newest_rollout_runs(client, list(regions))
     done = {sid: run for sid, run in newest.items()
             if run.state and run.state.is_completed() and run.state.name not in UNAPPROVED_ENDS}
     if done:
         get_run_logger().info("already rolled out, left as they are: %s", ", ".join(
             f"{sid} ({run.name}, {run.end_time:%Y-%m-%d %H:%M} UTC)" for sid, run in done.items()))
-    return {sid: {"store_id": sid, "state": "Completed", "step_reached": "-", "seconds": 0,
-                  "queued_seconds": 0, "began": None, "ended": None, "flow_run_id": str(run.id),
-                  "error": "",
-                  "earlier_run": f"{run.name}, ended {run.end_time:%Y-%m-%d %H:%M} UTC"}
+    return {sid: StoreRow.rolled_out_before(
+                sid, regions[sid], str(run.id), f"{run.name}, ended {run.end_time:%Y-%m-%d %H:%M} UTC")
             for sid, run in done.items()}
 
 
@@ -123,26 +122,28 @@ def parked(state: Any) -> bool:
     return bool(state and state.is_paused() and state.name == "Suspended")
 
 
-def _row(client: Any, scheduled: dict[str, Any], run: Any) -> dict[str, Any]:
+def _row(client: Any, scheduled: StoreRow, run: Any) -> StoreRow:
     state = run.state
     began, ended = run.start_time, run.end_time
-    due = datetime.fromisoformat(scheduled["scheduled_start"])
+    due = datetime.fromisoformat(scheduled.scheduled_start or "")
     if parked(state):
         from tasks.notifications import run_url
 
-        return {**scheduled, "state": AWAITING_APPROVAL, "seconds": 0,
-                "step_reached": _step_reached(client, run.id, scheduled["store_id"]),
-                "queued_seconds": round((began - due).total_seconds(), 1) if began else 0,
-                "began": round(began.timestamp(), 3) if began else None, "ended": None,
-                "error": f"waits, parked, for an approval on its page: {run_url(run.id)}"}
-    return {**scheduled, "state": state.name if state.is_final() else state.type.value,
-            "step_reached": _step_reached(client, run.id, scheduled["store_id"]),
-            "seconds": round((ended - began).total_seconds(), 1) if began and ended else 0,
+        return scheduled.model_copy(update={
+            "state": AWAITING_APPROVAL, "seconds": 0,
+            "step_reached": _step_reached(client, run.id, scheduled.store_id),
             "queued_seconds": round((began - due).total_seconds(), 1) if began else 0,
-            "error": "" if state.is_completed() and state.name not in UNAPPROVED_ENDS
-                     else str(state.message or "")[:300],
-            "began": round(began.timestamp(), 3) if began else None,
-            "ended": round(ended.timestamp(), 3) if ended else None}
+            "began": round(began.timestamp(), 3) if began else None, "ended": None,
+            "error": f"waits, parked, for an approval on its page: {run_url(run.id)}"})
+    return scheduled.model_copy(update={
+        "state": state.name if state.is_final() else state.type.value,
+        "step_reached": _step_reached(client, run.id, scheduled.store_id),
+        "seconds": round((ended - began).total_seconds(), 1) if began and ended else 0,
+        "queued_seconds": round((began - due).total_seconds(), 1) if began else 0,
+        "error": "" if state.is_completed() and state.name not in UNAPPROVED_ENDS
+                 else str(state.message or "")[:300],
+        "began": round(began.timestamp(), 3) if began else None,
+        "ended": round(ended.timestamp(), 3) if ended else None})
 
 
 def ended_runs(client: Any, ids: list[UUID],
@@ -158,11 +159,11 @@ def ended_runs(client: Any, ids: list[UUID],
 
 
 @task(name="wait_for_store_runs", task_run_name="wait-for-{wave_name}")
-def wait_for_store_runs(scheduled: list[dict[str, Any]], wave_name: str = "wave") -> list[dict[str, Any]]:
+def wait_for_store_runs(scheduled: list[StoreRow], wave_name: str = "wave") -> list[StoreRow]:
     """The batch rows of the scheduled runs once every one of them has ended (a store whose
     run was never created comes back as it is)."""
-    ids = [UUID(s["flow_run_id"]) for s in scheduled if s["flow_run_id"]]
+    ids = [UUID(s.flow_run_id) for s in scheduled if s.flow_run_id]
     with get_client(sync_client=True) as client:
         runs = ended_runs(client, ids) if ids else {}
-        return [_row(client, s, runs[UUID(s["flow_run_id"])]) if s["flow_run_id"] else s
+        return [_row(client, s, runs[UUID(s.flow_run_id)]) if s.flow_run_id else s
                 for s in scheduled]

@@ -26,9 +26,10 @@ from tenacity import (
 from store_rollout import step_rules
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
+from store_rollout.results import ImageRef
 from store_rollout.settings_parts import CalendarSettings, HostSettings, ImageSettings, SaltSettings
 from tasks.image_delivery import deliver_image
-from tasks.retry import retry_on
+from tasks.retry import SALT_VIRT_RETRY
 from tasks.salt import (
     SaltCommandFailed,
     SaltError,
@@ -138,7 +139,7 @@ class HypervisorNotUp(VmError):
 
 
 @task(name="stage_image", task_run_name="stage-image-{store.store_id}")
-def stage_image(store: Store, image: dict[str, Any], salt: SaltSettings,
+def stage_image(store: Store, image: ImageRef, salt: SaltSettings,
                 images: ImageSettings) -> dict[str, Any]:
     """Put the base image on the store's hypervisor ahead of its rollout window (verified, as
     step 5 would); the rollout's step 5 then finds it there and transfers nothing."""
@@ -158,9 +159,8 @@ def stage_image(store: Store, image: dict[str, Any], salt: SaltSettings,
             **delivered}
 
 
-@task(name="create_vm",
-      retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
-def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
+@task(name="create_vm", **SALT_VIRT_RETRY.on(SaltTransientError))
+def create_vm(store: Store, image: ImageRef, start_timeout: float = 120,
               consent: Consent | None = None, window_covered: bool = False, *,
               salt: SaltSettings, hosts: HostSettings, images: ImageSettings,
               calendar: CalendarSettings) -> dict[str, Any]:
@@ -205,7 +205,7 @@ def create_vm(store: Store, image: dict[str, Any], start_timeout: float = 120,
     return vm_result(summary, vm.hypervisor, delivered, overridden, authorization)
 
 
-def define_domain(vm: StoreVm, store: Store, image: dict[str, Any],
+def define_domain(vm: StoreVm, store: Store, image: ImageRef,
                   logger: logging.Logger | LoggingAdapter,
                   replacing: dict[str, Any] | None = None, *, images: ImageSettings,
                   vm_type: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -281,7 +281,7 @@ def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any
 
 
 @task(name="remove_vm", task_run_name="remove-vm-{store.store_id}",
-      retries=2, retry_delay_seconds=[3, 10], retry_condition_fn=retry_on(SaltTransientError))
+      **SALT_VIRT_RETRY.on(SaltTransientError))
 def remove_vm(store: Store, salt: SaltSettings, host_may_be_gone: bool = False) -> dict[str, Any]:
     """Rollback and decommission: destroy and undefine the store VM and delete its overlay
     disk. `host_may_be_gone` (a decommission, maybe rerun): a host without an accepted key or

@@ -6,10 +6,10 @@ process and its heartbeats meanwhile, so a long wait is never taken for a dead r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from store_rollout import disruption, guard
 from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
@@ -42,8 +42,10 @@ def wait_for_window(store_id: str, window: dict[str, Any],
     say_running("Running", f"store {store_id}: in its maintenance window since {until:%H:%M} UTC")
 
 
-def run_in_window(store_id: str, run_step: Callable[[], dict[str, Any]],
-                  slot: Any = None) -> dict[str, Any]:
+R = TypeVar("R", bound=Mapping[str, Any])
+
+
+def run_in_window(store_id: str, run_step: Callable[[], R], slot: Any = None) -> R:
     """Run a step until it finds itself in a window (a step outside one changes nothing and
     says until when to wait, in its result's `window`). `slot`: the run's fleet slots
     (tasks/slots.ReleasableSlot), given back while it waits and taken again after."""

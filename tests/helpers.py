@@ -10,7 +10,8 @@ import re
 import subprocess
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -76,9 +77,10 @@ class Background:
         self.threads.append(timer)
         timer.start()
 
-    def on_step(self, step_name: str, action: Callable[[], object]) -> Callable[[], None]:
-        """`action` when `step_name` starts (once, in the step's thread, before the step goes on);
-        returns the unregister function."""
+    @contextmanager
+    def on_step(self, step_name: str, action: Callable[[], object]) -> Iterator[None]:
+        """`action` when `step_name` of a rollout run inside the block starts (once, in the
+        step's thread, before the step goes on)."""
         from store_rollout import steps
 
         fired = threading.Event()
@@ -88,8 +90,8 @@ class Background:
                 fired.set()
                 self.guarded(action)()
 
-        steps.add_listener(listener)
-        return lambda: steps.remove_listener(listener)
+        with steps.listening(listener):
+            yield
 
     def join(self) -> None:
         """Wait for every action; raise the first error any of them had (the rest named in it)."""

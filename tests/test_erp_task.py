@@ -15,7 +15,8 @@ from prefect.blocks.system import Secret
 from store_rollout.inventory import Store, parse_inventory
 from store_rollout.settings import load_settings
 from store_rollout.settings_parts import ErpSettings
-from tasks.erp import ERP_RETRIES, ErpUnavailable, notify_erp
+from tasks.erp import ErpUnavailable, notify_erp
+from tasks.retry import ERP_RETRY
 from tests.helpers import BASE_ENV
 from tests.local_servers import ERP_CREATED, ScriptedErp, serving
 
@@ -57,22 +58,22 @@ def notify_only(store: Store, vm: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("status", [503, 429])
 def test_erp_transient_answers_are_retried_by_the_task_alone(
         prefect_harness: None, erp_with: Any, status: int) -> None:
-    erp = erp_with([status] * ERP_RETRIES)  # fails every attempt but the last
+    erp = erp_with([status] * ERP_RETRY.retries)  # fails every attempt but the last
     state = notify_only(STORE, VM, return_state=True)
     assert state.is_completed(), state.message
     assert state.result()["erp_id"] == "ERP-7"
     # exactly one POST per task attempt: no transport retries underneath
-    assert len(erp.received) == ERP_RETRIES + 1
+    assert len(erp.received) == ERP_RETRY.retries + 1
     assert len({r["headers"]["Idempotency-Key"] for r in erp.received}) == 1  # every retry is the same notice
 
 
 def test_erp_gives_up_after_the_tasks_attempts(prefect_harness: None, erp_with: Any) -> None:
-    erp = erp_with([503] * (ERP_RETRIES + 1))
+    erp = erp_with([503] * (ERP_RETRY.retries + 1))
     state = notify_only(STORE, VM, return_state=True)
     assert state.is_failed()
     with pytest.raises(ErpUnavailable, match="HTTP 503"):
         state.result()
-    assert len(erp.received) == ERP_RETRIES + 1
+    assert len(erp.received) == ERP_RETRY.retries + 1
 
 
 def test_erp_4xx_is_not_retried(prefect_harness: None, erp_with: Any) -> None:

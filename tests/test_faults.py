@@ -110,11 +110,8 @@ def test_cobbler_down_10s_during_step2(lab: LabInfo, lab_dir: Path, inprocess: A
         Lab.at(lab_dir).stop_service("cobblerd")
         background.later(10, lambda: Lab.at(lab_dir).up())
 
-    undo = background.on_step("pxe_install_hypervisor", cobbler_down)
-    try:
+    with background.on_step("pxe_install_hypervisor", cobbler_down):
         result = completed(inprocess("f-cobbler", inv))
-    finally:
-        undo()
     background.join()
     assert service_pid(lab_dir, "cobblerd") != pid_before  # Cobbler was really stopped
     assert result["step_seconds"]["pxe_install_hypervisor"] >= 8  # it waited Cobbler out
@@ -137,11 +134,8 @@ def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Pat
         lab_obj.up()
         pids.append(service_pid(lab_dir, "salt-master"))
 
-    undo = background.on_step("wait_for_hypervisor", lambda: background.later(3, restart_master))
-    try:
+    with background.on_step("wait_for_hypervisor", lambda: background.later(3, restart_master)):
         result = completed(inprocess("f-master", inv))
-    finally:
-        undo()
     background.join()
     # the master was replaced while step 3 waited (3 s in; the install takes 12 s more)
     assert len(pids) == 2 and pids[1] != pids[0], pids
@@ -316,11 +310,8 @@ def test_erp_timeout_then_503_twice_then_201(lab: LabInfo, inprocess: Any, fault
         faults("erp", {"delay": 5, "count": 1})
         faults("erp", {"status": 503, "count": 2})
 
-    undo = background.on_step("notify_erp", erp_trouble)
-    try:
+    with background.on_step("notify_erp", erp_trouble):
         result = completed(inprocess("f-erp", inv))
-    finally:
-        undo()
     background.join()
     # the delayed first request is logged once the ERP answers it (after the client gave up,
     # so possibly after the retry that followed it)

@@ -212,7 +212,9 @@ def test_rollback_and_decommission_refuse_when_the_guard_does(
     changed: list[str] = []
     monkeypatch.setattr(module, "check_region", lambda *_: None)
     monkeypatch.setattr(module, "load_settings", lambda: settings)
-    monkeypatch.setattr(module, "get_run_logger", lambda: logging.getLogger("test"))
+    from tasks import undo
+
+    monkeypatch.setattr(undo, "get_run_logger", lambda: logging.getLogger("test"))
     for name in ("remove_vm", "remove_vm_key", "disable_hypervisor_netboot",
                  "power_off_hypervisor", "remove_store_keys", "remove_hypervisor_record",
                  "notify_erp_decommissioned", "store_owner"):
@@ -231,8 +233,10 @@ GUARDED = {
     "tasks/retire_box.py": ["retire_old_box"],
     "flows/store_rollback.py": ["store_rollback"],
     "flows/decommission.py": ["store_decommission"],
+    "tasks/undo.py": ["undo_decision"],
 }
-GUARD_CALLS = {"authorize", "guarded_window", "install_window", "creation_window"}
+GUARD_CALLS = {"authorize", "guarded_window", "install_window", "creation_window",
+               "undo_decision"}
 
 
 def test_every_destructive_path_names_the_guard() -> None:
@@ -377,6 +381,7 @@ def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
     cancellation hook runs only the unfinished clean-up, which reads the ERP first: a live
     store, or one whose ERP does not answer, is left as it is."""
     from flows import rollout, store_rollback
+    from tasks import undo
     from tasks.erp import ErpUnavailable
 
     assert [h.__name__ for h in rollout.store_rollout.on_cancellation_hooks] == ["stop_on_cancel"]
@@ -396,7 +401,7 @@ def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
     for name in ("remove_vm", "remove_vm_key", "disable_hypervisor_netboot"):
         monkeypatch.setattr(store_rollback, name, lambda *a, _n=name, **k: removed.append(_n))
     monkeypatch.setattr(store_rollback, "check_region", lambda *_: None)
-    monkeypatch.setattr(store_rollback, "get_run_logger", lambda: logging.getLogger("test"))
+    monkeypatch.setattr(undo, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(store_rollback, "load_settings", lambda: settings_with(
         disruption_seconds=SECONDS, audit_dir=str(tmp_path / "audit")))
 
@@ -405,8 +410,7 @@ def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
             if isinstance(notices, Exception):
                 raise notices
             return notices
-        monkeypatch.setattr(store_rollback, "erp_client",
-                            lambda _settings: SimpleNamespace(notices=read))
+        monkeypatch.setattr(undo, "erp_client", lambda _settings: SimpleNamespace(notices=read))
 
     clean_up = store_rollback.store_rollback.fn.__wrapped__
     erp([{"status": "store-server-running"}])

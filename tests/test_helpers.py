@@ -80,13 +80,10 @@ def test_background_step_action_runs_in_the_step_and_its_error_waits_for_join() 
         seen.append("acted")
         raise ValueError("ERP fault refused")
 
-    undo = background.on_step("notify_erp", action)
-    try:
+    with background.on_step("notify_erp", action):
         steps._notify("s1", "create_vm", "running", 0.0)
         steps._notify("s1", "notify_erp", "running", 0.0)  # the step goes on: no raise here
         steps._notify("s1", "notify_erp", "running", 0.0)  # once only
-    finally:
-        undo()
     assert seen == ["acted"]
     with pytest.raises(ValueError, match="ERP fault refused"):
         background.join()

@@ -1,6 +1,7 @@
 """Size limits that keep the house readable: no app module over 300 lines, no Prefect task over
 25 statements (a task logs, makes one call to a client or watcher, and returns; the logic it
-calls lives in that client, where a unit test reaches it without Prefect)."""
+calls lives in that client, where a unit test reaches it without Prefect), and no function in
+`flows/` over 25 statements (a flow wires tasks; what it decides lives in core or tasks)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from lab.state import REPO_ROOT
 APP_PACKAGES = ("store_rollout", "tasks", "flows", "app")
 MAX_MODULE_LINES = 300
 MAX_TASK_STATEMENTS = 25
+MAX_FLOW_STATEMENTS = 25
 
 
 def long_modules(root: Path) -> list[str]:
@@ -35,16 +37,35 @@ def is_task(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return False
 
 
+def statements(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The statements in a function's body, those of functions defined inside it included."""
+    return sum(isinstance(inner, ast.stmt) for inner in ast.walk(function)) - 1
+
+
 def long_tasks(root: Path) -> list[str]:
     found = []
     for package in APP_PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and is_task(node):
-                    count = sum(isinstance(inner, ast.stmt) for inner in ast.walk(node)) - 1
+                    count = statements(node)
                     if count > MAX_TASK_STATEMENTS:
                         found.append(f"{path.relative_to(root)}:{node.lineno}: task {node.name} "
                                      f"has {count} statements (at most {MAX_TASK_STATEMENTS})")
+    return found
+
+
+def long_flow_functions(root: Path) -> list[str]:
+    """Functions in flows/ (flows, their hooks and helpers) over MAX_FLOW_STATEMENTS."""
+    found = []
+    for path in sorted((root / "flows").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                count = statements(node)
+                if count > MAX_FLOW_STATEMENTS:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {node.name} has "
+                                 f"{count} statements (at most {MAX_FLOW_STATEMENTS}: a flow "
+                                 "wires; move what it decides into core or tasks)")
     return found
 
 
@@ -54,6 +75,21 @@ def test_no_module_over_the_limit() -> None:
 
 def test_no_task_over_the_limit() -> None:
     assert long_tasks(REPO_ROOT) == []
+
+
+def test_no_flow_function_over_the_limit() -> None:
+    assert long_flow_functions(REPO_ROOT) == []
+
+
+def test_a_planted_long_flow_function_is_found(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FLOW_STATEMENTS))
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "big.py").write_text(
+        "from prefect import flow\n\n\n@flow\ndef big() -> None:\n" + body + "\n"
+        "    def inner() -> None:\n        pass\n\n\ndef small() -> int:\n    return 1\n")
+    assert long_flow_functions(tmp_path) == [
+        f"flows/big.py:5: big has {MAX_FLOW_STATEMENTS + 2} statements (at most "
+        f"{MAX_FLOW_STATEMENTS}: a flow wires; move what it decides into core or tasks)"]
 
 
 def test_planted_long_module_and_long_task_are_found(tmp_path: Path) -> None:

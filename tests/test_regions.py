@@ -220,12 +220,13 @@ def test_a_stopped_master_is_named_before_anything_is_done() -> None:
 
 
 def test_a_region_halts_on_its_own_failures_only() -> None:
+    from store_rollout.batch_rows import StoreRow
     from store_rollout.waves import regions_to_halt
 
-    rows = [{"region": "a", "state": "Failed"}, {"region": "a", "state": "Completed"},
-            {"region": "b", "state": "Completed"}, {"region": "b", "state": "Completed"},
-            {"region": "b", "state": "Completed"}, {"region": "b", "state": "Completed"},
-            {"region": "b", "state": "Completed"}, {"region": "c", "state": "Failed"}]
+    rows = [StoreRow(store_id=f"s{n}", region=region, state=state) for n, (region, state) in
+            enumerate([("a", "Failed"), ("a", "Completed"), ("b", "Completed"),
+                       ("b", "Completed"), ("b", "Completed"), ("b", "Completed"),
+                       ("b", "Completed"), ("c", "Failed")])]
     # the chain's ratio (2 of 8) is above 0.2, but only a's (1 of 2) and c's are
     assert regions_to_halt(rows, ["a", "b", "c"], 0.2) == {"a": (1, 2), "c": (1, 1)}
     assert regions_to_halt(rows, ["b"], 0.2) == {}  # c already halted: not asked again

@@ -586,7 +586,7 @@ SITES: dict[str, list[tuple[str, str]]] = {
     "install_recorded": [("tasks/pxe_install.py", "installed_already"),
                          ("store_rollout/fleet/facts.py", "installed"),
                          ("tasks/observe.py", "_host_on")],
-    "store_live": [("flows/store_rollback.py", "store_rollback"),
+    "store_live": [("tasks/undo.py", "cancel_leaves_as_is"),
                    ("store_rollout/fleet/reconcile.py", "_after_ended")],
 }
 CHECKED = ("store_rollout", "tasks", "flows", "app")

@@ -123,6 +123,7 @@ def test_which_batches_make_their_stores_runs_of_their_own() -> None:
 def test_a_parked_run_ends_the_wait_and_its_row_says_it_waits_for_an_approval() -> None:
     """Issue 43: a run parked for its approval (Suspended, resumable) never ends by itself:
     the batch counts it as ended, not done, and does not halt on it."""
+    from store_rollout.batch_rows import StoreRow
     from store_rollout.waves import regions_to_halt
     from tasks.store_runs import parked
 
@@ -137,8 +138,8 @@ def test_a_parked_run_ends_the_wait_and_its_row_says_it_waits_for_an_approval() 
 
     runs, slept = Parked([99]), []
     assert set(ended_runs(runs, runs.ids, sleep=slept.append)) == set(runs.ids) and not slept
-    rows = [{"region": "default", "state": state} for state in
+    rows = [StoreRow(store_id=state, region="default", state=state) for state in
             ("Completed", "AwaitingApproval", "Rejected", "NotApproved")]
     assert regions_to_halt(rows, ["default"], 0.2) == {}
-    assert regions_to_halt([*rows, {"region": "default", "state": "Failed"}],
-                           ["default"], 0.1) == {"default": (1, 5)}
+    failed = StoreRow(store_id="f", region="default", state="Failed")
+    assert regions_to_halt([*rows, failed], ["default"], 0.1) == {"default": (1, 5)}

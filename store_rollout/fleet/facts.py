@@ -47,6 +47,10 @@ class StoreFacts(BaseModel):
     # asked or no answer)
     power_cycled_at: datetime | None = None
     host_powered_on: bool | None = None
+    # not read from a system: how long the rollout planned gives an install (its step 3's
+    # timeout, the run's hypervisor_timeout), within which its step 2 leaves a host an earlier
+    # run powered on into its install to that install
+    install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout
     # Salt: the hypervisor
     hypervisor_key: str | None = None  # accepted, pending, rejected, denied, None
     hypervisor_answering: bool = False
@@ -94,8 +98,7 @@ class StoreFacts(BaseModel):
     def install_underway(self) -> bool:
         """Step 2 would leave the host to the install an earlier run powered it on into."""
         return step_rules.install_underway(self.power_cycled_at, datetime.now(UTC),
-                                           STEP_TIMEOUTS.hypervisor_timeout,
-                                           bool(self.host_powered_on))
+                                           self.install_seconds, bool(self.host_powered_on))
 
     @property
     def running(self) -> bool:

@@ -13,11 +13,11 @@ from store_rollout.settings_parts import BmcSettings
 from tasks.bmc.blocks import bmc_client
 from tasks.bmc.client import Bmc
 from tasks.bmc.errors import BmcRejected, BmcUnreachable
-from tasks.retry import retry_on
+from tasks.retry import BMC_RETRY
 
 
 @task(name="power_off_hypervisor", task_run_name="power-off-{store.store_id}",
-      retries=2, retry_delay_seconds=[5, 15], retry_condition_fn=retry_on(BmcUnreachable))
+      **BMC_RETRY.on(BmcUnreachable))
 def power_off_hypervisor(store: Store, power: BmcSettings) -> dict[str, Any]:
     """Decommission: the host shut down through its BMC, its OS first (a graceful shutdown,
     waited for up to the `graceful_shutdown_seconds` setting), its power cut only when it is

@@ -15,7 +15,7 @@ from store_rollout.settings_parts import CobblerSettings
 from tasks.blocks import load_block, secret_of
 from tasks.cobbler.client import DEFAULT_TIMEOUT, CobblerClient
 from tasks.cobbler.errors import CobblerUnavailable
-from tasks.retry import retry_on
+from tasks.retry import COBBLER_RETRY
 from tasks.slots import fleet_slot
 from tasks.transport import outside_url
 
@@ -68,7 +68,7 @@ def forget_install_secrets(store: Store, client: CobblerClient) -> list[str]:
 
 
 @task(name="disable_hypervisor_netboot", task_run_name="disable-netboot-{store.store_id}",
-      retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
+      **COBBLER_RETRY.on(CobblerUnavailable))
 def disable_hypervisor_netboot(store: Store, cobbler: CobblerSettings) -> dict[str, Any]:
     """Rollback: keep the Cobbler record (the hardware is still there) but turn netboot off, so a
     power cycle boots the installed system instead of reinstalling it."""
@@ -83,7 +83,7 @@ def disable_hypervisor_netboot(store: Store, cobbler: CobblerSettings) -> dict[s
 
 
 @task(name="remove_hypervisor_record", task_run_name="remove-cobbler-record-{store.store_id}",
-      retries=4, retry_delay_seconds=[2, 4, 8, 16], retry_condition_fn=retry_on(CobblerUnavailable))
+      **COBBLER_RETRY.on(CobblerUnavailable))
 def remove_hypervisor_record(store: Store, cobbler: CobblerSettings) -> dict[str, Any]:
     """Decommission: the host's Cobbler system removed (its PXE files with it) and its MAC out
     of the DHCP configuration, under the fleet's one-sync-at-a-time slot."""

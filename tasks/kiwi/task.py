@@ -9,6 +9,7 @@ from prefect import get_run_logger, task
 
 from store_rollout import instrument
 from store_rollout.plugins import known_builder
+from store_rollout.results import ImageRef
 from tasks.kiwi.builders import make_builder
 from tasks.kiwi.cache import ImageCache
 from tasks.kiwi.errors import KiwiTaskError
@@ -20,7 +21,7 @@ __all__ = ["ensure_image", "image_status"]
 @task(task_run_name="image-{description}")
 def ensure_image(
     description: str, params: dict[str, str], cache_dir: str, builder: str = "kiwi"
-) -> dict[str, Any]:
+) -> ImageRef:
     """Make sure the image for ``description`` + ``params`` is in the cache.
 
     Args:
@@ -32,8 +33,8 @@ def ensure_image(
             (:mod:`store_rollout.plugins`).
 
     Returns:
-        ``{"key", "path", "sha256", "meta", "cache_hit", "seconds", "build_seconds",
-        "kiwi_seconds"}``.
+        An ``ImageRef`` (store_rollout/results.py): ``{"key", "path", "sha256", "meta",
+        "cache_hit", "seconds", "build_seconds", "kiwi_seconds"}``.
 
     Example:
         >>> @flow
@@ -53,16 +54,10 @@ def ensure_image(
     except KiwiTaskError:
         logger.exception("Image %s (builder %s) failed", description, builder)
         raise
-    return {
-        "key": ref.key,
-        "path": str(ref.path),
-        "sha256": ref.meta["sha256"],
-        "meta": ref.meta,
-        "cache_hit": ref.cache_hit,
-        "seconds": round(ref.seconds, 3),
-        "build_seconds": round(ref.build_seconds, 3),
-        "kiwi_seconds": round(ref.kiwi_seconds, 3),
-    }
+    return ImageRef(key=ref.key, path=str(ref.path), sha256=ref.meta["sha256"], meta=ref.meta,
+                    cache_hit=ref.cache_hit, seconds=round(ref.seconds, 3),
+                    build_seconds=round(ref.build_seconds, 3),
+                    kiwi_seconds=round(ref.kiwi_seconds, 3))
 
 
 def image_status(description: str, params: dict[str, str], cache_dir: str,
