@@ -77,19 +77,17 @@ def test_the_approvers_plan_is_the_runs_own(monkeypatch: pytest.MonkeyPatch) -> 
         observed.append(kwargs["install_seconds"])
         return {s.store_id: installing(install_seconds=kwargs["install_seconds"]) for s in stores}
 
-    monkeypatch.setattr(approvals, "observe", fake_observe)
-    monkeypatch.setattr(approvals, "load_settings", lambda: SimpleNamespace())
-    plan = approvals.plan_for_approval.fn(STORE, False, install_seconds=LONGER)
+    monkeypatch.setattr(observe, "observe", fake_observe)
+    plan = observe.plan_for_approval.fn(STORE, False, settings=SimpleNamespace(),
+                                        install_seconds=LONGER)
     assert observed == [LONGER] and not step2(plan).todo
 
-    asked: list[float] = []
-    monkeypatch.setattr(approvals, "plan_for_approval",
-                        lambda store, recreate, reinstall, replace, seconds:
-                        asked.append(seconds) or plan)
+    asked: list[Any] = []
     monkeypatch.setattr(approvals, "ask_proven", lambda *args: (
         approvals.Approval(approve=True, approver="ann"), "ann"))
-    approval = approvals.approve_rollout(STORE, "always", 60, install_seconds=LONGER)
-    assert approval["approved"] and asked == [LONGER]
+    approval = approvals.approve_rollout(
+        STORE, "always", 60, lambda *args: asked.append(args) or plan, SimpleNamespace())
+    assert approval["approved"] and asked == [(STORE, False, False, False)]
 
 
 def keywords_of_calls(path: str, function: str) -> list[dict[str, str]]:
@@ -103,7 +101,7 @@ def keywords_of_calls(path: str, function: str) -> list[dict[str, str]]:
 def test_the_flows_hand_the_runs_timeout_to_the_plan() -> None:
     # the rollout: its approval's plan and its step 2 take the run's hypervisor_timeout
     assert [kw.get("install_seconds") for kw in
-            keywords_of_calls("flows/rollout.py", "approve_rollout")] == ["hypervisor_timeout"]
+            keywords_of_calls("flows/rollout.py", "partial")] == ["hypervisor_timeout"]
     assert [kw.get("install_seconds") for kw in keywords_of_calls(
         "flows/rollout.py", "clock.run")
         if "install_seconds" in kw] == ["hypervisor_timeout"]
