@@ -376,6 +376,8 @@ def test_step2_again_during_the_install_leaves_the_host_alone(
     import logging
 
     from store_rollout.inventory import load_inventory
+    from store_rollout.settings import load_settings
+    from store_rollout.settings_parts import SettingsParts
     from tasks import pxe_install
     from tasks.cobbler import CobblerClient
     from tasks.salt import SaltMasterClient
@@ -387,12 +389,16 @@ def test_step2_again_during_the_install_leaves_the_host_alone(
     cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
                             password=lab.cobbler_password)
     master = SaltMasterClient(lab.salt_master_config)
+    # the settings a rollout of the lab loads, each task handed its parts
+    parts = SettingsParts.of(load_settings(lab_env))
+    given = {"salt": parts.salt, "cobbler": parts.cobbler, "power": parts.power,
+             "hosts": parts.hosts, "calendar": parts.calendar}
     for store_id in ids:
         store = load_inventory(inv).get(store_id)
-        first = pxe_install.pxe_install_hypervisor.fn(store)
+        first = pxe_install.pxe_install_hypervisor.fn(store, **given)
         record = cobbler.get_system(store.cobbler_system)
         token = master.token_for(store.hypervisor_minion_id)
-        again = pxe_install.pxe_install_hypervisor.fn(store)
+        again = pxe_install.pxe_install_hypervisor.fn(store, **given)
         assert first["power_actions"] == ["network boot once", "power on"], first
         assert again == {"system": store.cobbler_system, "created": False, "skipped": False,
                          "silent": False, "install_underway": True, "power_actions": [],

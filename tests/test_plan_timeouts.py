@@ -28,13 +28,15 @@ from tests.test_step_rules import STORE, facts
 
 LONGER = STEP_TIMEOUTS.hypervisor_timeout * 2  # a run's own hypervisor_timeout
 # between the default timeout and the run's: underway for the run, over for the default
-CYCLED = datetime.now(UTC) - timedelta(seconds=STEP_TIMEOUTS.hypervisor_timeout * 1.5)
+# (taken at each use: a module imported at collection may run its tests many minutes later)
+def cycled() -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=STEP_TIMEOUTS.hypervisor_timeout * 1.5)
 
 
 def installing(**changes: Any) -> StoreFacts:
-    """A host powered on into its install CYCLED ago, on now, not installed yet."""
+    """A host powered on into its install cycled() ago, on now, not installed yet."""
     return facts(hypervisor_key=None, hypervisor_ready=False, hypervisor_answering=False,
-                 cobbler_netboot=True, power_cycled_at=CYCLED, host_powered_on=True,
+                 cobbler_netboot=True, power_cycled_at=cycled(), host_powered_on=True,
                  **changes)
 
 
@@ -44,8 +46,8 @@ def step2(plan: list[StepPlan]) -> StepPlan:
 
 def test_the_plan_leaves_an_install_alone_as_long_as_the_run_would() -> None:
     # what step 2 itself decides, with the run's install_seconds and with the default
-    assert step_rules.install_underway(CYCLED, datetime.now(UTC), LONGER, True)
-    assert not step_rules.install_underway(CYCLED, datetime.now(UTC),
+    assert step_rules.install_underway(cycled(), datetime.now(UTC), LONGER, True)
+    assert not step_rules.install_underway(cycled(), datetime.now(UTC),
                                            STEP_TIMEOUTS.hypervisor_timeout, True)
     assert not step2(plan_store(installing(install_seconds=LONGER))).todo
     assert "underway" in step2(plan_store(installing(install_seconds=LONGER))).action
@@ -61,7 +63,7 @@ def test_the_bmc_is_asked_while_the_runs_install_may_be_underway(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(observe, "bmc_client", lambda _store, _settings: FakeBmc())
     record = {"netboot_enabled": True,
-              "autoinstall_meta": {POWER_CYCLED_META: CYCLED.isoformat()}}
+              "autoinstall_meta": {POWER_CYCLED_META: cycled().isoformat()}}
     settings = SimpleNamespace()
     assert observe._host_on(STORE, settings, record, None, None, LONGER) is True  # type: ignore[arg-type]
     # past the default timeout: the power is not asked (the plan says step 2 power-cycles)
