@@ -72,7 +72,8 @@ def one_setting(name: str, environ: dict[str, str] | None = None) -> Any:
     field = RolloutSettings.model_fields[name]
     if value is None:
         return field.get_default(call_default_factory=True)
-    typed: Any = Annotated[field.annotation, *field.metadata]
+    # its constraints (ge, le, a pattern) as load_settings checks them; a plain field has none
+    typed: Any = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
     try:
         return TypeAdapter(typed).validate_python(value)
     except ValidationError as exc:

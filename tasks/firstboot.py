@@ -2,7 +2,7 @@
 bootstrap data.
 
 The VM runs firstboot by itself (startup_states from the image's bootstrap minion.d file);
-this task only watches (`FirstbootWatcher`, tasks/salt/watchers.py), then checks the VM's
+this task only watches (`FirstbootWatcher`, tasks/salt/firstboot_watcher.py), then checks the VM's
 bootstrap files are gone and has the hypervisor eject and delete its identity seed.
 """
 

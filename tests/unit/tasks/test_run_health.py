@@ -113,6 +113,10 @@ def test_one_setting_comes_from_the_same_sources_as_all_of_them(tmp_path: Path) 
     assert one_setting("heartbeat_seconds", in_file) == 12.0
     assert one_setting("heartbeat_seconds", {**in_file,
                                              "STORE_ROLLOUT_HEARTBEAT_SECONDS": "7"}) == 7.0
+    # every setting prefect-setup reads alone, constrained or not
+    assert one_setting("notification_block", in_file) == ""
+    assert one_setting("regions_file", {"STORE_ROLLOUT_REGIONS_FILE": ""}) == ""
+    assert one_setting("hypervisor_ready_expected_seconds", in_file) > 0
     with pytest.raises(SettingsError, match="salt_master_config"):
         from store_rollout.settings import load_settings
 
