@@ -14,7 +14,8 @@ STAMP_COBBLER := $(COBBLER_VENV)/.setup.stamp
 HOST_SALT_VENV ?= $(CURDIR)/.venv-salt3006
 STAMP_HOST_SALT := $(HOST_SALT_VENV)/.setup.stamp
 # the interpreter and Salt a Leap 15.6 store host runs (Python 3.6.15, Salt 3006.0): host-side
-# code is called under it (tests/test_host_python36.py); any CPython 3.6 will do (docs/lab.md)
+# code is called under it (tests/unit/salt_states/test_host_python36.py); any CPython 3.6 will do
+# (docs/lab.md)
 HOST_PY36_VENV ?= $(CURDIR)/.venv-host-py36
 STAMP_HOST_PY36 := $(HOST_PY36_VENV)/.setup.stamp
 # the lab's BMC emulators (VirtualBMC for IPMI, sushy-tools for Redfish), apart from the app
@@ -136,17 +137,18 @@ test-slow: setup
 test-scale: setup
 	$(VENV)/bin/pytest -q -m scale
 
-# bench --quick runs whose behaviour default tests cover (tests/test_bench.py lists which)
+# bench --quick runs whose behaviour default tests cover (tests/lab/test_bench.py lists which)
 test-bench: setup
 	$(VENV)/bin/pytest -q -m bench_covered
 
 # the full lab: store VMs boot the KIWI-built image (built on the first run, about 4 min)
 test-full: setup
-	$(VENV)/bin/pytest -q -rP -m full_lab tests/test_full_lab.py
+	$(VENV)/bin/pytest -q -rP -m full_lab tests/lab/test_full_lab.py
 
 test-fleet: setup
-	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/test_slots.py tests/test_faults.py tests/test_bench.py \
-	  tests/test_windows_lab.py tests/test_approvals_lab.py tests/test_regions_lab.py
+	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/lab/test_slots.py tests/lab/test_faults.py \
+	  tests/lab/test_bench.py tests/lab/test_windows_lab.py tests/lab/test_approvals_lab.py \
+	  tests/fleet/test_regions_lab.py
 
 bench: setup
 	$(VENV)/bin/store-rollout lab up
@@ -156,8 +158,8 @@ bench: setup
 # docs/ui/*.png: the pages the browser test visits, taken from a lab run (docs/ui.md shows them)
 ui-screenshots: setup
 	rm -f docs/ui/*.png
-	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/test_ui.py \
-	  tests/test_windows_lab.py::test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it
+	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/lab/test_ui.py \
+	  tests/lab/test_windows_lab.py::test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it
 
 lab-up: setup
 	$(VENV)/bin/store-rollout lab up

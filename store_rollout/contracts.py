@@ -3,8 +3,8 @@ on the master and minions, the image's minion.d files and shell scripts, the Aut
 
 This module is the one Python spelling of each value; Python code imports it. The other sides
 cannot import Python (a minion has no store_rollout package, a shell script none at all), so
-they keep their own spelling, and tests/test_contracts.py fails when one differs from this.
-Change a value here, then in the files the test names.
+they keep their own spelling, and tests/structure/test_contracts.py fails when one differs from
+this. Change a value here, then in the files the test names.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ AUTOSIGN_FORGED_TAG: Final = "store/autosign/forged"
 
 # -- AutoYaST profile inputs -----------------------------------------------------------------
 # Cobbler autoinstall_meta keys step 2 (tasks/cobbler/systems.system_spec) sets and the profile
-# (image_builds/autoyast/store-hypervisor.xml) reads with $getVar; tests/test_lab_cobbler.py
+# (image_builds/autoyast/store-hypervisor.xml) reads with $getVar; tests/lab/test_lab_cobbler.py
 # renders the profile with them in a real Cobbler.
 # crypt(3) SHA-512 of root's password (its Prefect Secret block); without it root is locked
 ROOT_PASSWORD_HASH_META: Final = "root_password_hash"
@@ -150,7 +150,7 @@ IDENTITY_SALT_DIR_ENV: Final = "STORE_IDENTITY_SALT_DIR"
 # The guest's name for the VM's one NIC (tasks/virt.interfaces_for gives it one): both images
 # pass net.ifnames=0 on the kernel command line and configure DHCP on this name (leap-jeos:
 # wicked's ifcfg-<VM_NIC> in config.sh; lab/image_builds/lab-debian: a systemd-networkd file);
-# tests/test_kiwi_images.py reads both descriptions and checks both against it.
+# tests/unit/tasks/test_kiwi_images.py reads both descriptions and checks both against it.
 VM_NIC: Final = "eth0"
 
 # -- rollout steps ---------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 Reinstalling an installed host, powering one on, recreating or removing a store VM, retiring a
 replaced box (its power and keys), decommissioning: each path calls `guard.authorize` (as
-`guard.authorize`, never imported by name, so tests/test_guard.py can swap it and see every
-path follow) before its first change. It goes on only when
+`guard.authorize`, never imported by name, so tests/unit/store_rollout/test_guard.py can swap it and
+see every path follow) before its first change. It goes on only when
   (a) the action was asked for by name (a run parameter or a command, `Consent.asked`),
   (b) the approval policy agreed (no approval needed under `never`; else the yes of an
       approver proven by a one-time code, on the run's page or with `--yes` at a terminal), and

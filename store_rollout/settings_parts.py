@@ -4,8 +4,8 @@ A process entry (a flow, a CLI command, a bench) calls `load_settings()` once
 (store_rollout/settings.py, where the precedence of the sources is written down) and hands each
 task the typed part it uses: `SaltSettings.of(settings)`. A task never loads settings itself, so
 it validates and depends on nothing it does not use: step 3 talks to Salt only, and a bad ERP
-URL cannot fail it (tests/test_settings_parts.py). Secrets are never part of one: a part names
-the Prefect Block that holds them, and the client reads the Block when it is built.
+URL cannot fail it (tests/unit/store_rollout/test_settings_parts.py). Secrets are never part of one:
+a part names the Prefect Block that holds them, and the client reads the Block when it is built.
 """
 
 from __future__ import annotations

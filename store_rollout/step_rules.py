@@ -4,7 +4,7 @@
 Pure functions of plain facts: a key state as `key.list_all` names it, a domain as
 `storevirt.domain_summary` describes it (None: no domain), a firstboot stage grain, the ERP's
 notices. Callers reach them as `step_rules.<name>` (never `from ... import`), so that
-tests/test_step_rules.py can swap one and see both sides follow.
+tests/unit/store_rollout/test_step_rules.py can swap one and see both sides follow.
 
 A fact that costs a call to a host may be passed as a callable: it is called only when the
 rule needs it (an unaccepted minion is never asked for a grain, which would wait out a timeout).

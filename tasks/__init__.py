@@ -19,7 +19,7 @@
 
 Steps stand side by side: a step module imports no other step module, and a client or a helper
 imports no step module (nor a client another client); what two steps share lives in a client or
-a helper. tests/test_layers.py reads every import (nested ones too) and fails on one that
+a helper. tests/structure/test_layers.py reads every import (nested ones too) and fails on one that
 breaks this, or on a module of tasks/ that is in none of the three lists.
 """
 

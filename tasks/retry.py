@@ -3,7 +3,7 @@ apart by type (never by message text), on one named schedule per outside system.
 
 A task takes its schedule from here and names the failures it retries:
 `@task(name="create_vm", **SALT_VIRT_RETRY.on(SaltTransientError))`; no task spells
-`retries=` or `retry_delay_seconds=` itself (tests/test_retry.py reads the decorators). A
+`retries=` or `retry_delay_seconds=` itself (tests/unit/tasks/test_retry.py reads the decorators). A
 deployment may still override one task (`notify_erp.with_options(retries=...)`).
 """
 

@@ -63,7 +63,8 @@ class DeviceModels:
 
 
 DEVICE_MODELS: dict[str, DeviceModels] = {
-    # Xen HVM under libxl: see docs/production.md and tests/test_vm_xml.py for libxl's rules
+    # Xen HVM under libxl: see docs/production.md and tests/unit/tasks/test_vm_xml.py for libxl's
+    # rules
     "xen": DeviceModels(disk="xen", seed="xen", nic="e1000"),
     "kvm": DeviceModels(disk="virtio", seed="sata", nic="virtio"),
     "qemu": DeviceModels(disk="virtio", seed="sata", nic="virtio"),

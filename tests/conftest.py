@@ -24,7 +24,8 @@ TEST_LAB_DIR = Path(str(os.environ.get("STORE_ROLLOUT_TEST_LAB_DIR", REPO_ROOT /
 # while the other idles. How long each took is recorded, not kept by hand: `make test-durations`
 # (STORE_ROLLOUT_RECORD_DURATIONS=1) writes setup+call+teardown seconds per test id into
 # DURATIONS_FILE; a test not in it counts 0. Tests do not depend on each other's order or worker:
-# each uses its own store ids and MACs (tests/test_lab_tests_isolated.py) in its worker's lab.
+# each uses its own store ids and MACs (tests/structure/test_lab_tests_isolated.py) in its worker's
+# lab.
 DURATIONS_FILE = Path(__file__).parent / "durations.json"
 RECORD_DURATIONS = os.environ.get("STORE_ROLLOUT_RECORD_DURATIONS", "") == "1"
 _ran_seconds: dict[str, float] = {}
@@ -175,10 +176,10 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def browser(lab: LabInfo) -> Iterator[Any]:
     """Headless Chromium (Debian's package) driven by Playwright, for tests of what the UI
-    shows (tests/test_ui.py's `Ui`). It trusts the lab's CA (and no other unknown one) by its
+    shows (tests/lab/test_ui.py's `Ui`). It trusts the lab's CA (and no other unknown one) by its
     key: Debian's Chromium takes no CA file, and the lab's state is not the user's NSS store."""
     from lab.prefect_access import PrefectAccess, spki_sha256
-    from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, NO_TIMELINE_ARGS
+    from tests.lab.test_ui import CHROMIUM, CHROMIUM_ARGS, NO_TIMELINE_ARGS
 
     trust = [f"--ignore-certificate-errors-spki-list={spki_sha256(PrefectAccess.of(lab).ca_file)}"]
 
@@ -199,12 +200,12 @@ def browser(lab: LabInfo) -> Iterator[Any]:
 
 @pytest.fixture
 def ui(lab: LabInfo, browser: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A page on the lab's Prefect UI (a `tests.test_ui.Ui`); its screenshots are kept where
+    """A page on the lab's Prefect UI (a `tests.lab.test_ui.Ui`); its screenshots are kept where
     STORE_ROLLOUT_UI_SCREENSHOTS says, and printed on failure."""
     import contextlib
 
     from lab.prefect_access import PrefectAccess
-    from tests.test_ui import Ui
+    from tests.lab.test_ui import Ui
 
     shots = Path(os.environ.get("STORE_ROLLOUT_UI_SCREENSHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""Shared by the tests/test_kiwi_*.py modules: the real descriptions and private copies of them."""
+"""Shared by the tests/unit/tasks/test_kiwi_*.py modules: the real descriptions and private copies
+of them."""
 
 from __future__ import annotations
 

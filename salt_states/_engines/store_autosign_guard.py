@@ -19,7 +19,7 @@ outstanding token. So the guard acts, revoking or deleting, only when the master
 back the event: `<pki_dir>/minions/<id>` exists, holds the event's public key, and was written
 within KEY_FRESH_SECONDS (a real accept fires `salt/auth` at once; a key accepted before that is
 never the guard's to delete). Anything else is logged as a forged `salt/auth`, ignored, and
-fired as `store/autosign/forged` (tests/test_autosign_guard.py).
+fired as `store/autosign/forged` (tests/unit/salt_states/test_autosign_guard.py).
 
 Master config:
     engines_dirs: [<file_roots>/_engines]

@@ -36,10 +36,11 @@ formula's events concern manages the same text):
           filters: ["domain/lifecycle"]
 
 Runs on the store host's Salt 3006 and Python 3.6 (vermin in `make lint`, a call under 3.6 in
-tests/test_host_python36.py). The AutoYaST profile also writes this very file, as the Cobbler
-snippet store_libvirt_events.py, into the minion's extension modules, so the first minion start
-has it: Cobbler renders the snippet with Cheetah, so the text must come out unchanged (no dollar
-sign, no hash sign followed by anything but a space; tests/test_libvirt_events_engine.py).
+tests/unit/salt_states/test_host_python36.py). The AutoYaST profile also writes this very file, as
+the Cobbler snippet store_libvirt_events.py, into the minion's extension modules, so the first
+minion start has it: Cobbler renders the snippet with Cheetah, so the text must come out unchanged
+(no dollar sign, no hash sign followed by anything but a space;
+tests/unit/salt_states/test_libvirt_events_engine.py).
 """
 
 import base64

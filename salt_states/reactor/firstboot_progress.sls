@@ -4,7 +4,7 @@
 # event is fired as it wrote it, `id` included, and reactor.yaml's `*` matches a newline), so the
 # reaction exists only for a tag that is exactly one of firstboot's events, and each event value
 # is written with yaml_dquote: one double-quoted scalar, escaped by YAML's own emitter.
-# tests/test_reactor_render.py renders this file with Salt's reactor.
+# tests/unit/salt_states/test_reactor_render.py renders this file with Salt's reactor.
 {%- set firstboot_prefix = 'store/vm/firstboot/' %}
 {%- set firstboot_events = ['started', 'highstate', 'report', 'done'] %}
 {%- set event = tag[firstboot_prefix | length:] if tag is string and tag.startswith(firstboot_prefix) else none %}

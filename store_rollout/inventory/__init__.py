@@ -1,6 +1,6 @@
 """Store inventory: the validated model (`models`) and its files, YAML or an ERP's CSV
 export (`files`). What other packages use is exported here (`__all__`, pinned by
-tests/test_public_surface.py)."""
+tests/structure/test_public_surface.py)."""
 
 from __future__ import annotations
 

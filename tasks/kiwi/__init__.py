@@ -26,8 +26,9 @@ Modules, bottom-up (each imports only the ones above it):
 * :mod:`~tasks.kiwi.task`: the Prefect task :func:`ensure_image` (the only place Prefect is
   used).
 
-What other packages use is exported here (``__all__``, pinned by tests/test_public_surface.py):
-import it from ``tasks.kiwi``; the rest belongs to the modules.
+What other packages use is exported here (``__all__``, pinned by
+tests/structure/test_public_surface.py): import it from ``tasks.kiwi``; the rest belongs to the
+modules.
 """
 
 from __future__ import annotations

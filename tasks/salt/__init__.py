@@ -9,7 +9,7 @@
   (decommission, a replacement); `masterlog`: the master's log tail.
 - `errors`: the error tree, with structured context; `runtime`: Salt's process set-up.
 
-The names below are the package's public surface (pinned by tests/test_salt_package.py);
+The names below are the package's public surface (pinned by tests/unit/tasks/test_salt_package.py);
 anything else is imported from its module.
 """
 

@@ -1,9 +1,9 @@
 """The wait of step 6 on the master's event bus, as an object the task calls once.
 
 Like step 3's watcher (tasks/salt/watchers.py) it takes the master (`MasterApi`), a logger and a
-clock, so a unit test drives it over a scripted event stream (tests/test_salt_watchers.py).
-Events are hints: what the VM's key returned (its grain, its state runs, read through the
-master's job cache) decides.
+clock, so a unit test drives it over a scripted event stream
+(tests/unit/tasks/test_salt_watchers.py). Events are hints: what the VM's key returned (its grain,
+its state runs, read through the master's job cache) decides.
 """
 
 from __future__ import annotations

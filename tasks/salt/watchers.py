@@ -3,7 +3,7 @@ firstboot_watcher.py).
 
 It takes the master (`MasterApi`), a logger and a clock: in a rollout Salt's client, the
 Prefect run logger and the system clock; in a unit test a fake master with a scripted event
-stream and a fake clock (tests/test_salt_watchers.py).
+stream and a fake clock (tests/unit/tasks/test_salt_watchers.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests of the lab's own modules (lab/) that need no running lab."""
