@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from lab.state import REPO_ROOT
 from store_rollout import contracts as c
+from tests.helpers import REPO_ROOT
 
 SALT = Path("salt_states")
 IMAGES = Path("image_builds")

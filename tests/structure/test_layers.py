@@ -26,7 +26,7 @@ import tokenize
 from pathlib import Path
 
 import tasks
-from lab.state import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 LAYERS = {"store_rollout": 0, "tasks": 1, "flows": 2, "app": 3}
 BESIDE = {"lab"}  # may import any layer; imported by none

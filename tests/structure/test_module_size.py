@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from lab.state import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 APP_PACKAGES = ("store_rollout", "tasks", "flows", "app")
 MAX_MODULE_LINES = 300

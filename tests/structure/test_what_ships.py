@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from lab.image_builder import LabBuilder
-from lab.state import REPO_ROOT
 from store_rollout import plugins
 from tasks.kiwi import KiwiBuilder, make_builder
+from tests.helpers import REPO_ROOT
 
 PACKAGES = ("store_rollout", "tasks", "flows", "app")
 DATA = ("salt_states", "image_builds")

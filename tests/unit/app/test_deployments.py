@@ -24,7 +24,7 @@ from app.deployments import (
     runner_deployments,
     work_pools,
 )
-from lab.state import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 RAW = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
 

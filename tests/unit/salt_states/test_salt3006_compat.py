@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.state import REPO_ROOT
+from tests.helpers import REPO_ROOT
 from store_rollout.inventory import parse_inventory
 from tasks import virt
 

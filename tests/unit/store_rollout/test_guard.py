@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 
-from lab.state import REPO_ROOT
 from store_rollout import guard
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS
 from store_rollout.guard import Action, ActionRefused, Consent
 from store_rollout.inventory import parse_inventory
 from store_rollout.inventory.calendar_spec import CalendarSpec
-from tests.helpers import settings_with
+from tests.helpers import REPO_ROOT, settings_with
 from tests.unit.store_rollout.test_step_rules import HV_KEYS, IMAGE, STORE, FakeBmc, FakeMaster, domain
 
 ALWAYS = CalendarSpec(time_zone="UTC", windows=["daily 00:00-24:00"])

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from lab.state import REPO_ROOT
 from store_rollout import step_rules
 from store_rollout.contracts import POWER_CYCLED_META, STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks import approvals, observe
+from tests.helpers import REPO_ROOT
 from tests.unit.store_rollout.test_step_rules import STORE, facts
 
 LONGER = STEP_TIMEOUTS.hypervisor_timeout * 2  # a run's own hypervisor_timeout

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from lab.state import REPO_ROOT
 from store_rollout import step_rules
 from store_rollout.contracts import (
     FIRSTBOOT_STAGE_DONE,
@@ -42,6 +41,7 @@ from store_rollout.inventory import parse_inventory
 from store_rollout.inventory.calendar_spec import CalendarSpec
 from tasks import erp, pxe_install, salt_master, virt
 from tasks.salt import HypervisorReadyWatcher, HypervisorWrongHardware, SaltEventTimeout
+from tests.helpers import REPO_ROOT
 
 KEY = "ab" * 32
 UUID = "6f1c0d7e-0000-4000-8000-000000000042"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.state import REPO_ROOT
 from store_rollout import steps
 from store_rollout.steps import StepClock
+from tests.helpers import REPO_ROOT
 
 Heard = list[tuple[str, str, str]]
 

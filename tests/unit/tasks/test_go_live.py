@@ -11,11 +11,11 @@ import importlib.util
 import inspect
 from typing import Any
 
-from lab.state import REPO_ROOT
 from store_rollout.contracts import GO_LIVE_FUNCTION, STORE_SERVER_CONFIG
 from store_rollout.go_live_report import GoLiveReport
 from store_rollout.inventory import Store
 from tasks.go_live import RECHECK_SECONDS, GoLiveGate
+from tests.helpers import REPO_ROOT
 
 STORE = Store.model_validate({"store_id": "s1", "erp": {"site_code": "S1"}, "hypervisor": {
     "hostname": "hv.s1.example", "mac": "52:54:00:00:00:01"}})

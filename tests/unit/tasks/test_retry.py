@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from prefect.states import Completed, Crashed, Failed
 
-from lab.state import REPO_ROOT
 from tasks.bmc import power_off_hypervisor
 from tasks.cobbler import (
     CobblerRejected,
@@ -52,6 +51,7 @@ from tasks.salt import (
 )
 from tasks.salt_master import prepare_vm_keys, remove_store_keys, wait_for_hypervisor
 from tasks.virt import VmNotRunning, create_vm, remove_vm
+from tests.helpers import REPO_ROOT
 from tests.structure.test_module_size import is_task
 
 TASK, TASK_RUN = object(), object()
