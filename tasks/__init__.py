@@ -7,7 +7,8 @@
   go_live (the go-live gate); retire_box (a replacement's first change), approvals (the
   approval before step 1), preflight (the checks before any side effect), observe (what plan,
   reconcile and an approval read), reconcile_events, store_runs (a batch's runs), region_runs
-  (a chain-wide read's runs in other regions).
+  (a chain-wide read's runs in other regions), undo (what a rollback or a decommission decides
+  before it changes anything).
 - **Clients** (`CLIENTS`): one package or module per outside system: its typed client, error
   tree and Blocks, and the thin tasks that call that system alone: step 1's `ensure_image`
   (kiwi/), the ERP notices (erp), the rollback's and decommission's Cobbler and BMC tasks.
