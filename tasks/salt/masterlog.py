@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-# what the master logs (salt/channel/server.py, 3006.10+ and 3008) when a minion's auth
+# what the master logs (salt/channel/server.py, 3006.17+ and 3008) when a minion's auth
 # protocol is older than its minimum_auth_version: it fires no event, and the minion only
 # hears "bad load"
 AUTH_PROTOCOL_REFUSED = re.compile(

@@ -203,7 +203,8 @@ def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
     message = str(failed.message) + repr(failed)
     for said in ("the Salt master refuses hypervisor minion store-f-proto2-hv",
                  "auth protocol 2, the master requires at least 3",
-                 "Salt 3006.10 or later", "minimum_auth_version: 2"):
+                 "upstream Salt 3006.12 or later", "3006.0-150500.4.55.1",
+                 "minimum_auth_version: 2"):
         assert said in message, message
     assert elapsed < 150, elapsed  # the timeout (45 s), not later: a refusal is a hint
     runs = task_runs(lab, "wait_for_hypervisor-f-proto2")

@@ -284,6 +284,9 @@ def test_a_refused_auth_protocol_fails_at_the_timeout_naming_why() -> None:
         f"store s1: the Salt master refuses hypervisor minion {HV}: it signs in with auth "
         "protocol 2, the master requires at least 3 (minimum_auth_version).")
     assert "set `minimum_auth_version: 2` in /etc/salt/master" in str(info.value)
+    # the versions that speak protocol 3: upstream's and SUSE's backport (docs/production.md)
+    assert ("upstream Salt 3006.12 or later, or SUSE's 3006.0 package from "
+            "3006.0-150500.4.55.1" in str(info.value))
     assert info.value.refusal == AuthRefusal(HV, 2, 3) and info.value.minion_id == HV
     assert 120 <= clock.now < 135
 
