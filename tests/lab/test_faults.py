@@ -184,9 +184,10 @@ def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inproc
     check_store(lab, "f-nohs", result)
 
 
-def test_hypervisor_minion_on_auth_protocol_2_fails_step3_naming_why(
+def test_an_unpatched_ga_host_on_auth_protocol_2_fails_step3_naming_why(
         lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path) -> None:
-    """Leap 15.6's stock salt-minion (Salt 3006.0 on Python 3.6) signs in with auth protocol 2,
+    """An unpatched GA host: SUSE's salt-minion as first shipped (Salt 3006.0 on Python 3.6;
+    updated packages speak protocol 3, docs/production.md) signs in with auth protocol 2,
     which the 3008 master refuses, firing no event: step 3 fails at its timeout (a refusal needs
     no key, so anyone could cause one: issue 44), naming the minion, both protocol versions and
     the two fixes, not as a plain timeout; not retried."""
