@@ -101,7 +101,9 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
 
     cobbler = cobbler_client(CobblerSettings.of(settings))
     erp = erp_client(ErpSettings.of(settings))
-    salt, hosts = SaltSettings.of(settings), HostSettings.of(settings)
+    # cut once for every store below
+    salt, hosts, power = (SaltSettings.of(settings), HostSettings.of(settings),
+                          BmcSettings.of(settings))
     runs = last_rollout_runs([s.store_id for s in stores]) if last_runs else {}
     facts: dict[str, StoreFacts] = {}
     for store in stores:
@@ -135,7 +137,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             cobbler_record=record is not None,
             cobbler_netboot=None if record is None else bool(record.get("netboot_enabled")),
             cobbler_changes=changes, power_cycled_at=power_cycled_at(record),
-            host_powered_on=_host_on(store, BmcSettings.of(settings), record, hv_keys[sid],
+            host_powered_on=_host_on(store, power, record, hv_keys[sid],
                                      ready.get(hv), install_seconds),
             install_seconds=install_seconds,
             hypervisor_key=hv_keys[sid], hypervisor_answering=hv in ready,

@@ -118,8 +118,8 @@ def test_a_part_holds_only_its_system_and_no_secret() -> None:
 
 
 def test_every_setting_a_task_reads_is_in_some_part() -> None:
-    """A task reads settings only through its parts: every attribute read off a part-typed
-    parameter exists in that part (mypy checks the types; this checks no part is empty)."""
+    """Every part names settings that exist (a part cut from loaded settings cannot miss a
+    field) and none is empty; that a task reads only its part's fields, mypy checks."""
     from store_rollout import settings_parts
 
     parts = [getattr(settings_parts, name) for name in settings_parts.__all__
