@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shutil
 import sys
 import time
@@ -38,6 +39,7 @@ from lab.state import (
     COBBLER_VENV,
     ERP_TOKEN_BLOCK,
     IMAGE_BUILDS_DIR,
+    REGISTRATION_CODE_BLOCK,
     LabInfo,
     LabPaths,
     LabPorts,
@@ -324,7 +326,9 @@ class Lab:
         prefect_server.save_bmc_block(access, info.bmc_block, info.bmc_user,
                                       info.bmc_password)
         prefect_server.save_secret_blocks(access, {
-            COBBLER_PASSWORD_BLOCK: info.cobbler_password, ERP_TOKEN_BLOCK: info.erp_token})
+            COBBLER_PASSWORD_BLOCK: info.cobbler_password, ERP_TOKEN_BLOCK: info.erp_token,
+            # a SLES registration code's stand-in: step 2 puts it in the record, step 4 clears it
+            REGISTRATION_CODE_BLOCK: secrets.token_hex(8).upper()})
         prefect_server.save_notification_block(access, info.notify_block,
                                                info.notify_url)
         save_approvers_block(access)

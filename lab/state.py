@@ -27,6 +27,10 @@ LAB_IMAGE_DESCRIPTION = LAB_IMAGE_BUILDS_DIR / "lab-debian"
 # the Prefect Secret blocks of the lab's Cobbler password and ERP token (named by the settings)
 COBBLER_PASSWORD_BLOCK = "lab-cobbler-password"
 ERP_TOKEN_BLOCK = "lab-erp-token"
+REGISTRATION_CODE_BLOCK = "lab-registration-code"
+# where the lab's SLES hosts register: nothing answers there (the lab's installers only read the
+# profile), and .invalid never resolves
+LAB_REGISTRATION_URL = "https://rmt.lab.invalid"
 VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
 # the Salt a Leap 15.6 store host runs (3006, built-in virt module): the simulated hypervisors'
 # minions run it, the VMs' minions and the master run the project's Salt (VENV_BIN)
@@ -269,6 +273,10 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_SALT_RET_PORT": str(info.salt_ret_port),
         "STORE_ROLLOUT_HYPERVISOR_LIBVIRT_URI": info.libvirt_uri,
         "STORE_ROLLOUT_VM_TYPE": info.vm_type, "STORE_ROLLOUT_VM_IMAGES_DIR": info.vm_images_dir,
+        # the chain's platform for stores whose inventory names none (the example names each)
+        "STORE_ROLLOUT_HYPERVISOR_PLATFORM": "sles15-xen",
+        "STORE_ROLLOUT_REGISTRATION_URL": LAB_REGISTRATION_URL,
+        "STORE_ROLLOUT_REGISTRATION_CODE_BLOCK": REGISTRATION_CODE_BLOCK,
         "STORE_ROLLOUT_ERP_URL": info.erp_url, "STORE_ROLLOUT_ERP_TOKEN_BLOCK": ERP_TOKEN_BLOCK,
         "STORE_ROLLOUT_BMC_CREDENTIALS_BLOCK": info.bmc_block,
         "STORE_ROLLOUT_NOTIFICATION_BLOCK": info.notify_block,

@@ -29,10 +29,10 @@ AUTOSIGN_REFUSED_TAG: Final = "store/autosign/refused"
 # the guard did nothing else
 AUTOSIGN_FORGED_TAG: Final = "store/autosign/forged"
 
-# -- AutoYaST profile inputs -----------------------------------------------------------------
-# Cobbler autoinstall_meta keys step 2 (tasks/cobbler/systems.system_spec) sets and the profile
-# (image_builds/autoyast/store-hypervisor.xml) reads with $getVar; tests/lab/test_lab_cobbler.py
-# renders the profile with them in a real Cobbler.
+# -- install profile inputs ------------------------------------------------------------------
+# Cobbler autoinstall_meta keys step 2 (tasks/cobbler/systems.system_spec) sets and each
+# platform's profile (image_builds/autoyast/, image_builds/agama/) reads with $getVar;
+# tests/lab/test_lab_cobbler.py renders the profiles with them in a real Cobbler.
 # crypt(3) SHA-512 of root's password (its Prefect Secret block); without it root is locked
 ROOT_PASSWORD_HASH_META: Final = "root_password_hash"
 # the update repositories, space-separated `alias=url` (settings.hypervisor_update_repos)
@@ -46,9 +46,21 @@ AUTOSIGN_TOKEN_META: Final = "autosign_token"
 MASTER_FINGER_META: Final = "master_finger"
 # the master's hash_type: the minion computes the fingerprint in its own, so the profile sets it
 MASTER_HASH_TYPE_META: Final = "master_hash_type"
+# the store's platform (store_rollout/platforms.py): the profile writes it as the grain
+# STORE_PLATFORM_GRAIN, and the hypervisor formula takes parameters/platform/<it>.yaml
+STORE_PLATFORM_META: Final = "store_platform"
+STORE_PLATFORM_GRAIN: Final = "store_rollout_platform"
+# the installer's product id (AutoYaST: SLES; Agama: SLES or Leap_16.0)
+INSTALL_PRODUCT_META: Final = "install_product"
+# where a SLES host registers (settings registration_url) and its code (a Secret block's value)
+REGISTRATION_URL_META: Final = "registration_url"
+REGISTRATION_CODE_META: Final = "registration_code"
+# Xen dom0's memory (inventory hypervisor.dom0_mem; sles15-xen only)
+DOM0_MEM_META: Final = "dom0_mem"
 # what an installed host's record no longer holds (step 4 removes them, once step 3 saw the
 # host ready): Cobbler serves a record's profile to anyone who asks for it by name
-INSTALL_SECRETS_META: Final = (AUTOSIGN_TOKEN_META, ROOT_PASSWORD_HASH_META)
+INSTALL_SECRETS_META: Final = (AUTOSIGN_TOKEN_META, ROOT_PASSWORD_HASH_META,
+                               REGISTRATION_CODE_META)
 
 # -- image delivery ----------------------------------------------------------------------------
 # storevirt.ensure_base_image's failure text when the image server's answer stopped midway; the

@@ -42,6 +42,7 @@ REGION_SETTINGS: Final = frozenset({
     "salt_master_config", "salt_master_address", "salt_publish_port", "salt_ret_port",
     "cobbler_url", "cobbler_user", "cobbler_credentials_block", "cobbler_sync_limit",
     "bmc_credentials_block", "hypervisor_libvirt_uri", "hypervisor_update_repos",
+    "hypervisor_platform", "registration_url", "registration_code_block",
     "image_base_url", "image_ca_bundle", "image_params", "image_rate_limit"})
 SECRET_HINTS: Final = {"cobbler_password": "cobbler_credentials_block",
                        "erp_token": "the chain's erp_token (the ERP is one for the chain)"}

@@ -50,7 +50,7 @@ from store_rollout.settings_approvers import ApproverSettings
 from store_rollout.settings_guard import SettingsError, refuse_unsafe, region_settings
 from store_rollout.settings_transport import TransportSettings
 from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
-from store_rollout.update_repos import LEAP_UPDATE_REPOS, checked_repo_urls, repo_list
+from store_rollout.update_repos import checked_repo_urls, repo_list
 
 SETTINGS_FILE_ENV = "STORE_ROLLOUT_SETTINGS_FILE"
 __all__ = ["SETTINGS_FILE_ENV", "RolloutSettings", "SettingsError", "load_settings",
@@ -92,15 +92,29 @@ class RolloutSettings(TransportSettings, ApproverSettings):
     salt_master_address: str = Field(description="address minions use to reach the master")
     salt_publish_port: int = 4505
     salt_ret_port: int = 4506
-    hypervisor_libvirt_uri: str = "xen:///system"
-    vm_type: Literal["xen", "kvm", "qemu"] = "xen"
+    # the chain's store host platform where the inventory names none (a region may name its
+    # own); empty: a store without one is refused (store_rollout/platforms.py)
+    hypervisor_platform: Literal["", "sles15-xen", "sle16-kvm"] = Field(
+        "", description="sles15-xen or sle16-kvm, for stores whose inventory names none")
+    # empty: each store's platform's (xen:///system, qemu:///system); set: for every store, and
+    # checked against each store's platform (the lab's own libvirt)
+    hypervisor_libvirt_uri: str = ""
+    # empty: each store's platform's (xen, kvm); qemu (emulation) runs on either
+    vm_type: Literal["", "xen", "kvm", "qemu"] = ""
     vm_images_dir: str = "/srv/salt-images"
-    # added to each hypervisor's install (AutoYaST add-ons): it installs from them, not from the
-    # GA tree alone, and keeps them for its updates; [] installs GA packages only
-    hypervisor_update_repos: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: list(LEAP_UPDATE_REPOS),
-        description="repository URLs (space-separated or a JSON list), e.g. a mirror of Leap "
-                    "15.6's update repositories")
+    # the product a sle16-kvm host installs: SLES 16.0 (registers) or Leap 16.0
+    sle16_product: Literal["sles", "leap"] = "sles"
+    # where a SLES host registers (RMT, SUSE Manager or https://scc.suse.com) and the Prefect
+    # Secret block of its registration code (SCC needs one; the code never is a setting)
+    registration_url: str = Field("", description="the chain's RMT, SUSE Manager or SCC URL")
+    registration_code_block: str = Field(
+        "", description="Prefect Secret block of the registration code (SCC)")
+    # added to each hypervisor's install (AutoYaST add-ons, Agama extra repositories): it installs
+    # from them and keeps them for its updates; unset: the platform's own (update_repos.py);
+    # [] installs from the installer's repositories and the registration's alone
+    hypervisor_update_repos: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="repository URLs (space-separated or a JSON list), e.g. a mirror of "
+                          "a platform's update repositories")
     erp_url: str = Field("", validate_default=True)
     erp_token_block: str = Field("", validate_default=True,
                                  description="Prefect Secret block of the ERP's token")
@@ -128,7 +142,7 @@ class RolloutSettings(TransportSettings, ApproverSettings):
     # each flow run's heartbeat (tasks/run_health.py): the workers' and prefect-setup's value
     # must agree, as a run is taken for dead after three silent intervals
     heartbeat_seconds: float = Field(30.0, ge=4, le=300)  # the automation needs a 12-s window
-    image_description: str = "leap-jeos"
+    image_description: str = "leap16-jeos"
     # kiwi, or a builder another install registers (store_rollout/plugins.py)
     image_builder: Annotated[str, AfterValidator(known_builder)] = "kiwi"
     image_cache_dir: str = "/var/cache/store-rollout/images"
@@ -167,8 +181,8 @@ class RolloutSettings(TransportSettings, ApproverSettings):
 
     @field_validator("hypervisor_update_repos")
     @classmethod
-    def _repo_urls(cls, value: list[str]) -> list[str]:
-        return checked_repo_urls(value)
+    def _repo_urls(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else checked_repo_urls(value)
 
     def regions(self) -> Regions:
         """The chain's regions (one, `default`, without a regions file)."""

@@ -62,10 +62,14 @@ class BmcSettings(_Part):
 
 class HostSettings(_Part):
     """What a store host is installed with and runs (step 2's profile, step 5's domain)."""
-    hypervisor_libvirt_uri: str
-    vm_type: Literal["xen", "kvm", "qemu"]
+    hypervisor_platform: str = ""
+    hypervisor_libvirt_uri: str = ""
+    vm_type: Literal["", "xen", "kvm", "qemu"] = ""
     vm_images_dir: str
-    hypervisor_update_repos: list[str]
+    hypervisor_update_repos: list[str] | None = None
+    sle16_product: str = "sles"
+    registration_url: str = ""
+    registration_code_block: str = ""
     hypervisor_ready_expected_seconds: float
 
 

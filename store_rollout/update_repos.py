@@ -1,5 +1,5 @@
 """The update repositories a store host installs from and keeps (setting
-`hypervisor_update_repos`): their default, what a valid list is, and how they travel in its
+`hypervisor_update_repos`): each platform's default, what a valid list is, and how they travel in its
 Cobbler record (`update_repos_meta`)."""
 
 from __future__ import annotations
@@ -8,14 +8,16 @@ import json
 import re
 from typing import Any
 
-# openSUSE Leap 15.6's update repositories for what a Xen host installs: oss, SLE's updates of
-# the packages Leap takes from SLE (Xen, libvirt, Salt among them) and backports (non-oss has
-# nothing a hypervisor installs)
-LEAP_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/15.6/oss/",
-                     "https://download.opensuse.org/update/leap/15.6/sle/",
-                     "https://download.opensuse.org/update/leap/15.6/backports/")
-# Leap's own aliases of its update repositories (a Leap install's `zypper lr`), by the last path
-# segment of the URL, as download.opensuse.org and its mirrors lay them out
+# each platform's own update repositories, where the host does not register: a SLES host
+# (sles15-xen, sle16-kvm with sle16_product sles) gets its product's and modules' update
+# repositories from its registration server (RMT, SUSE Manager or SCC), so none are added; a
+# Leap 16.0 host adds Leap's (Leap 16 keeps one update repository; non-oss has nothing a
+# hypervisor installs)
+LEAP16_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/16.0/oss/",)
+DEFAULT_UPDATE_REPOS: dict[str, tuple[str, ...]] = {"sles15-xen": (),
+                                                    "sle16-kvm": LEAP16_UPDATE_REPOS}
+# openSUSE's own aliases of its update repositories (a Leap install's `zypper lr`), by the last
+# path segment of the URL, as download.opensuse.org and its mirrors lay them out
 LEAP_UPDATE_ALIASES = {"oss": "repo-update", "non-oss": "repo-update-non-oss",
                        "sle": "repo-sle-update", "backports": "repo-backports-update"}
 _REPO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>&\"']+")

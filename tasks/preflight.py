@@ -10,9 +10,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
+from store_rollout.platforms import PlatformError, host_platform
 from store_rollout.regions import RegionsError, wrong_region
 from store_rollout.settings import RolloutSettings
-from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings
+from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings, HostSettings
 from tasks.bmc import bmc_problems
 from tasks.cobbler import CobblerClient, CobblerError, cobbler_client
 from tasks.erp import ErpClient, erp_client
@@ -137,9 +138,24 @@ def check_region(store: Store, settings: RolloutSettings) -> None:
         raise PreflightError("; ".join(problems))
 
 
+def store_profiles(stores: list[Store], hosts: HostSettings, problems: list[str]) -> dict[str, str]:
+    """Each store's Cobbler profile (its own, else its platform's); a store whose platform is
+    missing or cannot work with the settings goes to `problems` instead."""
+    profiles = {}
+    for store in stores:
+        try:
+            platform = host_platform(store, hosts)
+        except PlatformError as exc:
+            problems.append(str(exc))
+            continue
+        profiles[store.store_id] = store.hypervisor.cobbler_profile or platform.cobbler_profile
+    return profiles
+
+
 def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     """Raise PreflightError listing every problem; touches nothing."""
     problems: list[str] = region_problems(stores, settings)
+    profiles = store_profiles(stores, HostSettings.of(settings), problems)
     try:
         desc_dir = resolve_description(settings.image_description)
         image_mib = declared_disk_mib(desc_dir)
@@ -182,8 +198,8 @@ def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     if client is not None and not any("cobbler_url" in p for p in problems):
         try:
             client.token()  # credentials work
-            for profile in sorted({s.hypervisor.cobbler_profile for s in stores}):
-                users = [s.store_id for s in stores if s.hypervisor.cobbler_profile == profile]
+            for profile in sorted(set(profiles.values())):
+                users = [store_id for store_id, p in profiles.items() if p == profile]
                 if not client.profile_exists(profile):
                     problems.append(f"store(s) {users}: hypervisor.cobbler_profile: Cobbler has "
                                     f"no profile {profile!r}; create it or fix the inventory")

@@ -20,6 +20,7 @@ from store_rollout import guard, step_rules
 from store_rollout.contracts import POWER_CYCLED_META
 from store_rollout.guard import NO_CONSENT, Action, Consent
 from store_rollout.inventory import Store
+from store_rollout.platforms import host_platform
 from store_rollout.results import InstallResult, SilentHost
 from store_rollout.settings_parts import (
     BmcSettings,
@@ -40,7 +41,7 @@ from tasks.cobbler import (
 )
 from tasks.notifications import announce_install_started
 from tasks.retry import COBBLER_RETRY
-from tasks.root_password import store_root_password_hash
+from tasks.root_password import registration_code, store_root_password_hash
 from tasks.run_health import run_started_at
 from tasks.salt import hypervisor_ready, master_client
 from tasks.salt.master_key import master_pin
@@ -171,15 +172,18 @@ def reinstall(store: Store,
     the BMC's network boot and power cycle. Returns (record created, power actions)."""
     salt, hosts, cobbler, power = parts
     minion, system = store.hypervisor_minion_id, store.cobbler_system
-    profile = store.hypervisor.cobbler_profile
+    platform = host_platform(store, hosts)
+    profile = store.hypervisor.cobbler_profile or platform.cobbler_profile
     if not client.profile_exists(profile):
         raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
                               "exist; create it or fix hypervisor.cobbler_profile")
     root_hash = store_root_password_hash(store, record)  # before any change: no Secret, no install
+    code = registration_code(hosts.registration_code_block
+                             if platform.needs_registration(hosts.sle16_product) else "")
     pin = master_pin(master.opts)  # as well: no master key, no install
     master.delete_key(minion)  # a stale key of a previous install would be 'denied'
     token = master.issue_token(minion)
-    spec = system_spec(store, salt, hosts, token, root_hash, pin)
+    spec = system_spec(store, salt, hosts, token, root_hash, pin, registration_code=code)
     created = client.upsert_system(spec)
     logger.info("store %s: Cobbler system %s %s", store.store_id, system,
                 "created" if created else "updated")

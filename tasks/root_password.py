@@ -75,3 +75,16 @@ def store_root_password_hash(store: Store, record: dict[str, Any] | None) -> str
     meta = (record or {}).get("autoinstall_meta")
     current = str(meta.get(ROOT_PASSWORD_HASH_META) or "") if isinstance(meta, dict) else ""
     return root_password_hash(store_root_password(store.store_id), current)
+
+
+def registration_code(block: str) -> str:
+    """The chain's SLES registration code, from the Secret block the settings name
+    (registration_code_block); empty when none is named (RMT and SUSE Manager register without
+    one). Goes only into the host's Cobbler record, which step 4 clears. Never logged."""
+    if not block:
+        return ""
+    code = load_secret(block)
+    if code is None:
+        raise ValueError(f"registration_code_block: no Secret block {block!r}: save the "
+                         "registration code in it (Prefect UI, Blocks) or name another")
+    return code.get_secret_value()

@@ -26,6 +26,7 @@ from tenacity import (
 from store_rollout import step_rules
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
+from store_rollout.platforms import store_vm_type
 from store_rollout.results import ImageRef
 from store_rollout.settings_parts import CalendarSettings, HostSettings, ImageSettings, SaltSettings
 from tasks.image_delivery import deliver_image
@@ -191,7 +192,7 @@ def create_vm(store: Store, image: ImageRef, start_timeout: float = 120,
         if not window["go"]:
             return {"window": window}
         summary, delivered = define_domain(vm, store, image, logger, replacing=summary,
-                                           images=images, vm_type=hosts.vm_type)
+                                           images=images, vm_type=store_vm_type(store, hosts))
         overridden = bool(window["overridden"])
     summary, settled = vm.settle(summary)
     if settled:

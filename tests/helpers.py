@@ -418,7 +418,9 @@ BASE_ENV = {"STORE_ROLLOUT_COBBLER_URL": "https://cobbler.invalid/cobbler_api",
             "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/etc/salt/master",
             "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "salt", "STORE_ROLLOUT_ERP_URL": "https://erp.invalid/",
             "STORE_ROLLOUT_ERP_TOKEN_BLOCK": "erp-token",
-            "STORE_ROLLOUT_IMAGE_BASE_URL": "http://images.invalid"}
+            "STORE_ROLLOUT_IMAGE_BASE_URL": "http://images.invalid",
+            "STORE_ROLLOUT_HYPERVISOR_PLATFORM": "sles15-xen",
+            "STORE_ROLLOUT_REGISTRATION_URL": "https://rmt.invalid"}
 
 
 def settings_with(**fields: Any) -> Any:

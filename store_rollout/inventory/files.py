@@ -56,6 +56,7 @@ CSV_COLUMNS = {
     "store_id": ("store_id",), "region": ("region",), "hv_hostname": ("hypervisor", "hostname"),
     "hv_mac": ("hypervisor", "mac"), "hv_ip": ("hypervisor", "ip"),
     "hv_netmask": ("hypervisor", "netmask"), "hv_gateway": ("hypervisor", "gateway"),
+    "hv_platform": ("hypervisor", "platform"), "hv_dom0_mem": ("hypervisor", "dom0_mem"),
     "cobbler_profile": ("hypervisor", "cobbler_profile"),
     "hv_power_type": ("hypervisor", "power_type"), "hv_power_address": ("hypervisor", "power_address"),
     "hv_power_port": ("hypervisor", "power_port"),

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from store_rollout.inventory.addressing import check_addressing
 from store_rollout.inventory.bmc import bmc_identity
 from store_rollout.inventory.calendar_spec import CalendarSpec, with_default_calendar
 from store_rollout.regions import DEFAULT_REGION, REGION_RE
@@ -44,6 +45,19 @@ def _spelled(pattern: str, what: str, how: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def with_default_platform(raw: Any) -> Any:
+    """The raw inventory with `defaults.platform` as each store's hypervisor.platform where the
+    store names none (anything malformed is left for its own field's error)."""
+    defaults = raw.get("defaults") if isinstance(raw, dict) else None
+    given = defaults.get("platform") if isinstance(defaults, dict) else None
+    if not given or not isinstance(raw.get("stores"), list):
+        return raw
+    return {**raw, "stores": [
+        {**s, "hypervisor": {"platform": given, **s["hypervisor"]}}
+        if isinstance(s, dict) and isinstance(s.get("hypervisor"), dict) else s
+        for s in raw["stores"]]}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,7 +68,15 @@ class HypervisorSpec(_Strict):
     ip: str = Field("dhcp", description="static IPv4 address or 'dhcp'")
     netmask: str | None = None
     gateway: str | None = None
-    cobbler_profile: str = "store-hypervisor"
+    # the host's OS and hypervisor (store_rollout/platforms.py); default: defaults.platform,
+    # then the chain's setting hypervisor_platform
+    platform: Literal["sles15-xen", "sle16-kvm"] | None = Field(
+        None, description="sles15-xen (SLES 15 SP7 + Xen) or sle16-kvm (SLES/Leap 16 + KVM)")
+    cobbler_profile: str | None = Field(
+        None, description="Cobbler profile (default: the platform's, store-hypervisor-<platform>)")
+    dom0_mem: Annotated[str | None, _spelled(
+        r"[0-9]+[KMG]?(,max:[0-9]+[KMG]?)?", "dom0_mem", "like 4096M,max:4096M")] = Field(
+        None, description="Xen dom0's memory (sles15-xen only; default 4096M,max:4096M)")
     power_type: Literal["ipmi", "redfish"] | None = Field(
         None, description="the BMC's protocol, ipmi or redfish (default: settings power_type)")
     power_address: Annotated[str | None, _spelled(
@@ -144,40 +166,7 @@ class HypervisorSpec(_Strict):
 
     @model_validator(mode="after")
     def _addressing(self) -> HypervisorSpec:
-        """ip, netmask and gateway as one network, as AutoYaST and the bridge will use them."""
-        if self.ip == "dhcp":
-            extra = [f"{n} {v}" for n, v in (("netmask", self.netmask), ("gateway", self.gateway))
-                     if v]
-            if extra:
-                raise ValueError(f"{' and '.join(extra)} given for a DHCP host (ip: dhcp): remove "
-                                 f"{'it' if len(extra) == 1 else 'them'}, or give the host its "
-                                 "static ip")
-            return self
-        if self.netmask is None:
-            raise ValueError(f"ip {self.ip} without a netmask: add netmask (e.g. 255.255.255.0) "
-                             "or use ip: dhcp")
-        try:
-            net = ipaddress.IPv4Network(f"{self.ip}/{self.netmask}", strict=False)
-        except ValueError:
-            raise ValueError(f"netmask {self.netmask} is not a network mask (its one-bits must be "
-                             "contiguous, like 255.255.255.0)") from None
-        where = f"(ip {self.ip}, netmask {self.netmask}: network {net})"
-        if net.prefixlen < 31 and ipaddress.IPv4Address(self.ip) in (net.network_address,
-                                                                     net.broadcast_address):
-            kind = "network" if ipaddress.IPv4Address(self.ip) == net.network_address else "broadcast"
-            raise ValueError(f"ip {self.ip} is the {kind} address of {net}: use a host address "
-                             "of that network or fix the netmask")
-        if self.gateway is not None:
-            gateway = ipaddress.IPv4Address(self.gateway)
-            if gateway not in net:
-                raise ValueError(f"gateway {self.gateway} is outside the host's network {where}: "
-                                 "use a gateway in that network or fix ip/netmask")
-            if str(gateway) == self.ip:
-                raise ValueError(f"gateway {self.gateway} is the host's own ip: use the store "
-                                 "router's address")
-            if net.prefixlen < 31 and gateway in (net.network_address, net.broadcast_address):
-                raise ValueError(f"gateway {self.gateway} is not a host address {where}: use the "
-                                 "store router's address")
+        check_addressing(self.ip, self.netmask, self.gateway)
         return self
 
 
@@ -240,6 +229,7 @@ class Store(_Strict):
 
 class InventoryDefaults(_Strict):
     calendar: CalendarSpec | None = None
+    platform: Literal["sles15-xen", "sle16-kvm"] | None = None
 
 
 class Inventory(_Strict):
@@ -251,7 +241,7 @@ class Inventory(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _defaults(cls, data: Any) -> Any:
-        return with_default_calendar(data)
+        return with_default_platform(with_default_calendar(data))
 
     @model_validator(mode="after")
     def _unique(self) -> Inventory:

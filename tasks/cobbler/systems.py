@@ -9,10 +9,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from store_rollout import platforms
 from store_rollout.contracts import (
     AUTOSIGN_GRAIN,
+    DOM0_MEM_META,
+    INSTALL_PRODUCT_META,
     POWER_CYCLED_META,
+    REGISTRATION_CODE_META,
+    REGISTRATION_URL_META,
     ROOT_PASSWORD_HASH_META,
+    STORE_PLATFORM_META,
     UPDATE_REPOS_META,
 )
 from store_rollout.inventory import Store
@@ -47,16 +53,22 @@ class SystemSpec:
 
 
 def system_spec(store: Store, salt: SaltSettings, hosts: HostSettings, token: str,
-                root_hash: str = "", pin: dict[str, str] | None = None) -> SystemSpec:
-    """The Cobbler record step 2 writes for a store's hypervisor (`token`: its one-time
-    autosign token; `root_hash`: crypt(3) of its root password, left out of the
-    record when empty, as for a plan, which never reads the password; `pin`: the master's key
-    fingerprint and hash_type, tasks/salt/master_key.py, left out as well when not given). No
-    BMC field: step 2 drives the BMC itself."""
+                root_hash: str = "", pin: dict[str, str] | None = None,
+                registration_code: str = "") -> SystemSpec:
+    """The Cobbler record step 2 writes for a store's hypervisor, on its platform's profile
+    (store_rollout/platforms.py; PlatformError when the store's platform and the settings
+    cannot work together). `token`: its one-time autosign token; `root_hash`: crypt(3) of its
+    root password, left out of the record when empty, as for a plan, which never reads the
+    password; `pin`: the master's key fingerprint and hash_type, tasks/salt/master_key.py, left
+    out as well when not given; `registration_code`: the SLES registration code (its Secret
+    block's value), left out when empty. No BMC field: step 2 drives the BMC itself."""
     hv = store.hypervisor
-    root = {ROOT_PASSWORD_HASH_META: root_hash} if root_hash else {}
+    platform = platforms.host_platform(store, hosts)
+    secrets = {ROOT_PASSWORD_HASH_META: root_hash, REGISTRATION_CODE_META: registration_code}
+    registers = platform.needs_registration(hosts.sle16_product)
     return SystemSpec(
-        name=store.cobbler_system, hostname=hv.hostname, mac=hv.mac, profile=hv.cobbler_profile,
+        name=store.cobbler_system, hostname=hv.hostname, mac=hv.mac,
+        profile=hv.cobbler_profile or platform.cobbler_profile,
         ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
         autoinstall_meta={
             "salt_master": salt.salt_master_address,
@@ -64,10 +76,14 @@ def system_spec(store: Store, salt: SaltSettings, hosts: HostSettings, token: st
             "salt_publish_port": str(salt.salt_publish_port),
             "minion_id": store.hypervisor_minion_id, "store_id": store.store_id,
             "autosign_grain": AUTOSIGN_GRAIN, "autosign_token": token,
-            "virt_uri": hosts.hypervisor_libvirt_uri,
+            STORE_PLATFORM_META: platform.name,
+            INSTALL_PRODUCT_META: platform.product_id(hosts.sle16_product),
+            "virt_uri": platforms.libvirt_uri(platform, hosts),
             "vm_images_dir": hosts.vm_images_dir,
-            UPDATE_REPOS_META: update_repos_meta(hosts.hypervisor_update_repos),
-            **root, **(pin or {}),
+            UPDATE_REPOS_META: update_repos_meta(platforms.update_repos(platform, hosts)),
+            **({REGISTRATION_URL_META: hosts.registration_url} if registers else {}),
+            **({DOM0_MEM_META: hv.dom0_mem} if hv.dom0_mem else {}),
+            **{k: v for k, v in secrets.items() if v}, **(pin or {}),
         })
 
 
@@ -88,7 +104,8 @@ BMC_FIELDS = ("power_address", "power_user", "power_pass", "power_id")
 # never shown in a plan: a BMC password an older record still holds and the hash of root's
 # password (at most "changes"; a plan's spec has no hash, it never reads the password), and the
 # one-time token each install gets anew
-SECRET_FIELDS = frozenset({"power_pass", f"autoinstall_meta.{ROOT_PASSWORD_HASH_META}"})
+SECRET_FIELDS = frozenset({"power_pass", f"autoinstall_meta.{ROOT_PASSWORD_HASH_META}",
+                           f"autoinstall_meta.{REGISTRATION_CODE_META}"})
 ONE_TIME_FIELDS = frozenset({"autoinstall_meta.autosign_token"})
 
 

@@ -308,6 +308,9 @@ class FakeMaster:
 def run_task(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """Run a task's body on a FakeMaster (and a Cobbler that says WouldInstall)."""
     settings = SimpleNamespace(salt_master_config="/dev/null", vm_type="kvm",
+                               hypervisor_platform="sle16-kvm", hypervisor_libvirt_uri="",
+                               sle16_product="leap", registration_url="",
+                               registration_code_block="",
                                image_base_url="https://images.invalid", image_ca_bundle="",
                                image_rate_limit="",
                                disruption_seconds=dict(DEFAULT_DISRUPTION_SECONDS),

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import Store, parse_inventory
 from store_rollout.settings import load_settings
-from store_rollout.update_repos import LEAP_UPDATE_REPOS, update_repos_meta
+from store_rollout.update_repos import LEAP16_UPDATE_REPOS, update_repos_meta
 from tasks.cobbler import system_changes, system_spec
 from tasks.root_password import (
     ROOT_PASSWORD_ALPHABET,
@@ -139,14 +139,23 @@ def test_the_hash_reaches_the_record_but_no_plan_or_repr() -> None:
     assert not [c for c in system_changes(planned, record) if ROOT_PASSWORD_HASH_META in c.field]
 
 
-def test_update_repositories_travel_as_alias_url_pairs() -> None:
+def test_update_repositories_default_to_the_platforms_own() -> None:
     settings = load_settings(BASE_ENV)
-    assert settings.hypervisor_update_repos == list(LEAP_UPDATE_REPOS)
-    meta = system_spec(store(), *spec_parts(settings), "tok").autoinstall_meta[UPDATE_REPOS_META]
-    # Leap's own aliases, as `zypper lr` on a Leap install names these repositories
-    assert meta == ("repo-update=https://download.opensuse.org/update/leap/15.6/oss/ "
-                    "repo-sle-update=https://download.opensuse.org/update/leap/15.6/sle/ "
-                    "repo-backports-update=https://download.opensuse.org/update/leap/15.6/backports/")
+    assert settings.hypervisor_update_repos is None  # unset: each store's platform's
+    # a SLES host's update repositories come from its registration server: none added
+    sles = system_spec(store(), *spec_parts(settings), "tok").autoinstall_meta
+    assert sles[UPDATE_REPOS_META] == ""
+    assert sles["registration_url"] == "https://rmt.invalid"
+    # a Leap 16.0 host adds Leap's update repository, under Leap's own alias, and registers nowhere
+    leap = load_settings({**BASE_ENV, "STORE_ROLLOUT_HYPERVISOR_PLATFORM": "sle16-kvm",
+                          "STORE_ROLLOUT_SLE16_PRODUCT": "leap"})
+    meta = system_spec(store(), *spec_parts(leap), "tok").autoinstall_meta
+    assert meta[UPDATE_REPOS_META] == f"repo-update={LEAP16_UPDATE_REPOS[0]}"
+    assert "leap/16.0" in LEAP16_UPDATE_REPOS[0] and "registration_url" not in meta
+    assert meta["install_product"] == "Leap_16.0" and meta["store_platform"] == "sle16-kvm"
+
+
+def test_update_repositories_travel_as_alias_url_pairs() -> None:
     assert update_repos_meta(["http://mirror.invalid/leap/15.6/oss", "http://a.invalid/x/oss/",
                               "ftp://b.invalid/updates/"]) == (
         "repo-update=http://mirror.invalid/leap/15.6/oss update-2=http://a.invalid/x/oss/ "
