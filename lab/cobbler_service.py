@@ -24,16 +24,21 @@ from typing import Any
 
 from lab import procs
 from lab.procs import ProcessRecord
-from lab.state import SALT_STATES_DIR
+from lab.state import IMAGE_BUILDS_DIR, SALT_STATES_DIR
 from store_rollout.contracts import LIBVIRT_EVENTS_ENGINE
+from store_rollout.platforms import PLATFORMS
 
 LAB_DIR = Path(__file__).resolve().parent
 SVC_HTTP_SRC = LAB_DIR / "cobbler_svc_http.py"
 
 DISTRO = "leap-15.6-x86_64"
 DISTRO_OS_VERSION = "opensuse15.6"  # a key of breeds.suse in 3.3.10's distro_signatures.json
-PROFILE = "store-hypervisor"
-TEMPLATE = "store-hypervisor.xml"
+# each platform's profile, serving its template (store_rollout/platforms.py, image_builds/)
+PROFILES = {p.cobbler_profile: p for p in PLATFORMS.values()}
+PROFILE = PLATFORMS["sles15-xen"].cobbler_profile
+TEMPLATE = Path(PLATFORMS["sles15-xen"].template).name
+# the installer's messages on the host's serial console (the full lab keeps it in a file)
+KERNEL_OPTIONS = {"autoyast": "console=ttyS0", "agama": "console=ttyS0"}
 # the snippet the profile writes into the hypervisor minion's extension modules: the libvirt
 # events engine, so the minion's first start runs it (docs/production.md, row 15)
 ENGINE_SNIPPET = f"{LIBVIRT_EVENTS_ENGINE}.py"
@@ -265,11 +270,10 @@ def _upsert(
     proxy.save_item(what, handle, token)
 
 
-def seed(cfg: CobblerLabConfig, autoinstall_template_text: str, kernel: Path,
-         initrd: Path) -> None:
-    """Distro (the lab's installer: lab/netboot.py), autoinstall template (and its engine
-    snippet) and profile for store hypervisors (idempotent), then a full sync: the TFTP tree
-    and the DHCP configuration the store network's dnsmasq starts from."""
+def seed(cfg: CobblerLabConfig, kernel: Path, initrd: Path) -> None:
+    """Distro (the lab's installer: lab/netboot.py), each platform's autoinstall template (and
+    the engine snippet they read) and profile for store hypervisors (idempotent), then a full
+    sync: the TFTP tree and the DHCP configuration the store network's dnsmasq starts from."""
     proxy, token = login(cfg)
     _upsert(proxy, token, "distro", DISTRO, [
         ("arch", "x86_64"),
@@ -278,10 +282,13 @@ def seed(cfg: CobblerLabConfig, autoinstall_template_text: str, kernel: Path,
         ("kernel", str(kernel.resolve())),
         ("initrd", str(initrd.resolve())),
     ])
-    proxy.write_autoinstall_template(TEMPLATE, autoinstall_template_text, token)
     # as an operator installs it in production: the engine module itself is the snippet
     proxy.write_autoinstall_snippet(ENGINE_SNIPPET, ENGINE_SOURCE.read_text(), token)
-    # the installer's messages on the host's serial console (the full lab keeps it in a file)
-    _upsert(proxy, token, "profile", PROFILE, [("distro", DISTRO), ("autoinstall", TEMPLATE),
-                                               ("kernel_options", "console=ttyS0")])
+    for profile, platform in PROFILES.items():
+        template = Path(platform.template).name
+        proxy.write_autoinstall_template(
+            template, (IMAGE_BUILDS_DIR / platform.template).read_text(), token)
+        _upsert(proxy, token, "profile", profile, [
+            ("distro", DISTRO), ("autoinstall", template),
+            ("kernel_options", KERNEL_OPTIONS[platform.installer])])
     proxy.sync(token)

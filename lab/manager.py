@@ -38,7 +38,6 @@ from lab.state import (
     COBBLER_PASSWORD_BLOCK,
     COBBLER_VENV,
     ERP_TOKEN_BLOCK,
-    IMAGE_BUILDS_DIR,
     REGISTRATION_CODE_BLOCK,
     LabInfo,
     LabPaths,
@@ -267,8 +266,7 @@ class Lab:
                    "--state-dir", str(self.paths.root), "--port", str(p.simulator))
         bmc_service.wait_ready(bmc)
         cobbler_service.wait_ready(cob)
-        cobbler_service.seed(cob, (IMAGE_BUILDS_DIR / "autoyast" / "store-hypervisor.xml")
-                             .read_text(), netboot.kernel().vmlinuz, installer_initrd)
+        cobbler_service.seed(cob, netboot.kernel().vmlinuz, installer_initrd)
         ensure("cobbler-dnsmasq", f"{GATEWAY} (DHCP, TFTP)",
                lambda: cobbler_dhcp.start(cob, services["cobblerd"].record, store_network,
                                           logs / "cobbler-dnsmasq.log"),

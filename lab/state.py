@@ -121,7 +121,6 @@ class LabInfo(BaseModel):
     cobbler_http_url: str
     cobbler_user: str
     cobbler_password: str
-    cobbler_profile: str = "store-hypervisor"
     # the store hosts' BMC emulators (lab/bmc_service.py) and their login, which the flows get
     # from the BMC Credentials Block `bmc_block` (lab up saves it on the lab's Prefect server)
     bmc_user: str = ""

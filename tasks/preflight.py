@@ -37,7 +37,7 @@ def root_password_problem(client: CobblerClient, profile: str) -> str | None:
     ("!"/"*"), which every such host would share. None when root is locked there."""
     rendered = client.render_profile_autoinstall(profile)
     default = str(client.settings().get("default_password_crypted") or "")
-    fix = ("use image_builds/autoyast/store-hypervisor.xml as its autoinstall template (root "
+    fix = ("use image_builds/autoyast/sles15-xen.xml as its autoinstall template (root "
            "locked without the per-store root_password_hash step 2 sets)")
     if default and default in rendered:
         return (f"Cobbler profile {profile!r}: its autoinstall template falls back to Cobbler's "

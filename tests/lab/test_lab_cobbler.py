@@ -31,7 +31,6 @@ from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST
 from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
 from store_rollout.inventory import parse_inventory
 from store_rollout.settings import load_settings
-from store_rollout.update_repos import LEAP_UPDATE_REPOS
 from tests.helpers import BASE_ENV, REPO_ROOT, cannot_run, spec_parts
 from tests.unit.tasks.test_root_password import COBBLER_DEFAULT_HASH, glibc_crypt
 
@@ -41,7 +40,7 @@ YAST_NS = "http://www.suse.com/1.0/yast2ns"
 pytestmark = pytest.mark.lab
 
 COBBLER_VENV = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV", REPO_ROOT / ".venv-cobbler"))
-TEMPLATE = REPO_ROOT / "image_builds" / "autoyast" / "store-hypervisor.xml"
+TEMPLATE = REPO_ROOT / "image_builds" / "autoyast" / "sles15-xen.xml"
 
 SYSTEM = "store0042-hv01"
 MAC = "52:54:00:42:00:01"
@@ -128,9 +127,9 @@ def cobbler_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         lab = Lab(cfg, records, time.monotonic() - started)
         print(f"\ncobblerd + cobbler-http ready in {lab.start_seconds:.2f}s")
         installer = (netboot.kernel().vmlinuz, netboot.build_initramfs(cfg.state_dir / "boot"))
-        cobbler_service.seed(cfg, TEMPLATE.read_text(), *installer)
+        cobbler_service.seed(cfg, *installer)
         # idempotent: no duplicate, no fault
-        cobbler_service.seed(cfg, TEMPLATE.read_text(), *installer)
+        cobbler_service.seed(cfg, *installer)
         yield lab
     finally:
         cobbler_service.stop(records)
@@ -473,7 +472,7 @@ def test_preflight_refuses_a_profile_that_falls_back_to_a_shared_root_password(
             found = root_password_problem(client, name)
             assert found is not None and problem in found, (name, found)
             assert f"Cobbler profile {name!r}" in found
-            assert "image_builds/autoyast/store-hypervisor.xml" in found
+            assert "image_builds/autoyast/sles15-xen.xml" in found
     finally:
         for name in variants:
             proxy.remove_profile(name, token)

@@ -30,7 +30,7 @@ HYPERVISOR_DEFAULTS = SALT / "hypervisor" / "parameters" / "defaults.yaml"
 STORE_VM_DEFAULTS = SALT / "store_vm" / "parameters" / "defaults.yaml"
 MINION_D = IMAGES / "overlays" / "salt-minion" / "etc" / "salt" / c.MINION_CONF_DIR
 IDENTITY_SCRIPT = IMAGES / "overlays" / "salt-minion" / "usr" / "local" / "sbin" / "store-identity"
-AUTOYAST = IMAGES / "autoyast" / "store-hypervisor.xml"
+AUTOYAST = IMAGES / "autoyast" / "sles15-xen.xml"
 
 # grains the project's states set
 SET_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN}
@@ -506,8 +506,8 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
         "lab-debian/config.sh:14: minion.d file: found '15-identiy.conf'",
         "lab-debian/config.sh:-: does not remove a stray minion.d/15-identity.conf",
-        "store-hypervisor.xml:273: engine tag_prefix: found 'store/libvirt_events'",
-        "store-hypervisor.xml:271: engine engine: found 'libvirt_events'",
+        "sles15-xen.xml:273: engine tag_prefix: found 'store/libvirt_events'",
+        "sles15-xen.xml:271: engine engine: found 'libvirt_events'",
         # the engines' lines as they stand (they change more often than the files above)
         f"store_libvirt_events.py:{engine_line('store_libvirt_events', 'CONNECTION_LOST')}: "
         "CONNECTION_LOST: found 'connection/gone'",

@@ -151,7 +151,7 @@ def test_the_formula_manages_the_engine_file_autoyast_writes(tmp_path: Path) -> 
     rendered = render(tmp_path, *PLATFORMS["hypervisor-leap-15.6-xen"])
     managed = _args(_states(rendered, "file")["hypervisor-events-init-file-managed"])
     assert managed["name"] == f"/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}"
-    profile = (REPO_ROOT / "image_builds" / "autoyast" / "store-hypervisor.xml").read_text()
+    profile = (REPO_ROOT / "image_builds" / "autoyast" / "sles15-xen.xml").read_text()
     written = re.search(rf"<file_path>/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}</file_path>.*?"
                         r"<!\[CDATA\[(.*?)\]\]>", profile, re.S)
     assert written is not None
@@ -191,7 +191,7 @@ def test_autoyast_writes_the_engine_module_the_formula_syncs(tmp_path: Path) -> 
     snippets = tmp_path / "snippets"
     snippets.mkdir()
     (snippets / module.name).write_text(module.read_text())  # as the lab and an operator install it
-    profile = (REPO_ROOT / "image_builds" / "autoyast" / "store-hypervisor.xml").read_text()
+    profile = (REPO_ROOT / "image_builds" / "autoyast" / "sles15-xen.xml").read_text()
     proc = subprocess.run([str(COBBLER_PYTHON), "-c", COBBLER_RENDER], input=json.dumps(
         {"template": profile, "vars": {"autoinstall_snippets_dir": str(snippets),
                                        "store_minion_id": "store-0042-hv"}}),
@@ -210,7 +210,7 @@ def test_autoyast_enables_and_masks_the_formulas_libvirt_units() -> None:
     """The profile's chroot script enables and masks at install the units the formula manages
     (parameters/os_family/Suse.yaml), so the first boot into Xen already has them, the
     libvirt_events engine's read-only socket included."""
-    profile = (REPO_ROOT / "image_builds" / "autoyast" / "store-hypervisor.xml").read_text()
+    profile = (REPO_ROOT / "image_builds" / "autoyast" / "sles15-xen.xml").read_text()
     suse = yaml.safe_load((SALT_STATES_DIR / "hypervisor" / "parameters" / "os_family"
                            / "Suse.yaml").read_text())["values"]["libvirt"]
     enabled = re.search(r"^systemctl enable (.+)$", profile, re.M)
