@@ -39,7 +39,8 @@ def print_plan(result: dict[str, Any]) -> None:
     out = Console(width=160)
     for sid, store in result.items():
         todo = store["todo"]
-        table = Table(title=f"store {sid}: " + (f"{len(todo)} steps to do, from "
+        platform = f" ({store['platform']})" if store.get("platform") else ""
+        table = Table(title=f"store {sid}{platform}: " + (f"{len(todo)} steps to do, from "
                                                 f"{store['resumes_at']}" if todo else
                                                 "nothing to do"), show_lines=True)
         table.caption = "maintenance window: " + window_line(store.get("next_window"))
@@ -64,10 +65,10 @@ def window_line(window: dict[str, Any] | None) -> str:
 def print_reconcile(result: dict[str, Any]) -> None:
     table = Table(title="reconcile: " + ", ".join(
         f"{n} {status}" for status, n in sorted(result["counts"].items())), show_lines=True)
-    for col in ("store", "status", "last run", "systems", "mismatch → fix"):
+    for col in ("store", "platform", "status", "last run", "systems", "mismatch → fix"):
         table.add_column(col)
     for sid, s in result["stores"].items():
-        table.add_row(sid, s["status"], s["last_run"], s["real"], "\n".join(
+        table.add_row(sid, s.get("platform", ""), s["status"], s["last_run"], s["real"], "\n".join(
             f"{m['what']} → {m['fix']}" for m in s["mismatches"]))
     Console(width=180).print(table)
 

@@ -18,7 +18,9 @@ from store_rollout.guard import calendar_for
 from store_rollout.inventory import InventoryError, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
 from store_rollout.inventory.replacement import with_new_box
+from store_rollout.platforms import platform_names
 from store_rollout.settings import load_settings
+from store_rollout.settings_parts import HostSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.observe import observe_stores
 from tasks.region_runs import publish_result, run_in_region, split_by_region
@@ -83,12 +85,13 @@ def store_plan(store_ids: list[str], inventory: str,
         plans.update({sid: [StepPlan.model_validate(step) for step in planned["steps"]]
                       for sid, planned in part.result().items()})
     plans = {store.store_id: plans[store.store_id] for store in stores}  # the inventory's order
-    create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans),
+    platforms = platform_names(stores, HostSettings.of(settings))
+    create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans, platforms),
                              description=f"rollout plan of {len(plans)} store(s)")
     now = datetime.now(UTC)
     calendars = {store.store_id: calendar_for(store, settings.default_calendar)
                  for store in stores}
-    result = {sid: {"todo": [p.step for p in plan if p.todo],
+    result = {sid: {"platform": platforms[sid], "todo": [p.step for p in plan if p.todo],
                     "resumes_at": (first_todo(plan) or (None, None))[1],
                     "destructive": [p.step for p in plan if p.destructive],
                     "next_window": next_window_of(calendars[sid], now),

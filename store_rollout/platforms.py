@@ -80,8 +80,10 @@ PLATFORMS: Final[dict[str, Platform]] = {
                          "lifecycle"),
 }
 PLATFORM_NAMES: Final = tuple(PLATFORMS)
-# the OS a store host ran before platforms: its hosts are out of support (reconcile flags them)
+# the OS a store host ran before platforms, by what its grains say (HOST_OS_GRAINS joined):
+# out of support since the date (reconcile flags such a host)
 RETIRED_OS: Final = {"Leap 15.6": date(2026, 4, 30)}
+HOST_OS_GRAINS: Final = ("osfullname", "osrelease")
 # libvirt URI schemes each VM type is driven through
 _URI_SCHEMES: Final = {"xen": ("xen",), "kvm": ("qemu",), "qemu": ("qemu",)}
 _MISSING = (f"hypervisor.platform missing: set it to one of {', '.join(PLATFORM_NAMES)} for the "
@@ -180,3 +182,13 @@ def update_repos(platform: Platform, hosts: HostSettings) -> list[str]:
 def store_vm_type(store: Store, hosts: HostSettings) -> str:
     """The VM type step 5 defines on `store`'s host (its platform checked first)."""
     return vm_type(host_platform(store, hosts), hosts)
+
+
+def retired_since(host_os: str | None) -> date | None:
+    """When the OS a host reports went out of support; None for a supported one (or none)."""
+    return RETIRED_OS.get(host_os or "")
+
+
+def platform_names(stores: list[Store], hosts: HostSettings) -> dict[str, str]:
+    """Each store's platform name, by store id (PlatformError for a store without a working one)."""
+    return {store.store_id: host_platform(store, hosts).name for store in stores}

@@ -23,7 +23,11 @@ SECRETS = {"STORE_ROLLOUT_COBBLER_PASSWORD": (
                "STORE_ROLLOUT_COBBLER_PASSWORD_BLOCK"),
            "STORE_ROLLOUT_ERP_TOKEN": (
                "an ERP Credentials Block", "STORE_ROLLOUT_ERP_CREDENTIALS_BLOCK",
-               "STORE_ROLLOUT_ERP_TOKEN_BLOCK")}
+               "STORE_ROLLOUT_ERP_TOKEN_BLOCK"),
+           # SLES's registration code: never a setting (store_rollout/platforms.py)
+           "STORE_ROLLOUT_REGISTRATION_CODE": (
+               "a Prefect Secret block", "STORE_ROLLOUT_REGISTRATION_CODE_BLOCK",
+               "STORE_ROLLOUT_REGISTRATION_CODE_BLOCK")}
 
 
 class SettingsError(ValueError):

@@ -26,6 +26,7 @@ from store_rollout.contracts import (
 from store_rollout.fleet.facts import LastRun, StoreFacts
 from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.inventory import Store
+from store_rollout.platforms import HOST_OS_GRAINS, host_platform
 from store_rollout.settings import RolloutSettings
 from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings, HostSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
@@ -85,7 +86,8 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
     vms = [s.vm_minion_id for s in stores if vm_keys[s.store_id] == "accepted"]
     # one job reads both minions' grains of every store
     grains, _ = _answers(master, hypervisors + vms, "grains.item",
-                         [HYPERVISOR_READY_GRAIN, FIRSTBOOT_STAGE_GRAIN, HARDWARE_SERIAL_GRAIN])
+                         [HYPERVISOR_READY_GRAIN, FIRSTBOOT_STAGE_GRAIN, HARDWARE_SERIAL_GRAIN,
+                          *HOST_OS_GRAINS])
     ready = {hv: (grains[hv] or {}).get(HYPERVISOR_READY_GRAIN) for hv in hypervisors
              if hv in grains}
     stages = {vm: (grains[vm] or {}).get(FIRSTBOOT_STAGE_GRAIN) for vm in vms if vm in grains}
@@ -131,7 +133,8 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
         elif hv not in tested:
             note = f"{hv} does not answer"
         facts[sid] = StoreFacts(
-            store_id=sid, hypervisor=hv, vm=vm, domain_name=store.vm_name,
+            store_id=sid, platform=host_platform(store, hosts).name,
+            host_os=host_os(grains.get(hv)), hypervisor=hv, vm=vm, domain_name=store.vm_name,
             cobbler_system=store.cobbler_system, image_key=image["key"],
             image_cached=image["cached"], image_builder=image["builder"],
             cobbler_record=record is not None,
@@ -151,6 +154,14 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             firstboot_stage=str(stages[vm] or FIRSTBOOT_STAGE_NEW) if vm in stages else None,
             erp_notices=notices, erp_error=erp_error, last_run=runs.get(sid))
     return facts
+
+
+def host_os(grains: dict[str, Any] | None) -> str | None:
+    """The OS a host reports, "<osfullname> <osrelease>" ("SLES 15.7", "Leap 15.6"); None when
+    it does not answer. A grain any minion can write: it only ever flags, never decides."""
+    if not grains or not grains.get("osfullname"):
+        return None
+    return " ".join(str(grains.get(g) or "") for g in HOST_OS_GRAINS).strip()
 
 
 def _host_on(store: Store, settings: BmcSettings, record: dict[str, Any] | None,

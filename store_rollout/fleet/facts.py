@@ -30,6 +30,10 @@ class StoreFacts(BaseModel):
     field says so; every read is one batched call per kind (tasks/observe.py)."""
 
     store_id: str
+    # the store's platform (store_rollout/platforms.py) and the OS its host reports (grains
+    # osfullname and osrelease, e.g. "SLES 15.7"; None: not answering)
+    platform: str = ""
+    host_os: str | None = None
     hypervisor: str
     vm: str
     domain_name: str

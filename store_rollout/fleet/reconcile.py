@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 from store_rollout import step_rules
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
+from store_rollout.platforms import retired_since
 
 
 class Mismatch(BaseModel):
@@ -18,6 +19,7 @@ class Mismatch(BaseModel):
 
 class StoreStatus(BaseModel):
     store_id: str
+    platform: str = ""  # the inventory's (store_rollout/platforms.py)
     status: str  # ok, running, not-started, mismatch
     last_run: str  # "rollout-0042 Completed" or "none"
     real: str  # one line: what the systems say
@@ -41,7 +43,8 @@ def real_summary(f: StoreFacts) -> str:
         vm += f", firstboot {f.firstboot_stage}" if f.vm_answering else ", minion silent"
     erp = ("notified" if f.notice_for_vm() else "error" if f.erp_error
            else "earlier VM notified" if f.erp_notices else "not notified")
-    return f"hypervisor {hv}; VM {vm}; ERP {erp}"
+    host = f" ({f.host_os})" if f.host_os else ""
+    return f"hypervisor {hv}{host}; VM {vm}; ERP {erp}"
 
 
 def _complete(f: StoreFacts) -> bool:
@@ -112,6 +115,19 @@ def _after_ended(f: StoreFacts, plan: list[StepPlan], name: str, state: str) -> 
     return [Mismatch(code="run-not-completed", what=what, fix=_resume(f, plan))]
 
 
+def _platform_retired(f: StoreFacts) -> list[Mismatch]:
+    """A host still on an OS out of support (its grains say so: a flag, never an action)."""
+    since = retired_since(f.host_os)
+    if since is None:
+        return []
+    return [Mismatch(
+        code="platform-out-of-support", what=f"hypervisor {f.hypervisor} runs {f.host_os}, "
+        f"out of support since {since.isoformat()}: platform out of support",
+        fix=f"reinstall it on {f.platform or 'a supported platform'} in a maintenance window, "
+        f"approved: `store-rollout plan {f.store_id} --reinstall-hypervisor`, then "
+        f"`store-rollout rollout {f.store_id} --reinstall-hypervisor`")]
+
+
 def _decommissioned(f: StoreFacts) -> StoreStatus:
     """A closed store: nothing of it may be left anywhere."""
     left = f.leftovers()
@@ -119,7 +135,8 @@ def _decommissioned(f: StoreFacts) -> StoreStatus:
         code="decommission-incomplete", what=f"the ERP has the store's decommission, but "
         f"{', '.join(left)} still exist", fix=f"`store-rollout decommission {f.store_id}` "
         "removes what is left")] if left else []
-    return StoreStatus(store_id=f.store_id, status="mismatch" if left else "decommissioned",
+    return StoreStatus(store_id=f.store_id, platform=f.platform,
+                       status="mismatch" if left else "decommissioned",
                        last_run=f"{f.last_run.name} {f.last_run.state}" if f.last_run else "none",
                        real="decommissioned" + (f"; left: {', '.join(left)}" if left else ""),
                        mismatches=mismatches)
@@ -171,8 +188,9 @@ def reconcile_store(f: StoreFacts, zombie_after: float) -> StoreStatus:
             f"{f.hypervisor_serial!r}, the inventory's hypervisor.serial is {f.expected_serial!r}",
             fix="correct hypervisor.serial in the inventory if the box is the store's; else "
             "rack the store's own box and roll out again with its MAC"))
+    mismatches += _platform_retired(f)
     if mismatches:
         status = "mismatch"
-    return StoreStatus(store_id=f.store_id, status=status,
+    return StoreStatus(store_id=f.store_id, platform=f.platform, status=status,
                        last_run=f"{run.name} {run.state}" if run else "none",
                        real=real_summary(f), mismatches=mismatches)

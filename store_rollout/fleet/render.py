@@ -10,11 +10,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def plan_markdown(plans: dict[str, list[StepPlan]]) -> str:
+def plan_markdown(plans: dict[str, list[StepPlan]],
+                  platforms: dict[str, str] | None = None) -> str:
+    """The plans; `platforms`: each store's platform, shown beside its id."""
     lines = ["# Rollout plan", ""]
     for store_id, plan in plans.items():
         todo = [p for p in plan if p.todo]
-        lines += [f"## Store {store_id}: "
+        platform = (platforms or {}).get(store_id)
+        lines += [f"## Store {store_id}{f' ({platform})' if platform else ''}: "
                   + (f"{len(todo)} of {len(plan)} steps to do" if todo else "nothing to do"), "",
                   "| step | to do | action | details |", "|---|---|---|---|"]
         for p in plan:
@@ -28,7 +31,8 @@ def plan_markdown(plans: dict[str, list[StepPlan]]) -> str:
 
 def reconcile_table(statuses: list[StoreStatus]) -> list[dict[str, str]]:
     """Rows of the reconcile table artifact (one per store)."""
-    return [{"store": s.store_id, "status": s.status, "last run": s.last_run, "systems": s.real,
+    return [{"store": s.store_id, "platform": s.platform, "status": s.status,
+             "last run": s.last_run, "systems": s.real,
              "mismatch": "; ".join(m.what for m in s.mismatches),
              "fix": "; ".join(m.fix for m in s.mismatches), "fingerprint": s.fingerprint()}
             for s in statuses]

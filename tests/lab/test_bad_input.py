@@ -148,6 +148,21 @@ CASES: list[tuple[str, str, Any, dict[str, str], str | None, str]] = [
      "hypervisor.power_type: Input should be 'ipmi' or 'redfish'"),
     ("power-port-bad", "bi1", field("hypervisor.power_port", 70000), {}, None,
      "hypervisor.power_port"),
+    # issue 46: a store's platform, and what cannot work on it
+    ("platform-unknown", "bi1", field("hypervisor.platform", "leap15-xen"), {}, None,
+     "hypervisor.platform: Input should be 'sles15-xen' or 'sle16-kvm'"),
+    ("platform-missing", "bi1", None, {"STORE_ROLLOUT_HYPERVISOR_PLATFORM": ""}, None,
+     "store bi1: hypervisor.platform missing"),
+    ("kvm-store-xen-vm-type", "bi1", field("hypervisor.platform", "sle16-kvm"),
+     {"STORE_ROLLOUT_VM_TYPE": "xen"}, None,
+     "store bi1 (sle16-kvm): vm_type xen: a sle16-kvm host runs kvm VMs"),
+    ("xen-option-on-kvm", "bi1", lambda inv: inv["stores"][0]["hypervisor"].update(
+        platform="sle16-kvm", dom0_mem="4096M"), {}, None,
+     "hypervisor.dom0_mem 4096M: a Xen hypervisor option"),
+    ("registration-url-missing", "bi1", None, {"STORE_ROLLOUT_REGISTRATION_URL": ""}, None,
+     "registration_url missing: a sles15-xen host installs SLES"),
+    ("registration-code-in-env", "bi1", None, {"STORE_ROLLOUT_REGISTRATION_CODE": "X"}, None,
+     "STORE_ROLLOUT_REGISTRATION_CODE (in the environment): secrets are not read"),
 ]
 
 
