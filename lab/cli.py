@@ -204,13 +204,15 @@ def _demo(inventory: Path) -> None:
                   "`store-rollout windows` lists them")
     results = run_stores([s.store_id for s in stores], inventory, live=True, ignore_windows=True)
     table = Table(title="demo summary (seconds per step)")
-    for col in ["store", "state", *[s.replace("_", " ") for s in STEPS], "total", "ERP id"]:
+    for col in ["store", "platform", "state", *[s.replace("_", " ") for s in STEPS], "total",
+                "ERP id"]:
         table.add_column(col)
+    platforms = {s.store_id: s.hypervisor.platform or "(chain default)" for s in stores}
     for r in results:
         step_seconds = r.get("step_seconds") or {}
         assert isinstance(step_seconds, dict)
         table.add_row(
-            str(r["store_id"]),
+            str(r["store_id"]), platforms.get(str(r["store_id"]), "-"),
             str(r["state"]),
             *[f"{step_seconds[s]:.1f}" if s in step_seconds else "-" for s in STEPS],
             str(r["seconds"]),
