@@ -149,3 +149,13 @@ def test_reconcile_flags_a_host_still_on_leap_15_6_with_the_fix() -> None:
     supported = reconcile_store(_facts(host_os="SLES 15.7"), 90.0)
     assert "platform-out-of-support" not in [m.code for m in supported.mismatches]
     assert retired_since("SLES 15.7") is None and retired_since(None) is None
+
+
+def test_step_5_defines_the_platforms_vm_type_unless_the_settings_name_one() -> None:
+    from store_rollout.platforms import store_vm_type
+
+    unset = hosts()
+    assert store_vm_type(inventory("sles15-xen").stores[0], unset) == "xen"
+    assert store_vm_type(inventory("sle16-kvm").stores[0], unset) == "kvm"
+    assert store_vm_type(inventory("sle16-kvm").stores[0],
+                         hosts(STORE_ROLLOUT_VM_TYPE="qemu")) == "qemu"
