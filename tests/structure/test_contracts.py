@@ -401,11 +401,11 @@ def check_autoyast(r: Report) -> None:
         if m := re.search(r"getVar\('autosign_grain', '([^']*)'\)", line):
             r.expect(AUTOYAST, number, "default autosign grain", m.group(1), c.AUTOSIGN_GRAIN,
                      "AUTOSIGN_GRAIN")
-        if m := re.match(r"\s+(\w+): '\$getVar\('(\w+)', '[^']*'\)'$", line):
-            if m.group(2) == c.STORE_PLATFORM_META or m.group(1) == c.STORE_PLATFORM_GRAIN:
-                platform_grains.append((number, m.group(1), m.group(2)))
+        m = re.match(r"\s+(\w+): '\$getVar\('(\w+)', '[^']*'\)'$", line)
+        if m and {c.STORE_PLATFORM_META, c.STORE_PLATFORM_GRAIN} & set(m.groups()):
+            platform_grains.append((number, m.group(1), m.group(2)))
     number = platform_grains[0][0] if platform_grains else None
-    r.expect(AUTOYAST, number, "platform grain: meta", [(g, m) for _, g, m in platform_grains],
+    r.expect(AUTOYAST, number, "platform grain: meta", [(grain, meta) for _, grain, meta in platform_grains],
              [(c.STORE_PLATFORM_GRAIN, c.STORE_PLATFORM_META)],
              "STORE_PLATFORM_GRAIN / STORE_PLATFORM_META")
     text = r.text(AUTOYAST)
