@@ -11,7 +11,12 @@ from salt.exceptions import CommandExecutionError
 __virtualname__ = "storehost"
 # top-level entries only: "menuentry '<title>' ..." at the start of a line (submenus are indented)
 MENUENTRY = re.compile(r"^menuentry\s+'([^']+)'", re.MULTILINE)
-# /etc/grub.d/20_linux_xen titles its entries "<OS>, with Xen hypervisor"
+# /etc/grub.d/20_linux_xen titles its entries "<OS>, with Xen hypervisor", OS being
+# GRUB_DISTRIBUTOR as it is (SUSE's grub2-linux.patch drops upstream's " GNU/Linux"); YaST leaves
+# GRUB_DISTRIBUTOR empty (yast2-bootloader grub2base.rb) and SUSE's grub2-mkconfig then takes
+# "${NAME} ${VERSION}" of /etc/os-release (grub2-default-distributor.patch): "SLES 15-SP7, with
+# Xen hypervisor" on SLES 15 SP7, "openSUSE Leap 15.6, with Xen hypervisor" on Leap. Matched by
+# this suffix alone, never by a distribution's name.
 XEN_TITLE = ", with Xen hypervisor"
 
 

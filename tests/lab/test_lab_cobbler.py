@@ -28,7 +28,14 @@ from lab import cobbler_dhcp, cobbler_service, netboot, procs
 from lab.autoyast import parse_autoyast
 from lab.procs import ProcessRecord
 from lab.store_network import BRIDGE, DHCP_FIRST, DHCP_LAST
-from store_rollout.contracts import ROOT_PASSWORD_HASH_META, UPDATE_REPOS_META
+from store_rollout.contracts import (
+    REGISTRATION_CODE_META,
+    REGISTRATION_URL_META,
+    ROOT_PASSWORD_HASH_META,
+    STORE_PLATFORM_GRAIN,
+    STORE_PLATFORM_META,
+    UPDATE_REPOS_META,
+)
 from store_rollout.inventory import parse_inventory
 from store_rollout.settings import load_settings
 from tests.helpers import BASE_ENV, REPO_ROOT, cannot_run, spec_parts
@@ -43,6 +50,10 @@ COBBLER_VENV = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV", REPO_ROOT / ".v
 TEMPLATE = REPO_ROOT / "image_builds" / "autoyast" / "sles15-xen.xml"
 
 SYSTEM = "store0042-hv01"
+# an update mirror a chain gives in hypervisor_update_repos, besides registration's repositories
+UPDATE_MIRROR = ("https://mirror.stores.example/SUSE/Updates/SLE-Product-SLES/15-SP7/x86_64/update/",
+                 "https://mirror.stores.example/SUSE/Updates/SLE-Module-Server-Applications/15-SP7/"
+                 "x86_64/update/")
 MAC = "52:54:00:42:00:01"
 META = {
     "salt_master": "10.42.0.5",
@@ -57,11 +68,14 @@ META = {
     # the master's key as step 2 pins it (tasks/salt/master_key.py)
     "master_finger": "3a:9f:" + ":".join(["0c"] * 30),
     "master_hash_type": "sha256",
-    # as step 2 sends the settings' default (update_repos.update_repos_meta); no root hash:
-    # this record stands for one written without it, whose root the profile locks
-    UPDATE_REPOS_META: "repo-update=https://download.opensuse.org/update/leap/15.6/oss/ "
-                       "repo-sle-update=https://download.opensuse.org/update/leap/15.6/sle/ "
-                       "repo-backports-update=https://download.opensuse.org/update/leap/15.6/backports/",
+    STORE_PLATFORM_META: "sles15-xen",
+    # a SLES store registering with SCC: the server and the chain's code (step 2's record)
+    REGISTRATION_URL_META: "https://scc.suse.com",
+    REGISTRATION_CODE_META: "REGCODE-0042-SECRET",
+    # as step 2 sends an update mirror given in the settings (update_repos.update_repos_meta;
+    # the platform's default is none, registration adds SP7's); no root hash: this record stands
+    # for one written without it, whose root the profile locks
+    UPDATE_REPOS_META: " ".join(f"update-{n}={url}" for n, url in enumerate(UPDATE_MIRROR, 1)),
 }
 
 
@@ -186,7 +200,10 @@ def test_only_the_lab_user_can_log_in(cobbler_lab: Lab) -> None:
 def test_seed_is_idempotent(cobbler_lab: Lab) -> None:
     proxy, _ = cobbler_lab.login()
     assert proxy.get_item_names("distro") == [cobbler_service.DISTRO]
-    assert proxy.get_item_names("profile") == [cobbler_service.PROFILE]
+    # one profile per platform, each serving its platform's template
+    assert sorted(proxy.get_item_names("profile")) == sorted(cobbler_service.PROFILES)
+    for profile, platform in cobbler_service.PROFILES.items():
+        assert proxy.get_profile(profile)["autoinstall"] == Path(platform.template).name
     assert proxy.get_profile(cobbler_service.PROFILE)["autoinstall"] == cobbler_service.TEMPLATE
 
 
@@ -205,6 +222,7 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
         "publish_port": int(META["salt_publish_port"]),
         "id": META["minion_id"],
         "grains": {"role": "hypervisor", "store_id": META["store_id"],
+                   STORE_PLATFORM_GRAIN: META[STORE_PLATFORM_META],
                    META["autosign_grain"]: META["autosign_token"],
                    # what hypervisor.checks verifies br0 still has
                    "store_rollout_bridge": {"name": "br0", "bootproto": "static",
@@ -216,7 +234,7 @@ def test_autoinstall_renders_salt_minion_config(cobbler_lab: Lab, system: str) -
         "startup_states": "highstate",
         "virt": {"connection": {"uri": META["virt_uri"]}, "images": META["vm_images_dir"]},
     }
-    # libvirt as Leap 15.6 ships it: the modular Xen daemon, the monolithic libvirtd masked
+    # libvirt as SLES 15 SP7 enables it: the modular Xen daemon, the monolithic libvirtd masked
     assert "<package>python3-libvirt-python</package>" in via_http
     # what step 5 runs on the host: overlay disks and the identity seed ISO
     assert "<package>qemu-tools</package>" in via_http and "<package>xorriso</package>" in via_http
@@ -236,8 +254,10 @@ def test_profile_render_has_no_nopxe_call(cobbler_lab: Lab) -> None:
     proxy, _ = cobbler_lab.login()
     rendered = parse_autoyast(proxy.generate_autoinstall(cobbler_service.PROFILE, ""))
     assert rendered.nopxe_url is None
-    assert yaml.safe_load(rendered.files["/etc/salt/minion.d/50-store-rollout.conf"])["master"] \
-        == "salt"
+    minion = yaml.safe_load(rendered.files["/etc/salt/minion.d/50-store-rollout.conf"])
+    assert minion["master"] == "salt"
+    # the platform grain's default: the platform this template installs
+    assert minion["grains"][STORE_PLATFORM_GRAIN] == "sles15-xen"
 
 
 def test_sync_writes_pxe_config(cobbler_lab: Lab, system: str) -> None:
@@ -336,17 +356,110 @@ def test_profile_reports_instead_of_waiting_and_adds_the_update_repos(
     entries = [(e.findtext(f"{{{YAST_NS}}}alias"), e.findtext(f"{{{YAST_NS}}}media_url"),
                 e.findtext(f"{{{YAST_NS}}}ask_on_error"))
                for e in _yast(doc, "{y}add-on/{y}add_on_others/{y}listentry")]
-    assert entries == [
-        ("repo-update", LEAP_UPDATE_REPOS[0], "false"),
-        ("repo-sle-update", LEAP_UPDATE_REPOS[1], "false"),
-        ("repo-backports-update", LEAP_UPDATE_REPOS[2], "false")]
+    assert entries == [(f"update-{n}", url, "false") for n, url in enumerate(UPDATE_MIRROR, 1)]
     # a record without a root hash: root locked, never Cobbler's default_password_crypted
     assert _root_password(rendered) == "!"
     assert proxy.get_settings()["default_password_crypted"] == COBBLER_DEFAULT_HASH
     assert COBBLER_DEFAULT_HASH not in rendered
-    # the profile alone (no system, no update_repos): no add-on section, root locked
+    # the profile alone (no system, no update_repos, no registration): no add-on section, no
+    # registration, root locked
     alone = proxy.generate_autoinstall(cobbler_service.PROFILE, "")
     assert "<add-on>" not in alone and _root_password(alone) == "!"
+    assert _registration(alone) is None
+
+
+def _registration(rendered: str) -> dict[str, Any] | None:
+    """A rendered profile's <suse_register> as {field: text, "addons": [(name, version)]}, or
+    None without one."""
+    sections = _yast(ET.fromstring(rendered.lstrip()), "{y}suse_register")
+    if not sections:
+        return None
+    (section,) = sections
+    found: dict[str, Any] = {c.tag.rsplit("}", 1)[-1]: c.text for c in section
+                             if c.tag.rsplit("}", 1)[-1] != "addons"}
+    found["addons"] = [(a.findtext(f"{{{YAST_NS}}}name"), a.findtext(f"{{{YAST_NS}}}version"))
+                       for a in _yast(section, "{y}addons/{y}addon")]
+    return found
+
+
+# what a SLES 15 SP7 Xen host registers besides the product: Salt from Basesystem, Xen and
+# libvirt-daemon-xen from Server Applications
+SP7_MODULES = [("sle-module-basesystem", "15.7"), ("sle-module-server-applications", "15.7")]
+
+
+def test_a_sles_store_registers_with_its_server_and_code(cobbler_lab: Lab, system: str) -> None:
+    """The render of a SLES store's record registers the host with the record's server and
+    code, the modules a Xen host installs from, and installs the updates; the product is SLES."""
+    proxy, _ = cobbler_lab.login()
+    rendered = proxy.generate_autoinstall("", system)
+    assert _registration(rendered) == {
+        "do_registration": "true", "reg_server": META[REGISTRATION_URL_META],
+        "reg_code": META[REGISTRATION_CODE_META], "install_updates": "true",
+        "addons": SP7_MODULES}
+    doc = ET.fromstring(rendered.lstrip())
+    assert [p.text for p in _yast(doc, "{y}software/{y}products/{y}product")] == ["SLES"]
+
+
+def test_an_rmt_store_registers_without_a_code(cobbler_lab: Lab) -> None:
+    """A record with a registration server and no code (RMT registers without one): the render
+    registers with the server and has no reg_code, nor any trace of another record's code."""
+    name = "store0042-hv05"
+    meta = {k: v for k, v in META.items() if k != REGISTRATION_CODE_META}
+    meta[REGISTRATION_URL_META] = "https://rmt.stores.example"
+    _create_system(cobbler_lab, name, "52:54:00:42:00:05", "192.0.2.45", autoinstall_meta=meta)
+    proxy, token = cobbler_lab.login()
+    try:
+        rendered = proxy.generate_autoinstall("", name)
+        registration = _registration(rendered)
+        assert registration is not None
+        assert registration["reg_server"] == "https://rmt.stores.example"
+        assert "reg_code" not in registration and "<reg_code>" not in rendered
+        assert META[REGISTRATION_CODE_META] not in rendered
+        assert registration["addons"] == SP7_MODULES
+    finally:
+        proxy.remove_system(name, token)
+
+
+def test_step_4_forgets_the_registration_code(cobbler_lab: Lab) -> None:
+    """Step 2's record of a SLES store on SCC holds the chain's registration code, and the
+    render registers with it; installed and ready (step 4), the record keeps neither the code nor
+    the token, what Cobbler serves has no code, and the host still registers (the server
+    stays); a rerun finds it clean."""
+    from tasks.cobbler import forget_install_secrets, system_spec
+
+    settings = load_settings({**BASE_ENV, "STORE_ROLLOUT_REGISTRATION_URL": "https://scc.suse.com",
+                              "STORE_ROLLOUT_REGISTRATION_CODE_BLOCK": "regcode"})
+    client = _client(cobbler_lab)
+    run = uuid.uuid4().hex[:6]
+    (store,) = parse_inventory({"stores": [{
+        "store_id": f"g{run}",
+        "hypervisor": {"hostname": f"hv-g{run}.stores.example", "mac": "52:54:00:77:00:09",
+                       "ip": "192.0.2.79", "netmask": "255.255.255.0", "gateway": "192.0.2.1"},
+        "vm": {"vcpus": 1, "memory_mib": 256, "disk_gib": 2, "network": "none"},
+        "erp": {"site_code": "T-9"}}]}).stores
+    code = f"REGCODE-{run}"
+    try:
+        spec = system_spec(store, *spec_parts(settings), f"tok-{run}", registration_code=code)
+        assert client.upsert_system(spec) is True
+        assert client.get_system(store.cobbler_system)["autoinstall_meta"][
+            REGISTRATION_CODE_META] == code
+        registration = _registration(client.render_autoinstall(store.cobbler_system))
+        assert registration is not None
+        assert (registration["reg_server"], registration["reg_code"]) \
+            == ("https://scc.suse.com", code)
+        assert forget_install_secrets(store, client) == ["autosign_token",
+                                                         REGISTRATION_CODE_META]
+        meta = client.get_system(store.cobbler_system)["autoinstall_meta"]
+        assert not {"autosign_token", REGISTRATION_CODE_META} & set(meta), meta
+        assert meta[REGISTRATION_URL_META] == "https://scc.suse.com"
+        rendered = client.render_autoinstall(store.cobbler_system)
+        assert code not in rendered and f"tok-{run}" not in rendered
+        registration = _registration(rendered)
+        assert registration is not None and "reg_code" not in registration
+        assert registration["reg_server"] == "https://scc.suse.com"
+        assert forget_install_secrets(store, client) == []
+    finally:
+        client.remove_system(store.cobbler_system)
 
 
 def test_two_stores_get_root_passwords_of_their_own(cobbler_lab: Lab,
@@ -477,4 +590,4 @@ def test_preflight_refuses_a_profile_that_falls_back_to_a_shared_root_password(
         for name in variants:
             proxy.remove_profile(name, token)
             proxy.remove_autoinstall_template(f"{name}.xml", token)
-    assert proxy.get_item_names("profile") == [cobbler_service.PROFILE]
+    assert sorted(proxy.get_item_names("profile")) == sorted(cobbler_service.PROFILES)

@@ -41,7 +41,7 @@ READ_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN
 FIRSTBOOT_TAGS = {c.FIRSTBOOT_EVENT_PREFIX + event for event in c.FIRSTBOOT_EVENTS}
 # `store_rollout_*` / `STORE_*` words outside Python: each must be a contract
 PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, c.SEED_LABEL,
-                 c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}
+                 c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV, c.STORE_PLATFORM_GRAIN}
 PROJECT_WORD_RE = re.compile(r"\b(store_rollout_[a-z_]+|STORE_[A-Z_]+)\b")
 # the hypervisor's own minion config, which its AutoYaST profile writes
 HYPERVISOR_MINION_CONF = {"50-store-rollout.conf", c.LIBVIRT_EVENTS_CONF}
@@ -394,10 +394,25 @@ def check_identity_script(r: Report) -> None:
 
 
 def check_autoyast(r: Report) -> None:
+    """The profile's default autosign grain; the platform grain it writes from the record's
+    platform meta; the registration meta it reads."""
+    platform_grains = []
     for number, line in r.lines(AUTOYAST):
         if m := re.search(r"getVar\('autosign_grain', '([^']*)'\)", line):
             r.expect(AUTOYAST, number, "default autosign grain", m.group(1), c.AUTOSIGN_GRAIN,
                      "AUTOSIGN_GRAIN")
+        m = re.match(r"\s+(\w+): '\$getVar\('(\w+)', '[^']*'\)'$", line)
+        if m and {c.STORE_PLATFORM_META, c.STORE_PLATFORM_GRAIN} & set(m.groups()):
+            platform_grains.append((number, m.group(1), m.group(2)))
+    number = platform_grains[0][0] if platform_grains else None
+    r.expect(AUTOYAST, number, "platform grain: meta", [(grain, meta) for _, grain, meta in platform_grains],
+             [(c.STORE_PLATFORM_GRAIN, c.STORE_PLATFORM_META)],
+             "STORE_PLATFORM_GRAIN / STORE_PLATFORM_META")
+    text = r.text(AUTOYAST)
+    for contract in ("REGISTRATION_URL_META", "REGISTRATION_CODE_META"):
+        if f"$getVar('{getattr(c, contract)}', '')" not in text:
+            r.at(AUTOYAST, None, f"does not read the {getattr(c, contract)!r} meta "
+                                 f"(store_rollout.contracts.{contract})")
 
 
 def check_words(r: Report) -> None:
@@ -481,6 +496,8 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     plant(LAB_IMAGES / "lab-debian" / "config.sh", "15-identity.conf", "15-identiy.conf")
     plant(AUTOYAST, "tag_prefix: store/libvirt", "tag_prefix: store/libvirt_events")
     plant(AUTOYAST, "  - store_libvirt_events:", "  - libvirt_events:")
+    plant(AUTOYAST, "store_rollout_platform: '$getVar('store_platform'",
+          "store_rollout_platfrom: '$getVar('store_platform'")
     plant(SALT / "_engines" / "store_libvirt_events.py", 'CONNECTION_LOST = "connection/lost"',
           'CONNECTION_LOST = "connection/gone"')
     plant(SALT / "_engines" / "store_autosign_guard.py",
@@ -506,8 +523,11 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
         "lab-debian/config.sh:14: minion.d file: found '15-identiy.conf'",
         "lab-debian/config.sh:-: does not remove a stray minion.d/15-identity.conf",
-        "sles15-xen.xml:273: engine tag_prefix: found 'store/libvirt_events'",
-        "sles15-xen.xml:271: engine engine: found 'libvirt_events'",
+        "sles15-xen.xml:319: engine tag_prefix: found 'store/libvirt_events'",
+        "sles15-xen.xml:317: engine engine: found 'libvirt_events'",
+        "sles15-xen.xml:284: platform grain: meta: found [('store_rollout_platfrom', "
+        "'store_platform')]",
+        "sles15-xen.xml:284: project word: found 'store_rollout_platfrom'",
         # the engines' lines as they stand (they change more often than the files above)
         f"store_libvirt_events.py:{engine_line('store_libvirt_events', 'CONNECTION_LOST')}: "
         "CONNECTION_LOST: found 'connection/gone'",

@@ -28,6 +28,31 @@ menuentry 'openSUSE Leap 15.6, with Xen hypervisor' --class opensuse --class xen
 }
 """
 
+# SLES 15 SP7's grub.cfg as YaST and grub2-mkconfig write it: GRUB_DISTRIBUTOR left empty, so the
+# titles start with os-release's "${NAME} ${VERSION}" (SUSE's grub2-default-distributor.patch)
+SP7_XEN_TITLE = "SLES 15-SP7, with Xen hypervisor"
+SP7_GRUB_CFG = """\
+set default="${saved_entry}"
+menuentry 'SLES 15-SP7'  --class sles --class gnu-linux --class gnu --class os $menuentry_id_option 'gnulinux-simple-0000' {
+\tlinux /boot/vmlinuz-6.4.0-150700.51-default root=UUID=0000
+}
+submenu 'Advanced options for SLES 15-SP7' $menuentry_id_option 'gnulinux-advanced-0000' {
+\tmenuentry 'SLES 15-SP7, with Linux 6.4.0-150700.51-default' --class sles {
+\t\tlinux /boot/vmlinuz-6.4.0-150700.51-default root=UUID=0000
+\t}
+}
+menuentry 'SLES 15-SP7, with Xen hypervisor' --class sles --class gnu-linux --class gnu --class os --class xen $menuentry_id_option 'xen-gnulinux-simple-0000' {
+\tmultiboot2 /boot/xen.gz placeholder dom0_mem=4096M,max:4096M
+}
+submenu 'Advanced options for SLES 15-SP7 (with Xen hypervisor)' $menuentry_id_option 'gnulinux-advanced-0000' {
+\tsubmenu 'Xen hypervisor, version 4.20.1_02-150700.3.3.1' {
+\t\tmenuentry 'SLES 15-SP7, with Xen 4.20.1_02-150700.3.3.1 and Linux 6.4.0-150700.51-default' --class sles --class xen {
+\t\t\tmultiboot2 /boot/xen-4.20.1_02-150700.3.3.1.gz placeholder
+\t\t}
+\t}
+}
+"""
+
 
 def load(kind: str) -> ModuleType:
     return load_salt_module(kind, "storehost")
@@ -37,6 +62,15 @@ def test_xen_entry_is_the_top_level_xen_title(tmp_path: Path) -> None:
     cfg = tmp_path / "grub.cfg"
     cfg.write_text(GRUB_CFG)
     assert load("_modules").xen_boot_entry(str(cfg)) == "openSUSE Leap 15.6, with Xen hypervisor"
+
+
+
+def test_sles_15_sp7s_xen_entry_is_found_by_its_own_title(tmp_path: Path) -> None:
+    """SP7's top-level Xen entry, not its plain entry, nor the per-version entries of the
+    submenus, whatever its distribution's name."""
+    cfg = tmp_path / "grub.cfg"
+    cfg.write_text(SP7_GRUB_CFG)
+    assert load("_modules").xen_boot_entry(str(cfg)) == SP7_XEN_TITLE
 
 
 def test_no_xen_entry_says_what_to_install(tmp_path: Path) -> None:
@@ -173,3 +207,19 @@ def test_checked_state_reads_only_and_reports_no_change_even_in_test_mode() -> N
         ret = state.checked("ready")
         assert (ret["result"], ret["changes"]) == (False, {})
         assert "not running as Xen dom0" in ret["comment"]
+
+
+def test_default_boot_state_boots_sles_15_sp7s_xen_entry(tmp_path: Path) -> None:
+    """The state and the module together on SP7's grub.cfg: a host booting its plain SLES entry
+    gets SP7's Xen entry as GRUB's saved entry, by its exact title."""
+    cfg = tmp_path / "grub.cfg"
+    cfg.write_text(SP7_GRUB_CFG)
+    grub = FakeGrub(saved="SLES 15-SP7", entry="")
+    salt = grub.salt()
+    salt["storehost.xen_boot_entry"] = load("_modules").xen_boot_entry
+    state = load("_states")
+    state.__salt__ = salt  # type: ignore[attr-defined]
+    state.__opts__ = {"test": False}  # type: ignore[attr-defined]
+    ret = state.xen_default_boot(str(cfg))
+    assert ret["changes"] == {"saved_entry": {"old": "SLES 15-SP7", "new": SP7_XEN_TITLE}}
+    assert ret["result"] is True and grub.set_calls == [SP7_XEN_TITLE]
