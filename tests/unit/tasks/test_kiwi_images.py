@@ -275,8 +275,9 @@ def identity_salt_dir(tree: ImageTree) -> str | None:
     env = unit_environment(tree, IDENTITY_UNIT)
     if contracts.IDENTITY_SALT_DIR_ENV in env:
         return env[contracts.IDENTITY_SALT_DIR_ENV]
-    m = re.search(r"^SALT_DIR=\$\{%s:-([^}]+)\}$" % contracts.IDENTITY_SALT_DIR_ENV,
-                  tree.files.get(IDENTITY_SCRIPT, ""), re.M)
+    env_name = re.escape(contracts.IDENTITY_SALT_DIR_ENV)
+    m = re.search(rf"^SALT_DIR=\$\{{{env_name}:-([^}}]+)\}}$", tree.files.get(IDENTITY_SCRIPT, ""),
+                  re.M)
     return m[1] if m else None
 
 
