@@ -421,26 +421,32 @@ def test_leap16_jeos_boots_like_lab_debian() -> None:
     assert leap == debian, "leap16-jeos vs lab-debian:\n" + "\n".join(_differences(leap, debian))
 
 
-def _no_dhcp(d: Path) -> None:
-    edit(d / "config.sh", "[ipv4]\nmethod=auto", "[ipv4]\nmethod=manual")
+def _config_sh_fault(name: str, *edits: tuple[str, str]) -> Callable[[Path], None]:
+    """A mutation that makes ``edits`` (old, new) to config.sh, named ``name``."""
+    def mutate(d: Path) -> None:
+        for old, new in edits:
+            edit(d / "config.sh", old, new)
+    mutate.__name__ = name
+    return mutate
 
 
-def _networkmanager_not_enabled(d: Path) -> None:
-    edit(d / "config.sh", "systemctl enable NetworkManager.service NetworkManager-wait-online.service",
-         "systemctl enable NetworkManager-wait-online.service")
-
-
-def _minion_d_left_in_etc_salt(d: Path) -> None:
-    edit(d / "config.sh", "mv /etc/salt/minion.d/*.conf /etc/venv-salt-minion/minion.d/\n", "")
-    edit(d / "config.sh", "rm -rf /etc/salt/minion.d\n", "")
-
-
-def _identity_writes_etc_salt(d: Path) -> None:
-    edit(d / "config.sh", "Environment=STORE_IDENTITY_SALT_DIR=/etc/venv-salt-minion\n", "")
-
-
-def _distribution_minion_enabled(d: Path) -> None:
-    edit(d / "config.sh", "systemctl enable venv-salt-minion.service", "systemctl enable salt-minion")
+# Leap 16's own first boot: NetworkManager, the Bundle's unit and directory
+LEAP16_FAULTS = [
+    (_config_sh_fault("no_dhcp", ("[ipv4]\nmethod=auto", "[ipv4]\nmethod=manual")), "dhcp_nics"),
+    (_config_sh_fault("networkmanager_not_enabled", (
+        "enable NetworkManager.service NetworkManager-wait-online", "enable NetworkManager-wait-online")),
+     "enabled"),
+    (_config_sh_fault("distribution_minion_enabled", (
+        "systemctl enable venv-salt-minion.service", "systemctl enable salt-minion")), "enabled"),
+    (_config_sh_fault("identity_not_required", ("Requires=store-identity.service\n", "")),
+     "minion_pulls_in"),
+    (_config_sh_fault("minion_d_left_in_etc_salt",
+                      ("mv /etc/salt/minion.d/*.conf /etc/venv-salt-minion/minion.d/\n", ""),
+                      ("rm -rf /etc/salt/minion.d\n", "")), "minion_d_where_minion_reads"),
+    (_config_sh_fault("identity_writes_etc_salt", (
+        "Environment=STORE_IDENTITY_SALT_DIR=/etc/venv-salt-minion\n", "")),
+     "identity_writes_where_minion_reads"),
+]  # fmt: skip
 
 
 def _no_network_online(d: Path) -> None:
@@ -491,10 +497,6 @@ def _identity_not_before_minion(d: Path) -> None:
          "After=network-online.target")
 
 
-def _identity_not_required(d: Path) -> None:
-    edit(d / "config.sh", "Requires=store-identity.service\n", "")
-
-
 def _debian_no_keygen_unit(d: Path) -> None:
     edit(d / "config.sh", "systemctl enable store-ssh-hostkeys.service ssh", "systemctl enable ssh")
 
@@ -504,9 +506,7 @@ def _debian_not_disk(d: Path) -> None:
 
 
 BROKEN = [
-    (LEAP, _no_dhcp, "dhcp_nics"),
-    (LEAP, _networkmanager_not_enabled, "enabled"),
-    (LEAP, _distribution_minion_enabled, "enabled"),
+    *((LEAP, mutate, field_name) for mutate, field_name in LEAP16_FAULTS),
     (LEAP, _no_network_online, "minion_after"),
     (LEAP, _network_online_not_wanted, "minion_pulls_in"),
     (LEAP, _no_ifnames, "nic_names"),
@@ -517,9 +517,6 @@ BROKEN = [
     (LEAP, _minion_id_kept, "minion_id_removed"),
     (LEAP, _minion_keys_kept, "minion_keys_removed"),
     (LEAP, _identity_not_before_minion, "minion_after"),
-    (LEAP, _identity_not_required, "minion_pulls_in"),
-    (LEAP, _minion_d_left_in_etc_salt, "minion_d_where_minion_reads"),
-    (LEAP, _identity_writes_etc_salt, "identity_writes_where_minion_reads"),
     (DEBIAN, _debian_no_keygen_unit, "ssh_host_keys_made_at_first_boot"),
     (DEBIAN, _debian_not_disk, "enabled"),  # the Disk-only block no longer applies
 ]
