@@ -114,7 +114,8 @@ demo: setup
 	$(VENV)/bin/store-rollout lab demo --inventory examples/inventory.yaml
 
 # what runs on a store host under its Python 3.6 (the master's engines run on the master: not
-# here; the hypervisor's libvirt events engine does)
+# here; the hypervisor's libvirt events engine does). The store VM (image_builds/leap16-jeos) loads
+# the same _modules (provisioning, storegate) under the Salt Bundle's Python 3.11: 3.6 stays the floor
 HOST_PYTHON_PATHS := salt_states/_modules lab/salt_overlay/_modules salt_states/_states salt_states/_utils salt_states/_engines/store_libvirt_events.py tests/host36 lab/host_namespace.py
 
 lint: setup

@@ -160,8 +160,8 @@ IDENTITY_SALT_DIR_ENV: Final = "STORE_IDENTITY_SALT_DIR"
 
 # -- store VM network ------------------------------------------------------------------------
 # The guest's name for the VM's one NIC (tasks/virt.interfaces_for gives it one): both images
-# pass net.ifnames=0 on the kernel command line and configure DHCP on this name (leap-jeos:
-# wicked's ifcfg-<VM_NIC> in config.sh; lab/image_builds/lab-debian: a systemd-networkd file);
+# pass net.ifnames=0 on the kernel command line and configure DHCP on this name (leap16-jeos:
+# a NetworkManager keyfile for <VM_NIC> in config.sh; lab/image_builds/lab-debian: a systemd-networkd file);
 # tests/unit/tasks/test_kiwi_images.py reads both descriptions and checks both against it.
 VM_NIC: Final = "eth0"
 

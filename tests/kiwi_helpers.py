@@ -16,7 +16,7 @@ PARAMS = {"SALT_MASTER": "10.20.0.1", "SALT_MASTER_PORT": "4506"}
 SHARED_OVERLAY = Path("image_builds/overlays/salt-minion")
 OVERLAY = REPO_ROOT / SHARED_OVERLAY
 MINION_D = Path("root/etc/salt/minion.d")
-LEAP, DEBIAN = "leap-jeos", "lab-debian"
+LEAP, DEBIAN = "leap16-jeos", "lab-debian"
 PROFILE = {LEAP: None, DEBIAN: "Disk"}
 # the shipped description under image_builds/, the lab's own under lab/ (both root -> the overlay)
 HOME = {LEAP: Path("image_builds"), DEBIAN: Path("lab/image_builds")}

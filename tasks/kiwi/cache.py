@@ -43,7 +43,7 @@ def image_key(desc_dir: Path, params: Mapping[str, str], *, builder: str | None 
     effective parameters (defaults applied) sorted by key, then ``builder`` if given.
 
     Example:
-        >>> key = image_key(IMAGE_BUILDS_DIR / "leap-jeos", {"SALT_MASTER": "10.0.0.1"})
+        >>> key = image_key(IMAGE_BUILDS_DIR / "leap16-jeos", {"SALT_MASTER": "10.0.0.1"})
         >>> len(key)
         64
     """

@@ -211,7 +211,7 @@ def local_repo_args(
 
     Returns:
         E.g. ``["--ignore-repos-used-for-build", "--add-repo",
-        "https://download.opensuse.org/distribution/leap/15.6/repo/oss,rpm-md,repo-oss", ...]``,
+        "https://download.opensuse.org/distribution/leap/16.0/repo/oss,rpm-md,repo-oss", ...]``,
         or ``[]``.
 
     Raises:

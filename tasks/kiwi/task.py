@@ -25,7 +25,7 @@ def ensure_image(
     """Make sure the image for ``description`` + ``params`` is in the cache.
 
     Args:
-        description: Name under ``image_builds/`` (``leap-jeos``) or a description's directory.
+        description: Name under ``image_builds/`` (``leap16-jeos``) or a description's directory.
         params: Build parameters, e.g. ``{"SALT_MASTER": "10.20.0.1"}``; ``KIWI_PROFILE``
             selects a KIWI profile (a builder may read others of its own).
         cache_dir: Image cache directory.
@@ -39,7 +39,7 @@ def ensure_image(
     Example:
         >>> @flow
         ... def images():
-        ...     return ensure_image("leap-jeos", {"SALT_MASTER": "127.0.0.1"}, "/srv/cache")
+        ...     return ensure_image("leap16-jeos", {"SALT_MASTER": "127.0.0.1"}, "/srv/cache")
     """
     logger = get_run_logger()
     known_builder(builder)

@@ -37,7 +37,7 @@ SAMPLE_VALUE = "placeholder.invalid"
 
 
 def resolve_description(description: str | Path) -> Path:
-    """Map a description name (``leap-jeos``) or a path to its directory.
+    """Map a description name (``leap16-jeos``) or a path to its directory.
 
     Raises:
         KiwiDescriptionError: Neither ``image_builds/<name>`` nor the path has a config.xml.
@@ -110,7 +110,7 @@ def validate_description(
         KiwiDescriptionError: With one entry per problem found.
 
     Example:
-        >>> validate_description(IMAGE_BUILDS_DIR / "leap-jeos", None).format
+        >>> validate_description(IMAGE_BUILDS_DIR / "leap16-jeos", None).format
         'qcow2'
     """
     desc_dir = Path(desc_dir)

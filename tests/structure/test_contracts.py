@@ -492,7 +492,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
     plant(MINION_D / "20-autosign.conf", "- store_rollout_token", "- store_rollout_tokens")
     plant(IDENTITY_SCRIPT, "SEED_LABEL=STORE_SEED", "SEED_LABEL=STORE-SEED")
     plant(SALT / "_modules" / "provisioning.py", '"15-identity.conf"', '"16-identity.conf"')
-    plant(IMAGES / "leap-jeos" / "config.sh", "15-identity.conf", "15-identty.conf")
+    plant(IMAGES / "leap16-jeos" / "config.sh", "15-identity.conf", "15-identty.conf")
     plant(LAB_IMAGES / "lab-debian" / "config.sh", "15-identity.conf", "15-identiy.conf")
     plant(AUTOYAST, "tag_prefix: store/libvirt", "tag_prefix: store/libvirt_events")
     plant(AUTOYAST, "  - store_libvirt_events:", "  - libvirt_events:")
@@ -520,7 +520,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
         "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
         "provisioning.py:16: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
-        "leap-jeos/config.sh:17: minion.d file: found '15-identty.conf'",
+        "leap16-jeos/config.sh:25: minion.d file: found '15-identty.conf'",
         "lab-debian/config.sh:14: minion.d file: found '15-identiy.conf'",
         "lab-debian/config.sh:-: does not remove a stray minion.d/15-identity.conf",
         "sles15-xen.xml:319: engine tag_prefix: found 'store/libvirt_events'",

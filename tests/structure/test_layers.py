@@ -262,12 +262,12 @@ def test_a_planted_lab_word_is_found(tmp_path: Path) -> None:
     sls.write_text(sls.read_text() + "# in the Lab, skip this\n")
     module = tmp_path / "salt_states" / "_modules" / "provisioning.py"
     module.write_text(module.read_text().replace("import os\n", "import os  # store_rollout_lab\n"))
-    script = tmp_path / "image_builds" / "leap-jeos" / "config.sh"
+    script = tmp_path / "image_builds" / "leap16-jeos" / "config.sh"
     script.write_text(script.read_text() + "# lab: keep\n")
     found = lab_words(tmp_path)
-    assert sorted(f.split(":")[0] for f in found) == ["image_builds/leap-jeos/config.sh",
-                                                       "salt_states/_modules/provisioning.py",
-                                                       "salt_states/store_vm/config/init.sls"], found
+    assert sorted(f.split(":")[0] for f in found) == ["image_builds/leap16-jeos/config.sh",
+                                                         "salt_states/_modules/provisioning.py",
+                                                         "salt_states/store_vm/config/init.sls"], found
 
 
 def test_a_planted_lab_word_in_the_packages_is_found(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_the_wheel_holds_the_packages_and_the_salt_tree_and_no_lab(wheel: zipfil
     assert wheel.read(entry_points).decode().split() == ["[console_scripts]",
                                                          "store-rollout", "=", "app.cli:main"]
     # the description's overlay and the image's scripts, executable as in the checkout
-    script = "image_builds/leap-jeos/root/usr/local/sbin/store-identity"
+    script = "image_builds/leap16-jeos/root/usr/local/sbin/store-identity"
     assert wheel.getinfo(script).external_attr >> 16 & 0o111
 
 

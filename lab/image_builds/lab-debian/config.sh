@@ -1,11 +1,11 @@
 #!/bin/bash
 # KIWI config.sh for lab-debian: runs in the image chroot after the packages and the root/
-# overlay (image_builds/overlays/salt-minion, shared with leap-jeos) are in place.
+# overlay (image_builds/overlays/salt-minion, shared with leap16-jeos) are in place.
 set -euxo pipefail
 test -f /.kconfig && . /.kconfig
 test -f /.profile && . /.profile
 
-# Build parameters: same mechanism as leap-jeos (see image_builds/README.md).
+# Build parameters: same mechanism as leap16-jeos (see image_builds/README.md).
 /usr/local/libexec/store-rollout/apply-build-params /etc/store-rollout/build-params /etc/salt/minion.d
 rm -rf /etc/store-rollout /usr/local/libexec/store-rollout
 chmod 0640 /etc/salt/minion.d/*.conf

@@ -73,7 +73,7 @@ def test_wheelhouse_of_the_minion_lock_lands_in_the_overlay(tmp_path: Path) -> N
         MINION_LOCK, "pyzmq-27.3.0-py3-none-any.whl", "salt-3006.30-py3-none-any.whl"]
     argv = (tmp_path / "fake-pip" / "argv.txt").read_text().splitlines()
     assert argv[:3] == ["wheel", "--quiet", "--no-deps"]  # the lock pins every package
-    # no lock: a description with a distribution salt-minion (leap-jeos) gets no wheelhouse
+    # no lock: a description with a packaged minion (leap16-jeos: the Salt Bundle) gets no wheelhouse
     (desc / MINION_LOCK).unlink()
     shutil.rmtree(desc / "root")
     assert KiwiBuilder.add_wheelhouse(desc, pip=pip) is None

@@ -1,10 +1,11 @@
-"""The two image descriptions side by side: the first boot a VM made from leap-jeos (production)
-and from lab-debian (what the full lab boots) goes through, read from each description
-(config.xml through KIWI, config.sh, the shared root/ overlay), must be the same; and
-leap-jeos's repositories work on OBS and for a local kiwi-ng.
+"""The two image descriptions side by side: the first boot a VM made from leap16-jeos
+(production) and from lab-debian (what the full lab boots) goes through, read from each
+description (config.xml through KIWI, config.sh, the shared root/ overlay), must be the same;
+leap16-jeos's repositories work on OBS and for a local kiwi-ng; and nothing under image_builds/
+targets openSUSE Leap 15.6 (out of support since 2026-04-30).
 
 A description does not hold what its distribution's packages do at first boot (their units);
-``DISTROS`` states those facts, each with where it was read.
+``DISTROS`` and ``MINIONS`` state those facts, each with where it was read.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kiwi.xml_description import XMLDescription
 from kiwi.xml_state import XMLState
 from lxml import etree
 
+from lab.state import REPO_ROOT
 from store_rollout import contracts
 from tasks.kiwi import (
     OBS_REPOSITORIES,
@@ -45,8 +47,10 @@ from tests.kiwi_helpers import (
 
 SYSTEMD_SYSTEM = "/etc/systemd/system"
 IDENTITY_UNIT = "store-identity.service"
-MINION_UNIT = "salt-minion.service"
 NETWORK_ONLINE = "network-online.target"
+OVERLAY_MINION_D = "/etc/salt/minion.d"
+"""Where the shared overlay puts the minion.d files (a description may move them)."""
+IDENTITY_SCRIPT = "/usr/local/sbin/store-identity"
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,15 @@ class Distro:
 
 
 DISTROS = {
-    # openSUSE Leap 15.6: wicked.service runs `wicked --systemd ifup all`, is ordered
-    # Before=network-online.target and its vendor preset is disabled (wicked's
-    # systemd/wicked.service.in; `systemctl status wicked` on SLE 15 SP6 says "preset: disabled");
-    # sshd.service runs ExecStartPre=/usr/sbin/sshd-gen-keys-start (openSUSE's openssh package).
-    "zypper": Distro(network=frozenset({"wicked.service"}), online=frozenset({"wicked.service"}),
+    # openSUSE Leap 16.0: NetworkManager is the only network stack (SUSE release notes,
+    # adoc/sles/version160.adoc: "NetworkManager is now the only network configuration stack");
+    # NetworkManager.service applies /etc/NetworkManager/system-connections/*.nmconnection,
+    # NetworkManager-wait-online.service (`nm-online -s`) is WantedBy= and
+    # Before=network-online.target (NetworkManager's data/NetworkManager-wait-online.service.in);
+    # sshd.service runs ExecStartPre=/usr/sbin/sshd-gen-keys-start (openSUSE's openssh package,
+    # as on Leap 15; a Leap 16 build shows it).
+    "zypper": Distro(network=frozenset({"NetworkManager.service"}),
+                     online=frozenset({"NetworkManager-wait-online.service"}),
                      ssh="sshd.service", ssh_unit_makes_host_keys=True),
     # Debian 12: systemd-networkd.service applies /etc/systemd/network/*.network,
     # systemd-networkd-wait-online.service is WantedBy= and Before=network-online.target;
@@ -77,6 +85,32 @@ DISTROS = {
                   online=frozenset({"systemd-networkd-wait-online.service"}),
                   ssh="ssh.service", ssh_unit_makes_host_keys=False),
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Minion:
+    """The Salt minion an image runs: its unit and the directory it reads its config from."""
+
+    unit: str
+    conf_dir: str
+    """minion.d/, minion_id and pki/minion/ live here."""
+
+
+MINIONS = {
+    # the Salt Bundle (Leap 16.0 has no salt package, SUSE release notes version160.adoc): the
+    # unit venv-salt-minion, the config directory /etc/venv-salt-minion with minion.d/,
+    # minion_id and pki/minion/ (Uyuni's bootstrap state, susemanager-sls
+    # salt/bootstrap/init.sls: salt_minion_name / salt_config_dir when it installs the Bundle)
+    "venv-salt-minion": Minion("venv-salt-minion.service", "/etc/venv-salt-minion"),
+    # a distribution salt-minion, or (lab-debian) Salt in /opt/salt with its own
+    # salt-minion.service: Salt's default config directory
+    "salt-minion": Minion("salt-minion.service", "/etc/salt"),
+}
+
+
+def minion_of(packages: Iterable[str]) -> Minion:
+    """The Bundle when the image installs it, else a minion reading /etc/salt."""
+    return MINIONS["venv-salt-minion" if "venv-salt-minion" in packages else "salt-minion"]
 
 
 # --------------------------------------------------------------------------- reading a description
@@ -98,6 +132,12 @@ class ImageTree:
                   for pat, rec in self.removed)  # fmt: skip
         return hit and path not in self.files
 
+    def mv(self, sources: list[str], dest: str) -> None:
+        """``mv SRC... DIR/``: every file a source pattern matches goes into DIR."""
+        for pattern in sources:
+            for path in [p for p in self.files if fnmatch.fnmatchcase(p, pattern)]:
+                self.files[dest.rstrip("/") + "/" + PurePosixPath(path).name] = self.files.pop(path)
+
     def rm(self, pattern: str, recursive: bool) -> None:
         self.removed.append((pattern, recursive))
         prefix = pattern.rstrip("/") + "/"
@@ -116,8 +156,9 @@ def _unit_name(word: str) -> str:
 
 def read_tree(desc: Path, profiles: list[str]) -> ImageTree:
     """The overlay, then config.sh line by line: heredocs (``cat > F <<'EOF'``), ``rm``,
-    ``: > F``, ``systemctl enable``, and ``if [[ "${kiwi_profiles:-}" == *P* ]]`` blocks; any
-    other multi-line construct is refused rather than guessed."""
+    ``mv SRC... DIR/``, ``: > F``, ``systemctl enable``, and
+    ``if [[ "${kiwi_profiles:-}" == *P* ]]`` blocks; any other multi-line construct is refused
+    rather than guessed."""
     tree = ImageTree()
     overlay = (desc / "root").resolve()
     for path in sorted(p for p in overlay.rglob("*") if p.is_file()):
@@ -148,7 +189,7 @@ def read_tree(desc: Path, profiles: list[str]) -> ImageTree:
             raise AssertionError(f"{desc}/config.sh:{i}: the reader does not know {line!r}")
         if not all(active):
             continue
-        if line.split()[0] not in ("systemctl", "rm", ":"):
+        if line.split()[0] not in ("systemctl", "rm", "mv", ":"):
             continue
         words = shlex.split(line)
         if words[:2] == ["systemctl", "enable"]:
@@ -157,6 +198,11 @@ def read_tree(desc: Path, profiles: list[str]) -> ImageTree:
             flags = "".join(w[1:] for w in words[1:] if w.startswith("-"))
             for pattern in (w for w in words[1:] if not w.startswith("-")):
                 tree.rm(pattern, "r" in flags)
+        elif words[0] == "mv":
+            paths = [w for w in words[1:] if not w.startswith("-")]
+            assert len(paths) >= 2 and paths[-1].endswith("/"), \
+                f"{desc}/config.sh:{i}: the reader knows only mv SRC... DIR/: {line!r}"
+            tree.mv(paths[:-1], paths[-1])
         elif words[:2] == [":", ">"] and len(words) == 3:
             tree.files[words[2]] = ""
     assert len(active) == 1, f"{desc}/config.sh: if without fi"
@@ -192,13 +238,16 @@ def unit_deps(tree: ImageTree, unit: str) -> dict[str, set[str]]:
                 if key in deps:
                     deps[key].update(values)
     for path, text in tree.files.items():
-        other = PurePosixPath(path).name
-        if PurePosixPath(path).parent != PurePosixPath(SYSTEMD_SYSTEM) or other == unit:
+        p = PurePosixPath(path)
+        in_drop_in = p.suffix == ".conf" and p.parent.parent == PurePosixPath(SYSTEMD_SYSTEM) \
+            and p.parent.name.endswith(".d")
+        other = p.parent.name.removesuffix(".d") if in_drop_in else p.name
+        if (p.parent != PurePosixPath(SYSTEMD_SYSTEM) and not in_drop_in) or other == unit:
             continue
         sections = unit_sections(text)
         if unit in sections.get("Unit", {}).get("Before", []):
             deps["After"].add(other)
-        if other in tree.enabled:
+        if not in_drop_in and other in tree.enabled:
             install = sections.get("Install", {})
             if unit in install.get("RequiredBy", []):
                 deps["Requires"].add(other)
@@ -207,17 +256,44 @@ def unit_deps(tree: ImageTree, unit: str) -> dict[str, set[str]]:
     return deps
 
 
+def unit_environment(tree: ImageTree, unit: str) -> dict[str, str]:
+    """``Environment=`` of ``unit`` from its unit file in /etc/systemd/system and its drop-ins
+    (later files win, as systemd applies drop-ins in name order)."""
+    env: dict[str, str] = {}
+    paths = [f"{SYSTEMD_SYSTEM}/{unit}"] + sorted(
+        p for p in tree.files if fnmatch.fnmatchcase(p, f"{SYSTEMD_SYSTEM}/{unit}.d/*.conf"))
+    for path in (p for p in paths if p in tree.files):
+        for assignment in unit_sections(tree.files[path]).get("Service", {}).get("Environment", []):
+            key, _, value = assignment.partition("=")
+            env[key] = value
+    return env
+
+
+def identity_salt_dir(tree: ImageTree) -> str | None:
+    """Where store-identity writes minion_id and minion.d/15-identity.conf: its unit's
+    ``STORE_IDENTITY_SALT_DIR``, else the script's default."""
+    env = unit_environment(tree, IDENTITY_UNIT)
+    if contracts.IDENTITY_SALT_DIR_ENV in env:
+        return env[contracts.IDENTITY_SALT_DIR_ENV]
+    env_name = re.escape(contracts.IDENTITY_SALT_DIR_ENV)
+    m = re.search(rf"^SALT_DIR=\$\{{{env_name}:-([^}}]+)\}}$", tree.files.get(IDENTITY_SCRIPT, ""),
+                  re.M)
+    return m[1] if m else None
+
+
 def dhcp_nics(tree: ImageTree, manager: str) -> set[str]:
     """Interfaces the description configures for DHCP (IPv4) at boot."""
     nics: set[str] = set()
     for path, text in tree.files.items():
         p = PurePosixPath(path)
-        if manager == "zypper" and p.parent == PurePosixPath("/etc/sysconfig/network") \
-                and p.name.startswith("ifcfg-"):
-            values = dict(re.findall(r"^([A-Z0-9_]+)='?([^'\n]*)'?$", text, re.M))
-            if values.get("BOOTPROTO") in ("dhcp", "dhcp4") \
-                    and values.get("STARTMODE") in ("auto", "hotplug"):
-                nics.add(p.name.removeprefix("ifcfg-"))
+        if manager == "zypper" and p.parent == PurePosixPath("/etc/NetworkManager/system-connections") \
+                and p.suffix == ".nmconnection":
+            sections = unit_sections(text)
+            conn = sections.get("connection", {})
+            if conn.get("type", [""])[0] in ("ethernet", "802-3-ethernet") \
+                    and conn.get("autoconnect", ["true"])[0] not in ("false", "no", "0") \
+                    and sections.get("ipv4", {}).get("method", [""])[0] == "auto":
+                nics.update(conn.get("interface-name", []))
         elif manager == "apt" and p.parent == PurePosixPath("/etc/systemd/network") \
                 and p.suffix == ".network":
             sections = unit_sections(text)
@@ -244,6 +320,10 @@ class FirstBoot:
     ssh_host_keys_made_at_first_boot: bool
     minion_keys_removed: bool
     minion_id_removed: bool
+    minion_d_where_minion_reads: bool
+    """Every minion.d file of the overlay ends up in the directory the image's minion reads."""
+    identity_writes_where_minion_reads: bool
+    """store-identity writes minion_id and the token grain into that same directory."""
 
 
 def first_boot(desc: Path, profile: str | None) -> FirstBoot:
@@ -252,14 +332,17 @@ def first_boot(desc: Path, profile: str | None) -> FirstBoot:
                          [profile] if profile else [])  # fmt: skip
     manager = state.get_package_manager()
     distro = DISTROS[manager]
+    minion = minion_of(state.get_system_packages())
     tree = read_tree(desc, list(state.profiles))
+    overlay_minion_d = {p.name for p in (desc / "root" / OVERLAY_MINION_D.lstrip("/")).glob("*.conf")}
+    conf = minion.conf_dir
 
     def roles(units: Iterable[str]) -> frozenset[str]:
         found: set[str] = set()
         for unit in units:
             found |= {role for role, match in (
                 ("identity", unit == IDENTITY_UNIT),
-                ("minion", unit == MINION_UNIT),
+                ("minion", unit == minion.unit),
                 ("ssh", unit == distro.ssh),
                 ("network", unit in distro.network),
                 ("network-online", unit == NETWORK_ONLINE or unit in distro.online),
@@ -267,7 +350,7 @@ def first_boot(desc: Path, profile: str | None) -> FirstBoot:
         return frozenset(found)
 
     enabled = roles(tree.enabled)
-    deps = unit_deps(tree, MINION_UNIT)
+    deps = unit_deps(tree, minion.unit)
     ssh_keygen_units = [
         u for u in tree.enabled
         if (text := tree.files.get(f"{SYSTEMD_SYSTEM}/{u}")) is not None
@@ -287,10 +370,13 @@ def first_boot(desc: Path, profile: str | None) -> FirstBoot:
         and not [p for p in tree.files if p.startswith("/etc/ssh/ssh_host_")],
         ssh_host_keys_made_at_first_boot="ssh" in enabled
         and (distro.ssh_unit_makes_host_keys or bool(ssh_keygen_units)),
-        minion_keys_removed=tree.removes("/etc/salt/pki/minion/minion.pem")
-        and tree.removes("/etc/salt/pki/minion/minion.pub")
-        and not [p for p in tree.files if p.startswith("/etc/salt/pki/")],
-        minion_id_removed=tree.removes("/etc/salt/minion_id"),
+        minion_keys_removed=tree.removes(f"{conf}/pki/minion/minion.pem")
+        and tree.removes(f"{conf}/pki/minion/minion.pub")
+        and not [p for p in tree.files if p.startswith(f"{conf}/pki/")],
+        minion_id_removed=tree.removes(f"{conf}/minion_id"),
+        minion_d_where_minion_reads=bool(overlay_minion_d) and all(
+            f"{conf}/minion.d/{name}" in tree.files for name in overlay_minion_d),
+        identity_writes_where_minion_reads=identity_salt_dir(tree) == conf,
     )  # fmt: skip
 
 
@@ -306,6 +392,8 @@ EXPECTED = FirstBoot(
     ssh_host_keys_made_at_first_boot=True,
     minion_keys_removed=True,
     minion_id_removed=True,
+    minion_d_where_minion_reads=True,
+    identity_writes_where_minion_reads=True,
 )
 
 
@@ -325,20 +413,40 @@ def test_each_description_keeps_the_first_boot_contract(name: str) -> None:
         _differences(found, EXPECTED))
 
 
-def test_leap_jeos_boots_like_lab_debian() -> None:
-    """The lab boots lab-debian; production boots leap-jeos. Whatever the lab shows about the
+def test_leap16_jeos_boots_like_lab_debian() -> None:
+    """The lab boots lab-debian; production boots leap16-jeos. Whatever the lab shows about the
     VM's first boot holds for production only as far as these agree."""
     leap = first_boot(desc_dir(LEAP), PROFILE[LEAP])
     debian = first_boot(desc_dir(DEBIAN), PROFILE[DEBIAN])
-    assert leap == debian, "leap-jeos vs lab-debian:\n" + "\n".join(_differences(leap, debian))
+    assert leap == debian, "leap16-jeos vs lab-debian:\n" + "\n".join(_differences(leap, debian))
 
 
-def _no_ifcfg(d: Path) -> None:
-    edit(d / "config.sh", "BOOTPROTO='dhcp'", "BOOTPROTO='static'")
+def _config_sh_fault(name: str, *edits: tuple[str, str]) -> Callable[[Path], None]:
+    """A mutation that makes ``edits`` (old, new) to config.sh, named ``name``."""
+    def mutate(d: Path) -> None:
+        for old, new in edits:
+            edit(d / "config.sh", old, new)
+    mutate.__name__ = name
+    return mutate
 
 
-def _wicked_not_enabled(d: Path) -> None:
-    edit(d / "config.sh", "systemctl enable wicked.service\n", "")
+# Leap 16's own first boot: NetworkManager, the Bundle's unit and directory
+LEAP16_FAULTS = [
+    (_config_sh_fault("no_dhcp", ("[ipv4]\nmethod=auto", "[ipv4]\nmethod=manual")), "dhcp_nics"),
+    (_config_sh_fault("networkmanager_not_enabled", (
+        "enable NetworkManager.service NetworkManager-wait-online", "enable NetworkManager-wait-online")),
+     "enabled"),
+    (_config_sh_fault("distribution_minion_enabled", (
+        "systemctl enable venv-salt-minion.service", "systemctl enable salt-minion")), "enabled"),
+    (_config_sh_fault("identity_not_required", ("Requires=store-identity.service\n", "")),
+     "minion_pulls_in"),
+    (_config_sh_fault("minion_d_left_in_etc_salt",
+                      ("mv /etc/salt/minion.d/*.conf /etc/venv-salt-minion/minion.d/\n", ""),
+                      ("rm -rf /etc/salt/minion.d\n", "")), "minion_d_where_minion_reads"),
+    (_config_sh_fault("identity_writes_etc_salt", (
+        "Environment=STORE_IDENTITY_SALT_DIR=/etc/venv-salt-minion\n", "")),
+     "identity_writes_where_minion_reads"),
+]  # fmt: skip
 
 
 def _no_network_online(d: Path) -> None:
@@ -356,8 +464,8 @@ def _dbus_machine_id_kept(d: Path) -> None:
 
 
 def _minion_id_kept(d: Path) -> None:
-    edit(d / "config.sh", "rm -f /etc/salt/minion_id /etc/salt/minion.d/15-identity.conf",
-         "rm -f /etc/salt/minion.d/15-identity.conf")
+    edit(d / "config.sh", "rm -f /etc/venv-salt-minion/minion_id /etc/venv-salt-minion/minion.d/",
+         "rm -f /etc/venv-salt-minion/minion.d/")
 
 
 def _no_ifnames(d: Path) -> None:
@@ -379,12 +487,12 @@ def _machine_id_kept(d: Path) -> None:
 
 
 def _minion_keys_kept(d: Path) -> None:
-    edit(d / "config.sh", "rm -f /etc/salt/pki/minion/minion.pem /etc/salt/pki/minion/minion.pub\n",
-         "")
+    edit(d / "config.sh", "rm -f /etc/venv-salt-minion/pki/minion/minion.pem "
+         "/etc/venv-salt-minion/pki/minion/minion.pub\n", "")
 
 
 def _identity_not_before_minion(d: Path) -> None:
-    edit(d / "root/etc/systemd/system/store-identity.service", "Before=salt-minion.service\n", "")
+    edit(d / "config.sh", "[Unit]\nBefore=venv-salt-minion.service\n", "[Unit]\n")
     edit(d / "config.sh", "After=network-online.target store-identity.service",
          "After=network-online.target")
 
@@ -398,8 +506,7 @@ def _debian_not_disk(d: Path) -> None:
 
 
 BROKEN = [
-    (LEAP, _no_ifcfg, "dhcp_nics"),
-    (LEAP, _wicked_not_enabled, "enabled"),
+    *((LEAP, mutate, field_name) for mutate, field_name in LEAP16_FAULTS),
     (LEAP, _no_network_online, "minion_after"),
     (LEAP, _network_online_not_wanted, "minion_pulls_in"),
     (LEAP, _no_ifnames, "nic_names"),
@@ -435,7 +542,7 @@ def test_the_comparison_sees_a_broken_first_boot(
 def test_the_reader_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     desc = copy_description(LEAP, tmp_path)
     with (desc / "config.sh").open("a") as fh:
-        fh.write('for unit in sshd wicked; do\n  systemctl enable "$unit"\ndone\n')
+        fh.write('for unit in sshd NetworkManager; do\n  systemctl enable "$unit"\ndone\n')
     with pytest.raises(AssertionError, match="the reader does not know 'for unit in sshd"):
         first_boot(desc, None)
 
@@ -450,13 +557,11 @@ def test_the_overlay_carries_no_identity() -> None:
 # --------------------------------------------------------------------------- repositories
 
 LEAP_REPOSITORIES = {
-    # what a stock Leap 15.6 enables (openSUSE-repos-Leap's repoindex) but the openh264 codecs
-    "repo-oss": "https://download.opensuse.org/distribution/leap/15.6/repo/oss",
-    "repo-non-oss": "https://download.opensuse.org/distribution/leap/15.6/repo/non-oss",
-    "repo-update": "https://download.opensuse.org/update/leap/15.6/oss",
-    "repo-update-non-oss": "https://download.opensuse.org/update/leap/15.6/non-oss",
-    "repo-sle-update": "https://download.opensuse.org/update/leap/15.6/sle",
-    "repo-backports-update": "https://download.opensuse.org/update/leap/15.6/backports",
+    # what a stock Leap 16.0 enables (openSUSE-repos' opensuse-leap16-repoindex.xml: repo-oss,
+    # which also carries the updates) but the openh264 codecs; plus the Salt Bundle's
+    "repo-oss": "https://download.opensuse.org/distribution/leap/16.0/repo/oss",
+    "uyuni-client-tools": "https://download.opensuse.org/repositories/systemsmanagement:/Uyuni:/"
+                          "Stable:/openSUSE_Leap_16-Uyuni-Client-Tools/openSUSE_Leap_16.0/",
 }
 
 
@@ -476,7 +581,7 @@ def obs_repository_problems(config_xml: Path) -> list[str]:
     return problems
 
 
-def test_leap_jeos_repositories_build_on_obs() -> None:
+def test_leap16_jeos_repositories_build_on_obs() -> None:
     config_xml = desc_dir(LEAP) / "config.xml"
     assert obs_repository_problems(config_xml) == []
     with _kiwi_session(None):
@@ -490,13 +595,13 @@ def test_leap_jeos_repositories_build_on_obs() -> None:
 
 def test_the_obs_rule_refuses_a_plain_url_whatever_its_profile(tmp_path: Path) -> None:
     desc = copy_description(LEAP, tmp_path)
-    edit(desc / "config.xml", '<repository type="rpm-md" alias="repo-update" imageonly="true">',
-         '<repository type="rpm-md" alias="repo-update" profiles="Local">')
+    edit(desc / "config.xml", '<repository type="rpm-md" alias="repo-oss" imageonly="true">',
+         '<repository type="rpm-md" alias="repo-oss" profiles="Local">')
     assert obs_repository_problems(desc / "config.xml") == [
-        "repo url not using obs:/ scheme: https://download.opensuse.org/update/leap/15.6/oss"]
+        "repo url not using obs:/ scheme: https://download.opensuse.org/distribution/leap/16.0/repo/oss"]
 
 
-def test_leap_jeos_builds_locally_from_the_same_urls(tmp_path: Path) -> None:
+def test_leap16_jeos_builds_locally_from_the_same_urls(tmp_path: Path) -> None:
     """A local kiwi-ng cannot resolve obsrepositories:/; KiwiBuilder drops it and adds Leap's
     repositories as build repositories (kiwi-ng runs its repository checks on that view)."""
     args = local_repo_args(desc_dir(LEAP) / "config.xml", None)
@@ -526,5 +631,50 @@ def test_an_obs_only_description_is_refused_for_a_local_build(tmp_path: Path) ->
 def test_image_key_follows_the_repositories(tmp_path: Path) -> None:
     tree = copy_tree_with_links(tmp_path)
     key = image_key(desc_dir(LEAP, tree), PARAMS)
-    edit(desc_dir(LEAP, tree) / "config.xml", "update/leap/15.6/backports", "update/leap/15.6/backportz")
+    edit(desc_dir(LEAP, tree) / "config.xml", "leap/16.0/repo/oss", "leap/16.0/repo/osz")
     assert image_key(desc_dir(LEAP, tree), PARAMS) != key
+
+
+# --------------------------------------------------------------------------- no retired Leap
+
+RETIRED = re.compile(r"15\.6|leap[\s_/:.-]*15|leap156|opensuse15", re.I)
+"""openSUSE Leap 15.6 in any spelling a description or template uses: a version, a repository
+path (leap/15.6, openSUSE_Leap_15.6, Leap:15.6), an image name (leap156), a Cobbler os_version."""
+IMAGE_BUILDS = REPO_ROOT / "image_builds"
+
+
+def retired_mentions(top: Path) -> list[str]:
+    """``path:line: text`` of every line under ``top`` that names Leap 15.6 (symlinks followed
+    once: each description's root/ is the shared overlay, read where it lives)."""
+    found = []
+    for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.is_symlink()):
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if RETIRED.search(line):
+                found.append(f"{path.relative_to(top.parent)}:{number}: {line.strip()}")
+    return found
+
+
+# One entry per directory of image_builds/. autoyast/ belongs to the hypervisor template's
+# rework (issue 46), which still calls its host "openSUSE Leap 15.6": strict, so this fails
+# once that is fixed and the marker must go.
+_OTHERS = pytest.mark.xfail(strict=True, reason="image_builds/autoyast/ still names Leap 15.6 "
+                            "(the AutoYaST rework owns it)")
+
+
+@pytest.mark.parametrize("top", [
+    pytest.param(p.name, marks=[_OTHERS] if p.name == "autoyast" else [])
+    for p in sorted(IMAGE_BUILDS.iterdir())])  # fmt: skip
+def test_image_builds_target_no_retired_leap(top: str) -> None:
+    found = retired_mentions(IMAGE_BUILDS / top) if (IMAGE_BUILDS / top).is_dir() else \
+        [m for m in retired_mentions(IMAGE_BUILDS) if m.startswith(f"image_builds/{top}:")]
+    assert not found, "Leap 15.6 is out of support (2026-04-30):\n" + "\n".join(found)
+
+
+def test_the_retired_leap_check_sees_every_spelling(tmp_path: Path) -> None:
+    top = tmp_path / "image_builds"
+    (top / "d").mkdir(parents=True)
+    spellings = ["<version>15.6.0</version>", "https://x.invalid/update/leap/15.6/oss",
+                 "openSUSE_Leap_15.6", "openSUSE:Leap:15.6:Update", 'name="leap156-jeos"',
+                 "os_version: opensuse15.6", "openSUSE Leap 15 SP6"]
+    (top / "d" / "config.xml").write_text("\n".join([*spellings, "Leap 16.0", "SLES 15 SP7"]) + "\n")
+    assert [m.split(": ", 1)[1] for m in retired_mentions(top)] == spellings

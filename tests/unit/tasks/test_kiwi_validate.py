@@ -28,12 +28,16 @@ from tests.kiwi_helpers import (
 # --------------------------------------------------------------------------- valid descriptions
 
 
-def test_leap_jeos_validates_with_kiwi() -> None:
+def test_leap16_jeos_validates_with_kiwi() -> None:
+    """KIWI's own loader (XSLT upgrade, RelaxNG, Schematron, RuntimeChecker) accepts it, and it
+    is Leap 16.0 with the Salt Bundle and NetworkManager (Leap 16 has no salt package, no wicked)."""
     info = validate_description(desc_dir(LEAP), None)
-    assert info.name == "leap156-jeos-store-server"
-    assert info.version == "15.6.0"
+    assert info.name == "leap160-jeos-store-server"
+    assert info.version == "16.0.0"
     assert (info.image_type, info.format) == ("oem", "qcow2")
-    assert {"salt-minion", "util-linux", "dracut-kiwi-oem-repart"} <= set(info.packages)
+    assert {"venv-salt-minion", "NetworkManager", "util-linux", "dracut-kiwi-oem-repart"} <= set(
+        info.packages)
+    assert not {"salt-minion", "wicked"} & set(info.packages)
 
 
 def test_lab_debian_validates_with_kiwi_profile_disk() -> None:
