@@ -11,14 +11,16 @@ from typing import Any
 # each platform's own update repositories, where the host does not register: a SLES host
 # (sles15-xen, sle16-kvm with sle16_product sles) gets its product's and modules' update
 # repositories from its registration server (RMT, SUSE Manager or SCC), so none are added; a
-# Leap 16.0 host adds Leap's (Leap 16 keeps one update repository; non-oss has nothing a
-# hypervisor installs)
-LEAP16_UPDATE_REPOS = ("https://download.opensuse.org/update/leap/16.0/oss/",)
+# Leap 16.0 host keeps Leap's repo-oss, where Leap 16 publishes its updates (no separate update
+# repository; a stock install enables it: openSUSE-repos' opensuse-leap16-repoindex.xml)
+LEAP16_UPDATE_REPOS = ("https://download.opensuse.org/distribution/leap/16.0/repo/oss/",)
 DEFAULT_UPDATE_REPOS: dict[str, tuple[str, ...]] = {"sles15-xen": (),
                                                     "sle16-kvm": LEAP16_UPDATE_REPOS}
-# openSUSE's own aliases of its update repositories (a Leap install's `zypper lr`), by the last
-# path segment of the URL, as download.opensuse.org and its mirrors lay them out
-LEAP_UPDATE_ALIASES = {"oss": "repo-update", "non-oss": "repo-update-non-oss",
+# openSUSE's own aliases of its repositories (a Leap install's `zypper lr`), by the end of the
+# URL's path, as download.opensuse.org and its mirrors lay them out (Leap 16: repo/oss; the
+# older update/leap/<version>/<part> layout by its last segment)
+LEAP_UPDATE_ALIASES = {"repo/oss": "repo-oss", "repo/non-oss": "repo-non-oss",
+                       "oss": "repo-update", "non-oss": "repo-update-non-oss",
                        "sle": "repo-sle-update", "backports": "repo-backports-update"}
 _REPO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>&\"']+")
 
@@ -53,7 +55,9 @@ def update_repos_meta(urls: list[str]) -> str:
     `update-<n>`."""
     entries: list[str] = []
     for n, url in enumerate(urls, 1):
-        alias = LEAP_UPDATE_ALIASES.get(url.rstrip("/").rsplit("/", 1)[-1], f"update-{n}")
+        path = url.rstrip("/").split("/")
+        alias = (LEAP_UPDATE_ALIASES.get("/".join(path[-2:]))
+                 or LEAP_UPDATE_ALIASES.get(path[-1], f"update-{n}"))
         if any(e.startswith(f"{alias}=") for e in entries):
             alias = f"update-{n}"
         entries.append(f"{alias}={url}")

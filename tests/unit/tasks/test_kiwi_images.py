@@ -654,16 +654,8 @@ def retired_mentions(top: Path) -> list[str]:
     return found
 
 
-# One entry per directory of image_builds/. autoyast/ belongs to the hypervisor template's
-# rework (issue 46), which still calls its host "openSUSE Leap 15.6": strict, so this fails
-# once that is fixed and the marker must go.
-_OTHERS = pytest.mark.xfail(strict=True, reason="image_builds/autoyast/ still names Leap 15.6 "
-                            "(the AutoYaST rework owns it)")
-
-
-@pytest.mark.parametrize("top", [
-    pytest.param(p.name, marks=[_OTHERS] if p.name == "autoyast" else [])
-    for p in sorted(IMAGE_BUILDS.iterdir())])  # fmt: skip
+# one entry per directory of image_builds/ (KIWI descriptions, AutoYaST and Agama profiles)
+@pytest.mark.parametrize("top", [p.name for p in sorted(IMAGE_BUILDS.iterdir())])
 def test_image_builds_target_no_retired_leap(top: str) -> None:
     found = retired_mentions(IMAGE_BUILDS / top) if (IMAGE_BUILDS / top).is_dir() else \
         [m for m in retired_mentions(IMAGE_BUILDS) if m.startswith(f"image_builds/{top}:")]

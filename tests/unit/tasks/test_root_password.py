@@ -146,12 +146,13 @@ def test_update_repositories_default_to_the_platforms_own() -> None:
     sles = system_spec(store(), *spec_parts(settings), "tok").autoinstall_meta
     assert sles[UPDATE_REPOS_META] == ""
     assert sles["registration_url"] == "https://rmt.invalid"
-    # a Leap 16.0 host adds Leap's update repository, under Leap's own alias, and registers nowhere
+    # a Leap 16.0 host keeps Leap's repo-oss (its updates land there), under Leap's own alias,
+    # and registers nowhere
     leap = load_settings({**BASE_ENV, "STORE_ROLLOUT_HYPERVISOR_PLATFORM": "sle16-kvm",
                           "STORE_ROLLOUT_SLE16_PRODUCT": "leap"})
     meta = system_spec(store(), *spec_parts(leap), "tok").autoinstall_meta
-    assert meta[UPDATE_REPOS_META] == f"repo-update={LEAP16_UPDATE_REPOS[0]}"
-    assert "leap/16.0" in LEAP16_UPDATE_REPOS[0] and "registration_url" not in meta
+    assert meta[UPDATE_REPOS_META] == f"repo-oss={LEAP16_UPDATE_REPOS[0]}"
+    assert "leap/16.0/repo/oss" in LEAP16_UPDATE_REPOS[0] and "registration_url" not in meta
     assert meta["install_product"] == "Leap_16.0" and meta["store_platform"] == "sle16-kvm"
 
 
