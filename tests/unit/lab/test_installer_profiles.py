@@ -15,6 +15,7 @@ import pytest
 from lab import netboot
 from lab.autoyast import parse_autoyast
 from tests.helpers import cannot_run
+from tests.unit.lab.test_netboot import NOPXE
 from tests.unit.lab.test_netboot import PROFILE as AUTOYAST_PROFILE
 
 # written by hand: every escape JSON has, a file whose text is JSON itself, raw UTF-8 and
@@ -131,9 +132,8 @@ def test_an_autoyast_profile_reads_as_before(tmp_path: Path) -> None:
     assert files == expected
     assert modes["/etc/salt/minion.d/50-store-rollout.conf"] == 0o600
     assert (tmp_path / "target/var/cache/salt/minion/extmods/engines").is_dir()
-    source = AUTOYAST_PROFILE.split("<filename>99-cobbler-nopxe.sh</filename>")[1]
-    source = source.split("<![CDATA[", 1)[1].split("]]></source>", 1)[0]
-    assert scripts == {"01-99-cobbler-nopxe.sh": source.encode()}
+    # the non-chrooted script, all of its CDATA (the line break after <![CDATA[ too)
+    assert scripts == {"01-99-cobbler-nopxe.sh": f"\n{NOPXE}".encode()}
 
 
 def agama(files: str = "[]", post: str = "[]") -> str:
@@ -141,7 +141,7 @@ def agama(files: str = "[]", post: str = "[]") -> str:
 
 
 FILE = '{"destination": "/etc/x", "content": "x"}'
-NOPXE = '{"name": "n.sh", "chroot": false, "content": "#!/bin/sh\\n"}'
+SCRIPT = '{"name": "n.sh", "chroot": false, "content": "#!/bin/sh\\n"}'
 
 
 @pytest.mark.parametrize(("profile", "error"), [
@@ -196,7 +196,7 @@ NOPXE = '{"name": "n.sh", "chroot": false, "content": "#!/bin/sh\\n"}'
     (agama(post='[{"name": "n.sh", "chroot": false, "url": "http://h/n.sh"}]'),
      "scripts.post[0].url: the lab's installer takes a script from content only"),
     # Agama runs a script as a program: no #! line, no start
-    (agama(post=f'[{NOPXE}, {{"name": "m.sh", "chroot": false, "body": "echo hi\\n"}}]'),
+    (agama(post=f'[{SCRIPT}, {{"name": "m.sh", "chroot": false, "body": "echo hi\\n"}}]'),
      "scripts.post[1].body: no #! line: Agama runs the script as a program"),
 ])
 def test_a_profile_agama_or_the_installer_refuses_fails_naming_the_place(
