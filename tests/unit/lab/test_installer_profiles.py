@@ -45,7 +45,7 @@ AGAMA_PROFILE = r"""
       {"name": "10-enable-salt-minion.sh", "chroot": true,
        "content": "#!/bin/bash\nsystemctl enable salt-minion\n"},
       {"name": "99-cobbler-nopxe.sh", "chroot": false,
-       "content": "#!/bin/sh\nurl=\"http://10.77.0.1/cblr/svc/op/nopxe/system/store-nb-hv\"\n[ \"$(curl -fsS \"$url\")\" = True ] || { echo 'nopxe: no' >&2; exit 1; }\n"},
+       "content": "#!/bin/sh\n[ \"$(curl -fsS \"$URL\")\" = True ] || { echo 'no' >&2; exit 1; }\n"},
       {"name": "zz-default-chroot.sh", "body": "#!/bin/sh\ntouch /must-not-run\n"},
       {"name": "after.sh", "chroot": false, "body": "#!/bin/sh\necho {\"}\\\n"}
     ],
