@@ -10,9 +10,12 @@
 # become UTF-8.
 function fail(msg) {
   printf "store-installer: profile: %s\n", msg | "cat >&2"
-  close("cat >&2"); failed = 1; exit 1
+  close("cat >&2"); exit 1
 }
-function near(    s) { s = substr(doc, pos, 30); gsub(/[\r\n]/, " ", s); return "at byte " pos ": " s }
+function near(    s) {
+  s = substr(doc, pos, 30); gsub(/[\r\n]/, " ", s)
+  return "at byte " pos ": " s
+}
 function ws() { while (pos <= len && index(" \t\r\n", substr(doc, pos, 1))) pos++ }
 function member(path, key) { return path == "" ? key : path "." key }
 function where(path) { return path == "" ? "the profile" : path }
@@ -59,7 +62,8 @@ function str(path,    out, rest, q, b, end, e, cp, lo) {
       cp = hex4(path)
       if (cp >= 56320 && cp < 57344) fail(path ": a lone low surrogate " near())
       if (cp >= 55296 && cp < 56320) {
-        if (substr(doc, pos, 2) != "\\u") fail(path ": a high surrogate without its low one " near())
+        if (substr(doc, pos, 2) != "\\u")
+          fail(path ": a high surrogate without its low one " near())
         pos += 2; lo = hex4(path)
         if (lo < 56320 || lo >= 57344) fail(path ": a high surrogate without its low one " near())
         cp = 65536 + (cp - 55296) * 1024 + (lo - 56320)
@@ -112,9 +116,11 @@ function array(path,    n, c) {
     if (c != ",") { pos--; fail(path ": ',' or ']' expected " near()) }
   }
 }
+function article(type) { return (type ~ /^[aeiou]/ ? "an " : "a ") type }
 function need(path, type, what) {
   if (!(path in typ)) fail(path ": missing (" what ")")
-  if (typ[path] != type) fail(path ": a " type " expected, not a " typ[path] " (" what ")")
+  if (typ[path] != type)
+    fail(path ": " article(type) " expected, not " article(typ[path]) " (" what ")")
 }
 # the object at path has only the members Agama's schema allows there
 function only(path, allowed,    n, names, i) {
@@ -134,19 +140,24 @@ function write(dest, text, perms,    dir) {
   printf "%s", text > dest; close(dest)
   if (perms != "" && system("chmod " perms " " sq(dest)) != 0) fail(dest ": chmod " perms)
 }
+# the entry of a list at p: an object with only the members Agama's schema allows, its text
+# in the profile (the lab's installer fetches no url)
+function entry(p, what, allowed) {
+  need(p, "object", what)
+  only(p, allowed)
+  if ((p ".url") in typ)
+    fail(p ".url: the lab's installer fetches nothing: put the text in content")
+}
 function lay_down_files(    i, p, dest, perms) {
   if (!("files" in typ)) return
   need("files", "array", "the files to deploy")
   for (i = 0; i < cnt["files"]; i++) {
     p = "files[" i "]"
-    need(p, "object", "a file to deploy")
-    only(p, "destination content url permissions user group")
+    entry(p, "a file to deploy", "destination content url permissions user group")
     need(p ".destination", "string", "the file's absolute path")
     dest = val[p ".destination"]
     if (dest !~ /^\/./ || dest ~ /\/$/ || dest ~ /(^|\/)\.\.(\/|$)/)
       fail(p ".destination '" dest "': an absolute path to a file, without ..")
-    if ((p ".url") in typ)
-      fail(p ".url: the lab's installer takes a file's text from content only: put the text there")
     need(p ".content", "string", "the file's text")
     perms = "0644"
     if ((p ".permissions") in typ) {
@@ -170,13 +181,10 @@ function save_post_scripts(    i, n, p, name, field, text, chroot, list) {
   n = 0
   for (i = 0; i < cnt["scripts.post"]; i++) {
     p = "scripts.post[" i "]"
-    need(p, "object", "a post-installation script")
-    only(p, "name body content url chroot")
+    entry(p, "a post-installation script", "name body content url chroot")
     need(p ".name", "string", "the script's file name")
     name = val[p ".name"]
     if (name == "" || name ~ /\// || name ~ /^\.\.?$/) fail(p ".name '" name "': a file name")
-    if ((p ".url") in typ)
-      fail(p ".url: the lab's installer takes a script from content only: put the script there")
     if (((p ".content") in typ) == ((p ".body") in typ))
       fail(p ": one of content (or the deprecated body) expected")
     field = p (((p ".content") in typ) ? ".content" : ".body")
@@ -197,7 +205,6 @@ function save_post_scripts(    i, n, p, name, field, text, chroot, list) {
 BEGIN { doc = ""; CONTROL = "[" sprintf("%c", 1) "-" sprintf("%c", 31) "]" }
 { doc = doc $0 "\n" }
 END {
-  if (failed) exit 1
   len = length(doc); pos = 1
   value("")
   ws()
