@@ -14,9 +14,13 @@ import pytest
 
 from lab import netboot
 from lab.autoyast import parse_autoyast
+from lab.state import IMAGE_BUILDS_DIR, SALT_STATES_DIR
+from store_rollout.contracts import LIBVIRT_EVENTS_ENGINE
+from store_rollout.platforms import PLATFORMS
 from tests.helpers import cannot_run
 from tests.unit.lab.test_netboot import NOPXE
 from tests.unit.lab.test_netboot import PROFILE as AUTOYAST_PROFILE
+from tests.unit.salt_states.test_salt_render import COBBLER_PYTHON, COBBLER_RENDER
 
 # written by hand: every escape JSON has, a file whose text is JSON itself, raw UTF-8 and
 # \u escapes (a surrogate pair among them), a non-chrooted script (Cobbler's nopxe) between two
@@ -134,6 +138,53 @@ def test_an_autoyast_profile_reads_as_before(tmp_path: Path) -> None:
     assert (tmp_path / "target/var/cache/salt/minion/extmods/engines").is_dir()
     # the non-chrooted script, all of its CDATA (the line break after <![CDATA[ too)
     assert scripts == {"01-99-cobbler-nopxe.sh": f"\n{NOPXE}".encode()}
+
+
+# a system's blended variables, as Cobbler hands them to the template (its token with the
+# characters a JSON or XML text must escape or keep apart)
+SYSTEM_VARS = {"system_name": "store-nb-hv", "hostname": "store-nb-hv.stores.example",
+               "minion_id": "store-nb-hv", "store_id": "nb", "http_server": "10.77.0.1:80",
+               "salt_master": "10.77.0.1", "autosign_token": 'tok-"\\{a}</x>\'b',
+               "install_product": "SLES", "registration_url": "https://rmt.example"}
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_each_platforms_template_as_cobbler_renders_it_reads_byte_for_byte(
+        tmp_path: Path, platform: str) -> None:
+    """The profile Cobbler serves for each platform (image_builds/, rendered by Cobbler's own
+    template class) goes to the reader init picks for it (JSON: agama.awk), which lays down
+    the files Python's reader of the same text finds, byte for byte."""
+    if not COBBLER_PYTHON.exists():
+        pytest.fail(f"{COBBLER_PYTHON} missing: `make setup` builds .venv-cobbler")
+    snippets = tmp_path / "snippets"
+    snippets.mkdir()
+    engine = SALT_STATES_DIR / "_engines" / f"{LIBVIRT_EVENTS_ENGINE}.py"
+    (snippets / engine.name).write_text(engine.read_text())
+    template = (IMAGE_BUILDS_DIR / PLATFORMS[platform].template).read_text()
+    proc = subprocess.run([str(COBBLER_PYTHON), "-c", COBBLER_RENDER], input=json.dumps(
+        {"template": template, "vars": {"autoinstall_snippets_dir": str(snippets),
+                                        **SYSTEM_VARS}}),
+        capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rendered = proc.stdout
+    agama_profile = rendered.lstrip().startswith("{")  # init's choice of reader
+    assert agama_profile == (PLATFORMS[platform].installer == "agama"), rendered[:300]
+    (tmp_path / "run").mkdir()
+    run, files, _, scripts = run_reader("agama.awk" if agama_profile else "profile.awk",
+                                        rendered, tmp_path / "run")
+    assert run.returncode == 0, run.stderr
+    if agama_profile:
+        profile = json.loads(rendered)
+        assert files == {f["destination"]: f["content"].encode()
+                         for f in profile.get("files", [])}
+        outside = [s for s in profile.get("scripts", {}).get("post", [])
+                   if s.get("chroot") is False]
+        assert scripts == {f"{n:02d}-{s['name']}": s.get("content", s.get("body")).encode()
+                           for n, s in enumerate(outside, start=1)}
+    else:
+        assert files == {p: t.encode() for p, t in parse_autoyast(rendered).files.items()
+                         if not p.endswith("/")}
+        assert [name[3:] for name in scripts] == ["99-cobbler-nopxe.sh"]
 
 
 def agama(files: str = "[]", post: str = "[]") -> str:
