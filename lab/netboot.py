@@ -5,9 +5,10 @@ The boot goes as on a store: the domain's iPXE ROM asks for DHCP on the store ne
 PXELINUX over TFTP from the dnsmasq Cobbler manages (lab/cobbler_dhcp.py); PXELINUX reads
 Cobbler's per-MAC configuration over TFTP and loads the distro's kernel and initrd. In the lab
 the distro is Debian's kernel with the lab's installer (`installer/init`, busybox): it takes
-an address by DHCP, fetches the AutoYaST profile from Cobbler over HTTP, writes the files the
-profile lays down, runs its non-chrooted scripts (Cobbler's nopxe), writes the result to the
-host's disk and reboots. With netboot off, PXELINUX hands back to the BIOS, which boots the
+an address by DHCP, fetches the profile from Cobbler over HTTP (Agama's JSON from `inst.auto=`,
+read by `installer/agama.awk`, or AutoYaST's XML from `autoyast=`, by `installer/profile.awk`),
+writes the files the profile lays down, runs its non-chrooted scripts (Cobbler's nopxe), writes
+the result to the host's disk and reboots. With netboot off, PXELINUX hands back to the BIOS, which boots the
 disk: its boot sector prints `DISK_BOOT_MARKER` on the serial console and halts, and from there
 the simulator runs the installed host (lab/simulator/firmware.py) from the files on the disk.
 

@@ -41,6 +41,11 @@ FULL_LAB_DIR = Path(os.environ.get("STORE_ROLLOUT_FULL_LAB_DIR", REPO_ROOT / ".l
 GOOD = ("full-a", "full-b")
 WRONG = "full-wrong"
 WRONG_MASTER = "10.77.0.99"  # on the store network, where no master listens
+# each store host's platform (store_rollout/platforms.py): one good store on each, so a run
+# installs from both profiles Cobbler serves (AutoYaST's XML, Agama's JSON)
+PLATFORM = {"full-a": "sles15-xen", "full-b": "sle16-kvm", WRONG: "sles15-xen"}
+# the installer's reader of each platform's profile (lab/installer/)
+PROFILE_READER = {"sles15-xen": "profile.awk", "sle16-kvm": "agama.awk"}
 
 
 # what a run keeps for the next: the ports (the image's build parameters name the master's)
@@ -67,7 +72,8 @@ def inventory(lab: LabInfo, path: Path, store_ids: tuple[str, ...], first_mac: i
     from lab.hardware import rack_inventory
 
     stores = [{"store_id": sid,
-               "hypervisor": {"hostname": f"hv-{sid}.full.invalid", "mac": f"52:54:00:fb:01:{n:02x}"},
+               "hypervisor": {"hostname": f"hv-{sid}.full.invalid", "mac": f"52:54:00:fb:01:{n:02x}",
+                              "platform": PLATFORM[sid]},
                # the VM's NIC on the store network's bridge, as on a store host's br0
                "vm": {"vcpus": 1, "memory_mib": 512, "disk_gib": 4, "network": BRIDGE},
                "erp": {"site_code": f"FULL-{sid}"}} for n, sid in enumerate(store_ids, start=first_mac)]
@@ -216,8 +222,9 @@ def test_store_hosts_boot_from_the_network(full_lab: LabInfo,
                                            rollouts: dict[str, Outcome]) -> None:
     """Issue 29: each store host boots for real. Its PXE ROM gets an address and PXELINUX by
     DHCP and TFTP from Cobbler's dnsmasq, PXELINUX its per-MAC configuration and the
-    installer's kernel and initrd; the installer fetches the profile from Cobbler over HTTP and
-    calls nopxe; at the next boot PXELINUX hands back to the BIOS, which boots the disk."""
+    installer's kernel and initrd; the installer fetches the profile from Cobbler over HTTP
+    (AutoYaST's or Agama's, as the host's platform has it) and calls nopxe; at the next boot
+    PXELINUX hands back to the BIOS, which boots the disk."""
     dnsmasq = Path(full_lab.services["cobbler-dnsmasq"].log).read_text()
     cobbler_http = (LabPaths(FULL_LAB_DIR).cobbler / "logs" / "cobbler-http.log").read_text()
     for n, sid in enumerate((*GOOD, WRONG), start=1):
@@ -239,6 +246,7 @@ def test_store_hosts_boot_from_the_network(full_lab: LabInfo,
         console = host_files(full_lab, system).console.read_text(errors="replace")
         assert console.index(INSTALLER_DONE_MARKER) < console.rindex(DISK_BOOT_MARKER), sid
         assert f"store-installer: eth0 has {address} from {GATEWAY}" in console, sid
+        assert f"store-installer: reading it with {PROFILE_READER[PLATFORM[sid]]}" in console, sid
     # step 3's wait: the host's network boot and install, then its first highstate
     PHASES["host_wait_seconds"] = {
         sid: rollouts[sid][1]["step_seconds"].get(STEP_WAIT_FOR_HYPERVISOR) for sid in GOOD}

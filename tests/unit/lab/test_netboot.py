@@ -8,6 +8,7 @@ way out being a guestfwd to this test's HTTP server on 127.0.0.1 (through `busyb
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tarfile
@@ -25,6 +26,16 @@ from tests.helpers import cannot_run, wait_for
 QEMU = "qemu-system-x86_64"
 # where the guest reaches the test's server (guestfwd), on QEMU's user-mode network
 SERVER_IN_GUEST = "10.0.2.100:8080"
+
+# Cobbler's nopxe as the profiles' script that runs outside the installed system
+NOPXE = """url="http://SERVER/cblr/svc/op/nopxe/system/store-nb-hv"
+answer=$(curl -fsS --retry 5 --max-time 60 "$url") || answer="no answer (curl exit $?)"
+if [ "$answer" != "True" ]; then
+  echo "Cobbler nopxe $url answered '$answer', not 'True'" >&2
+  exit 1
+fi
+echo "Cobbler turned netboot off for store-nb-hv"
+""".replace("SERVER", SERVER_IN_GUEST)
 
 PROFILE = """<?xml version="1.0"?>
 <!DOCTYPE profile>
@@ -72,19 +83,33 @@ echo "chrooted: not the installer's to run" > /tmp/must-not-exist
         <chrooted config:type="boolean">false</chrooted>
         <interpreter>shell</interpreter>
         <source><![CDATA[
-url="http://SERVER/cblr/svc/op/nopxe/system/store-nb-hv"
-answer=$(curl -fsS --retry 5 --max-time 60 "$url") || answer="no answer (curl exit $?)"
-if [ "$answer" != "True" ]; then
-  echo "Cobbler nopxe $url answered '$answer', not 'True'" >&2
-  exit 1
-fi
-echo "Cobbler turned netboot off for store-nb-hv"
-]]></source>
+NOPXE]]></source>
       </script>
     </chroot-scripts>
   </scripts>
 </profile>
-""".replace("SERVER", SERVER_IN_GUEST)
+""".replace("SERVER", SERVER_IN_GUEST).replace("NOPXE", NOPXE)
+PROFILE_PATH = "/cblr/svc/op/autoinstall/system/store-nb-hv"
+
+# the same install as Agama's profile (sle16-kvm), which the installer finds at inst.auto=
+AGAMA_PROFILE = json.dumps({
+    "product": {"id": "SLES"},
+    "files": [
+        {"destination": "/etc/salt/minion.d/50-store-rollout.conf", "permissions": "0600",
+         "content": "master: '10.77.0.1'\nid: 'store-nb-hv'\ngrains:\n  store_id: 'nb'\n"
+                    "  store_rollout_token: 'tok-123'\n"},
+        {"destination": "/var/cache/salt/minion/extmods/engines/store_libvirt_events.py",
+         "content": 'def start(uri=None):\n    return {"uri": uri, "quote": "\\""}\n'},
+        {"destination": "/etc/salt/minion_id", "content": "store-nb-hv\n"},
+    ],
+    "scripts": {"post": [
+        {"name": "10-enable-salt-minion.sh",
+         "content": "#!/bin/sh\necho chrooted > /tmp/must-not-exist\n"},
+        {"name": "99-cobbler-nopxe.sh", "chroot": False,
+         "content": f"#!/bin/sh\n{NOPXE}"},
+    ]},
+}, indent=2)
+AGAMA_PATH = "/agama/store-nb-hv.json"
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +132,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self.server.requests.append((self.path, self.headers.get("User-Agent", "")))
-        if self.path == "/cblr/svc/op/autoinstall/system/store-nb-hv":
+        if self.path == PROFILE_PATH:
             body = PROFILE
+        elif self.path == AGAMA_PATH:
+            body = AGAMA_PROFILE
         elif self.path == "/cblr/svc/op/nopxe/system/store-nb-hv":
             body = self.server.nopxe_answer
         else:
@@ -137,19 +164,25 @@ def server() -> Iterator[ProfileServer]:
         srv.server_close()
 
 
-def boot_installer(kernel: netboot.Kernel, tmp_path: Path, port: int) -> tuple[
-        subprocess.Popen[bytes], Path, Path]:
+# what the kernel command line names: AutoYaST's profile; or, as Cobbler's suse breed adds
+# autoyast= to every profile's options, both, Agama's option being the one its installer reads
+INSTALLERS = {"autoyast": f"autoyast=http://{SERVER_IN_GUEST}{PROFILE_PATH}",
+              "agama": f"autoyast=http://{SERVER_IN_GUEST}{PROFILE_PATH} "
+                       f"inst.auto=http://{SERVER_IN_GUEST}{AGAMA_PATH}"}
+
+
+def boot_installer(kernel: netboot.Kernel, tmp_path: Path, port: int,
+                   installer: str = "autoyast") -> tuple[subprocess.Popen[bytes], Path, Path]:
     initrd = netboot.build_initramfs(tmp_path / "boot")
     disk = tmp_path / "disk.raw"
     with disk.open("wb") as fh:
         fh.truncate(netboot.DISK_MIB * 1024 * 1024)
     console = tmp_path / "console.log"
-    url = f"http://{SERVER_IN_GUEST}/cblr/svc/op/autoinstall/system/store-nb-hv"
     qemu = subprocess.Popen(
         [QEMU, "-machine", "pc", "-m", "256", "-display", "none", "-nodefaults",
          "-no-user-config", "-no-reboot", "-serial", f"file:{console}",
          "-kernel", str(kernel.vmlinuz), "-initrd", str(initrd),
-         "-append", f"console=ttyS0 autoyast={url}",
+         "-append", f"console=ttyS0 {INSTALLERS[installer]}",
          "-drive", f"file={disk},format=raw,if=virtio",
          # a command per connection (a tcp: target would be one connection for QEMU's life)
          "-netdev", f"user,id=n0,restrict=on,"
@@ -164,9 +197,10 @@ def read(console: Path) -> str:
     return console.read_text(errors="replace") if console.exists() else ""
 
 
+@pytest.mark.parametrize("installer", sorted(INSTALLERS))
 def test_the_installer_lays_down_the_profile_calls_nopxe_and_reboots(
-        kernel: netboot.Kernel, server: ProfileServer, tmp_path: Path) -> None:
-    qemu, disk, console = boot_installer(kernel, tmp_path, server.server_address[1])
+        kernel: netboot.Kernel, server: ProfileServer, tmp_path: Path, installer: str) -> None:
+    qemu, disk, console = boot_installer(kernel, tmp_path, server.server_address[1], installer)
     try:
         # -no-reboot: QEMU exits when the installer reboots
         assert qemu.wait(timeout=120) == 0, qemu.stderr.read() if qemu.stderr else ""
@@ -177,14 +211,19 @@ def test_the_installer_lays_down_the_profile_calls_nopxe_and_reboots(
     assert f"{netboot.INSTALLER_DONE_MARKER} " in text, text[-3000:]
     assert netboot.INSTALLER_FAILED_MARKER not in text
     # the profile first, then nopxe, both by the installer's own HTTP client
+    profile_path = AGAMA_PATH if installer == "agama" else PROFILE_PATH
     assert [path for path, _ in server.requests] == [
-        "/cblr/svc/op/autoinstall/system/store-nb-hv", "/cblr/svc/op/nopxe/system/store-nb-hv"]
+        profile_path, "/cblr/svc/op/nopxe/system/store-nb-hv"]
     assert all(agent == "Wget" for _, agent in server.requests), server.requests
 
     installed = netboot.read_install(disk)
     assert installed is not None
-    expected = {path.lstrip("/"): text for path, text in parse_autoyast(PROFILE).files.items()
-                if not path.endswith("/")}
+    if installer == "agama":
+        expected = {f["destination"].lstrip("/"): f["content"]
+                    for f in json.loads(AGAMA_PROFILE)["files"]}
+    else:
+        expected = {path.lstrip("/"): text for path, text in parse_autoyast(PROFILE).files.items()
+                    if not path.endswith("/")}
     assert {k: v for k, v in installed.items() if k != netboot.INSTALL_ID_FILE} == expected
     assert len(installed[netboot.INSTALL_ID_FILE].strip()) == 36  # a UUID per install
     assert disk.read_bytes()[:512] == netboot.BOOT_SECTOR
