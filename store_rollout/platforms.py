@@ -115,11 +115,14 @@ def platform_problems(platform: Platform, *, vm_type: str, libvirt_uri: str,
     """Why a host of `platform` cannot work with these settings (empty: it can), each naming
     the field and the fix."""
     problems = []
-    if vm_type and vm_type not in (platform.vm_type, EMULATION_VM_TYPE):
+    scheme = urlsplit(libvirt_uri).scheme.split("+")[0] if libvirt_uri else ""
+    # a QEMU libvirt the settings name, running qemu or kvm domains, stands in for either
+    # platform's hypervisor (the lab): both given explicitly, never a default
+    stand_in = scheme == "qemu" and vm_type in (EMULATION_VM_TYPE, "kvm")
+    if vm_type and vm_type not in (platform.vm_type, EMULATION_VM_TYPE) and not stand_in:
         problems.append(f"vm_type {vm_type}: a {platform.name} host runs {platform.vm_type} "
                         f"VMs ({platform.title}): set STORE_ROLLOUT_VM_TYPE={platform.vm_type} "
                         "(or leave it unset), or give the store another hypervisor.platform")
-    scheme = urlsplit(libvirt_uri).scheme.split("+")[0] if libvirt_uri else ""
     wanted = _URI_SCHEMES[vm_type or platform.vm_type]
     if scheme and scheme not in wanted:
         problems.append(f"hypervisor_libvirt_uri {libvirt_uri}: a {platform.name} host's "

@@ -78,6 +78,12 @@ def test_a_kvm_store_with_a_xen_vm_type_is_refused_before_anything_naming_the_fi
     with pytest.raises(PlatformError, match="vm_type xen"):
         system_spec(store, *spec_parts(load_settings({**BASE_ENV, "STORE_ROLLOUT_VM_TYPE": "xen"})),
                     "tok")
+    # a QEMU libvirt the settings name, with kvm domains, stands in for either (the full lab)
+    stand_in = hosts(STORE_ROLLOUT_VM_TYPE="kvm",
+                     STORE_ROLLOUT_HYPERVISOR_LIBVIRT_URI="qemu+unix:///system?socket=/x")
+    assert host_platform(inventory("sles15-xen").stores[0], stand_in).name == "sles15-xen"
+    with pytest.raises(PlatformError, match="vm_type kvm"):
+        host_platform(inventory("sles15-xen").stores[0], hosts(STORE_ROLLOUT_VM_TYPE="kvm"))
     # emulation runs on either platform (the lab), and each platform takes its own type
     for vm_type, platform in (("qemu", "sle16-kvm"), ("qemu", "sles15-xen"), ("kvm", "sle16-kvm"),
                               ("xen", "sles15-xen")):
