@@ -3,6 +3,7 @@ that makes "ready" mean ready (hypervisor.checks)."""
 
 import ipaddress
 import json
+import os
 import re
 import shutil
 
@@ -96,17 +97,22 @@ def bridge_problems(bridge):
     return problems
 
 
-def check(driver="Xen", require_dom0=True, tools=(), bridge=None):
+def check(driver="Xen", require_dom0=True, tools=(), bridge=None, devices=()):
     """Fail unless the hypervisor is ready to run store VMs; the message says what is missing.
 
     `tools`: commands step 5 runs here (storevirt: qemu-img for the overlay disk, xorriso for
-    the identity seed). `bridge`: the addressing br0 must still have (None: not checked)."""
+    the identity seed). `bridge`: the addressing br0 must still have (None: not checked).
+    `devices`: paths that must exist (sle16-kvm: /dev/kvm, made by the kvm module)."""
     problems = []
     if bridge:
         problems += bridge_problems(bridge)
     missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         problems.append(f"commands not found: {', '.join(missing)} (install their packages)")
+    absent = [path for path in devices if not os.path.exists(path)]
+    if absent:
+        problems.append(f"devices missing: {', '.join(absent)} (their kernel module is not "
+                        "loaded: hypervisor.kvm loads it, with virtualization on in the firmware)")
     dom0 = is_dom0()
     if require_dom0 and not dom0:
         problems.append("not running as Xen dom0 (/proc/xen/capabilities has no control_d): "
@@ -121,4 +127,4 @@ def check(driver="Xen", require_dom0=True, tools=(), bridge=None):
     if problems:
         raise CommandExecutionError("hypervisor not ready: " + "; ".join(problems))
     return {"driver": driver, "dom0": dom0, "tools": list(tools),
-            "bridge": (bridge or {}).get("name")}
+            "bridge": (bridge or {}).get("name"), "devices": list(devices)}

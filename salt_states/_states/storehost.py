@@ -42,17 +42,18 @@ def xen_default_boot(name):
     return ret
 
 
-def checked(name, driver="Xen", require_dom0=True, tools=(), bridge=None):
+def checked(name, driver="Xen", require_dom0=True, tools=(), bridge=None, devices=()):
     """The hypervisor's readiness checks (storehost.check) as a state that changes nothing:
     True or False with what is missing, the same with test=True (a plan's dry run would
     otherwise list a module.run of a check as a pending change)."""
     ret = {"name": name, "changes": {}, "result": True, "comment": ""}
     try:
         found = __salt__["storehost.check"](driver=driver, require_dom0=require_dom0,
-                                            tools=tools, bridge=bridge)
+                                            tools=tools, bridge=bridge, devices=devices)
     except Exception as exc:  # CommandExecutionError: names everything that is missing
         ret.update(result=False, comment=str(exc))
         return ret
-    ret["comment"] = "hypervisor ready: libvirt driver {}{}".format(
-        found["driver"], ", Xen dom0" if found["dom0"] else "")
+    ret["comment"] = "hypervisor ready: libvirt driver {}{}{}".format(
+        found["driver"], ", Xen dom0" if found["dom0"] else "",
+        "".join(", " + path for path in found.get("devices", ())))
     return ret

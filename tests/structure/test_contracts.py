@@ -37,7 +37,8 @@ SET_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN}
 # grains the states may read: the contracts', those the install/image set (role, store_id) and
 # Salt's own
 READ_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, c.AUTOSIGN_GRAIN,
-               "role", "store_id", "os", "os_family", "osfinger", "ipv4"}
+               c.STORE_PLATFORM_GRAIN, "role", "store_id", "os", "os_family", "osfinger", "ipv4",
+               "cpu_flags"}
 FIRSTBOOT_TAGS = {c.FIRSTBOOT_EVENT_PREFIX + event for event in c.FIRSTBOOT_EVENTS}
 # `store_rollout_*` / `STORE_*` words outside Python: each must be a contract
 PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, c.SEED_LABEL,
@@ -509,12 +510,14 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         if 'DOWNLOAD_CUT = "download cut"' in path.read_text())
     plant(cut_at, 'DOWNLOAD_CUT = "download cut"', 'DOWNLOAD_CUT = "download stopped"')
     found = "\n".join(problems(tmp_path))
+    _, ready_line = yaml_value((REPO_ROOT / HYPERVISOR_DEFAULTS).read_text(), "values", "ready",
+                               "grain")
     for expected in (
         "provisioning_helper/firstboot/verify.sls:14: grain set: found 'firstboot_stag'",
         "provisioning_helper/firstboot/highstate.sls:17: stage 'highstate' sets firstboot_stage "
         "to: found ['verified'], expected ['verify']",
         "provisioning_helper/firstboot/new.sls:11: event tag: found 'store/vm/firstbot/started'",
-        "defaults.yaml:43: values.ready.grain: found 'hv_ready'",
+        f"defaults.yaml:{ready_line}: values.ready.grain: found 'hv_ready'",
         "store_vm/parameters/defaults.yaml:-: config_dir/config_file: found "
         "'etc/store-server/store.yml'",
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",

@@ -1,6 +1,7 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import mapdata as hv with context %}
-# libvirt as the distribution runs it (parameters/os_family): units enabled, the others masked.
+# libvirt as the platform runs it (parameters/platform/): its modular daemons' units enabled
+# (virtxend or virtqemud), the monolithic libvirtd's masked.
 hypervisor-libvirt-init-pkg-installed:
   pkg.installed:
     - pkgs: {{ hv.libvirt.pkgs | json }}

@@ -1,8 +1,8 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import mapdata as hv with context %}
-# Boot into Xen: the default entry is saved by its exact title (Leap's is "openSUSE Leap 15.6,
-# with Xen hypervisor"; AutoYaST's bootloader import has no default entry), then one reboot
-# while the host is not yet a Xen dom0. The reboot's startup highstate runs this formula again.
+# Boot into Xen (sles15-xen): the default entry is saved by its exact title (grub's
+# 20_linux_xen names it "<OS>, with Xen hypervisor"; AutoYaST's bootloader import has no default
+# entry), then one reboot while the host is not yet a Xen dom0. The reboot's startup highstate runs this formula again.
 hypervisor-xen-init-pkg-installed:
   pkg.installed:
     - pkgs: {{ hv.xen.pkgs | json }}

@@ -248,17 +248,27 @@ def test_storehost_and_its_states_run_under_the_store_hosts_python(tmp_path: Pat
          "kwargs": {"driver": "TEST", "require_dom0": False, "tools": ["qemu-img"]}},
         {"fun": "storehost.checked", "state": True, "args": ["hypervisor-checks"],
          "kwargs": {"driver": "Xen", "require_dom0": True}},
+        # sle16-kvm's device check (/dev/kvm), here on paths of the test's own
+        {"fun": "storehost.checked", "state": True, "args": ["hypervisor-checks"],
+         "kwargs": {"driver": "TEST", "require_dom0": False, "devices": [str(caps)]}},
+        {"fun": "storehost.checked", "state": True, "args": ["hypervisor-checks"],
+         "kwargs": {"driver": "TEST", "require_dom0": False,
+                    "devices": [str(tmp_path / "kvm")]}},
     ])
-    (entry, no_grub, dom0, not_dom0, driver, lo, check, checked, refused) = results
+    (entry, no_grub, dom0, not_dom0, driver, lo, check, checked, refused, device,
+     no_device) = results
     assert ok(entry) == "openSUSE Leap 15.6, with Xen hypervisor"
     assert not no_grub["ok"] and "cannot read" in no_grub["error"]
     assert ok(dom0) is True and ok(not_dom0) is False
     assert ok(driver) == "TEST"
     assert ok(lo) == ["bridge lo has 127.0.0.1/8, not the inventory's static 192.0.2.9/24"], lo
     assert ok(check) == {"driver": "TEST", "dom0": False, "tools": ["qemu-img", "xorriso"],
-                         "bridge": None}, check
+                         "bridge": None, "devices": []}, check
     assert ok(checked)["result"] is True, checked
     assert ok(refused)["result"] is False and "Xen" in ok(refused)["comment"], refused
+    assert ok(device)["result"] is True and str(caps) in ok(device)["comment"], device
+    assert ok(no_device)["result"] is False, no_device
+    assert f"devices missing: {tmp_path / 'kvm'}" in ok(no_device)["comment"], no_device
 
 
 def test_provisioning_runs_and_refuses_under_the_store_hosts_python(tmp_path: Path) -> None:

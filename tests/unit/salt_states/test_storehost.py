@@ -96,13 +96,31 @@ def test_check_names_every_missing_part() -> None:
     module.__salt__ = {"config.get": lambda key, default=None: (
         "test:///default" if key == "virt:connection:uri" else default)}
     assert module.check(driver="TEST", require_dom0=False, tools=["sh"]) == {
-        "driver": "TEST", "dom0": False, "tools": ["sh"], "bridge": None}
+        "driver": "TEST", "dom0": False, "tools": ["sh"], "bridge": None, "devices": []}
     with pytest.raises(CommandExecutionError) as err:
         module.check(driver="Xen", require_dom0=True, tools=["sh", "no-such-xorriso"])
     message = str(err.value)
     assert "commands not found: no-such-xorriso (install their packages)" in message
+    assert "devices missing" not in message
     assert "not running as Xen dom0" in message
     assert "libvirt reports the TEST driver, not Xen" in message
+
+
+def test_check_wants_the_platforms_devices(tmp_path: Path) -> None:
+    """sle16-kvm's check asks for /dev/kvm (parameters/platform/sle16-kvm.yaml `devices`): a
+    missing one is named with its fix; one that is there passes."""
+    module = load("_modules")
+    module.__salt__ = {"config.get": lambda key, default=None: (
+        "test:///default" if key == "virt:connection:uri" else default)}
+    kvm = tmp_path / "kvm"
+    with pytest.raises(CommandExecutionError) as err:
+        module.check(driver="TEST", require_dom0=False, devices=[str(kvm)])
+    assert str(err.value) == (f"hypervisor not ready: devices missing: {kvm} (their kernel "
+                              "module is not loaded: hypervisor.kvm loads it, with "
+                              "virtualization on in the firmware)")
+    kvm.write_text("")
+    assert module.check(driver="TEST", require_dom0=False, devices=[str(kvm)])["devices"] \
+        == [str(kvm)]
 
 
 def fake_ip(addresses: list[str], routes: list[dict[str, str]], bridge: str = "br0",
@@ -191,7 +209,8 @@ def test_checked_state_reads_only_and_reports_no_change_even_in_test_mode() -> N
     from salt.exceptions import CommandExecutionError
 
     def fine(**kw: Any) -> dict[str, Any]:
-        return {"driver": kw["driver"], "dom0": True, "tools": [], "bridge": None}
+        return {"driver": kw["driver"], "dom0": kw["require_dom0"], "tools": [], "bridge": None,
+                "devices": list(kw["devices"])}
 
     def missing(**_kw: Any) -> dict[str, Any]:
         raise CommandExecutionError("hypervisor not ready: not running as Xen dom0")
@@ -202,6 +221,10 @@ def test_checked_state_reads_only_and_reports_no_change_even_in_test_mode() -> N
         ret = state.checked("ready", driver="Xen")
         assert (ret["result"], ret["changes"]) == (True, {}), ret
         assert ret["comment"] == "hypervisor ready: libvirt driver Xen, Xen dom0"
+        # sle16-kvm's: its devices reach the check and are named
+        ret = state.checked("ready", driver="QEMU", require_dom0=False, devices=["/dev/kvm"])
+        assert (ret["result"], ret["changes"]) == (True, {}), ret
+        assert ret["comment"] == "hypervisor ready: libvirt driver QEMU, /dev/kvm"
         state = load_salt_module("_states", "storehost", {"storehost.check": missing})
         state.__opts__ = {"test": test}  # type: ignore[attr-defined]
         ret = state.checked("ready")
