@@ -18,9 +18,12 @@ import requests
 from lab.prefect_access import PrefectAccess, api_session
 from lab.state import LabInfo, LabPaths
 from lab.store_network import BRIDGE, StoreNetwork
+from store_rollout.platforms import PLATFORMS
 from tasks.cobbler import CobblerClient, SystemSpec
 from tasks.salt import SaltMasterClient
 from tests.helpers import cli_in_process, events, wait_for
+
+SLES15_PROFILE = PLATFORMS["sles15-xen"].cobbler_profile
 
 pytestmark = pytest.mark.lab
 
@@ -111,9 +114,9 @@ def test_erp_receiver_fault_injection(lab: LabInfo, faults: Any) -> None:
 def test_cobbler_system_round_trip(lab: LabInfo) -> None:
     client = cobbler(lab)
     assert client.version() >= 3.3
-    assert client.profile_exists(lab.cobbler_profile)
+    assert client.profile_exists(SLES15_PROFILE)
     spec = SystemSpec(name="roundtrip-hv", hostname="roundtrip-hv.lab.invalid",
-                      mac="52:54:00:aa:00:01", profile=lab.cobbler_profile, ip="192.0.2.50",
+                      mac="52:54:00:aa:00:01", profile=SLES15_PROFILE, ip="192.0.2.50",
                       netmask="255.255.255.0", autoinstall_meta={"minion_id": "roundtrip-hv"})
     try:
         assert client.upsert_system(spec) is True
@@ -186,7 +189,7 @@ def test_hypervisor_powered_on_by_its_bmc_installs_through_cobbler_and_answers_s
     token = master.issue_token(minion_id)
     spec = SystemSpec(
         name=minion_id, hostname=f"{minion_id}.lab.invalid", mac=host.mac,
-        profile=lab.cobbler_profile,
+        profile=SLES15_PROFILE,
         autoinstall_meta={"salt_master": lab.salt_master_address,
                           "salt_master_port": str(lab.salt_ret_port),
                           "salt_publish_port": str(lab.salt_publish_port),
