@@ -1,7 +1,8 @@
 """Read a rendered AutoYaST profile the way the installer would use it, for the lab simulator.
 
 Only what the lab acts on: the files the profile writes (<files><file>) and the Cobbler nopxe URL
-its scripts call at the end of the install (pxe_just_once).  Stdlib only.
+its scripts call at the end of the install (pxe_just_once).  Stdlib only.  An Agama profile is
+read by lab/agama.py into the same `RenderedInstall`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from typing import Literal
 
 NOPXE_RE = re.compile(r"""https?://[^\s"'<>]+/cblr/svc/op/nopxe/system/[^\s"'<>;&|)]+""")
 SCRIPT_SECTIONS = ("pre-scripts", "postpartitioning-scripts", "chroot-scripts", "post-scripts",
@@ -19,6 +21,8 @@ SCRIPT_SECTIONS = ("pre-scripts", "postpartitioning-scripts", "chroot-scripts", 
 class RenderedInstall:
     files: dict[str, str] = field(default_factory=dict)  # path -> content
     nopxe_url: str | None = None
+    # which installer's profile it was: the platform of a profile that names none
+    installer: Literal["autoyast", "agama"] = "autoyast"
 
 
 def _local(tag: str) -> str:

@@ -33,12 +33,25 @@ SVC_HTTP_SRC = LAB_DIR / "cobbler_svc_http.py"
 
 DISTRO = "leap-15.6-x86_64"
 DISTRO_OS_VERSION = "opensuse15.6"  # a key of breeds.suse in 3.3.10's distro_signatures.json
+# Agama's distro: breed suse with an os_version outside tftpgen's `suse_yast` list, so Cobbler
+# itself puts `inst.auto=<the system's autoinstall URL>` on the kernel line (and, with meta
+# `tree`, Agama's live root `root=live:<tree>/LiveOS/squashfs.img`) instead of `autoyast=`.
+# 3.3.10's signatures have no SLES 16: opensuse16.0 is the os_version both products' Agama boots
+# with (the kernel and initrd are the distro's: the live ISO's in production, the lab's installer
+# here)
+AGAMA_DISTRO = "sle16-x86_64"
+AGAMA_DISTRO_OS_VERSION = "opensuse16.0"
+# each installer's distro: (name, os_version)
+DISTROS = {"autoyast": (DISTRO, DISTRO_OS_VERSION),
+           "agama": (AGAMA_DISTRO, AGAMA_DISTRO_OS_VERSION)}
 # each platform's profile, serving its template (store_rollout/platforms.py, image_builds/)
 PROFILES = {p.cobbler_profile: p for p in PLATFORMS.values()}
 PROFILE = PLATFORMS["sles15-xen"].cobbler_profile
 TEMPLATE = Path(PLATFORMS["sles15-xen"].template).name
-# the installer's messages on the host's serial console (the full lab keeps it in a file)
-KERNEL_OPTIONS = {"autoyast": "console=ttyS0", "agama": "console=ttyS0"}
+# the installer's messages on the host's serial console (the full lab keeps it in a file); Agama:
+# the NICs named ethN as the installed system names them (the profile's bootloader option), so
+# its network connections, named by Cobbler's interface, are the same NIC in both
+KERNEL_OPTIONS = {"autoyast": "console=ttyS0", "agama": "console=ttyS0 net.ifnames=0"}
 # the snippet the profile writes into the hypervisor minion's extension modules: the libvirt
 # events engine, so the minion's first start runs it (docs/production.md, row 15)
 ENGINE_SNIPPET = f"{LIBVIRT_EVENTS_ENGINE}.py"
@@ -271,17 +284,19 @@ def _upsert(
 
 
 def seed(cfg: CobblerLabConfig, kernel: Path, initrd: Path) -> None:
-    """Distro (the lab's installer: lab/netboot.py), each platform's autoinstall template (and
-    the engine snippet they read) and profile for store hypervisors (idempotent), then a full
-    sync: the TFTP tree and the DHCP configuration the store network's dnsmasq starts from."""
+    """A distro per installer (both the lab's installer: lab/netboot.py), each platform's
+    autoinstall template (and the engine snippet they read) and profile for store hypervisors
+    (idempotent), then a full sync: the TFTP tree and the DHCP configuration the store network's
+    dnsmasq starts from."""
     proxy, token = login(cfg)
-    _upsert(proxy, token, "distro", DISTRO, [
-        ("arch", "x86_64"),
-        ("breed", "suse"),
-        ("os_version", DISTRO_OS_VERSION),
-        ("kernel", str(kernel.resolve())),
-        ("initrd", str(initrd.resolve())),
-    ])
+    for distro, os_version in DISTROS.values():
+        _upsert(proxy, token, "distro", distro, [
+            ("arch", "x86_64"),
+            ("breed", "suse"),
+            ("os_version", os_version),
+            ("kernel", str(kernel.resolve())),
+            ("initrd", str(initrd.resolve())),
+        ])
     # as an operator installs it in production: the engine module itself is the snippet
     proxy.write_autoinstall_snippet(ENGINE_SNIPPET, ENGINE_SOURCE.read_text(), token)
     for profile, platform in PROFILES.items():
@@ -289,6 +304,6 @@ def seed(cfg: CobblerLabConfig, kernel: Path, initrd: Path) -> None:
         proxy.write_autoinstall_template(
             template, (IMAGE_BUILDS_DIR / platform.template).read_text(), token)
         _upsert(proxy, token, "profile", profile, [
-            ("distro", DISTRO), ("autoinstall", template),
+            ("distro", DISTROS[platform.installer][0]), ("autoinstall", template),
             ("kernel_options", KERNEL_OPTIONS[platform.installer])])
     proxy.sync(token)

@@ -32,14 +32,22 @@ REGISTRATION_CODE_BLOCK = "lab-registration-code"
 # profile), and .invalid never resolves
 LAB_REGISTRATION_URL = "https://rmt.lab.invalid"
 VENV_BIN = Path(os.environ.get("STORE_ROLLOUT_VENV", REPO_ROOT / ".venv")) / "bin"
-# the Salt a Leap 15.6 store host runs (3006, built-in virt module): the simulated hypervisors'
-# minions run it, the VMs' minions and the master run the project's Salt (VENV_BIN)
+# the Salt a sles15-xen store host runs: upstream 3006.30 (3006 line, built-in virt module, auth
+# protocol 3), standing in for SUSE's salt 3006.0-150500.4.65.1 (3006.0 with SUSE's backports,
+# protocol 3 and minimum_auth_version among them), which is not on PyPI; the VMs' minions and the
+# master run the project's Salt (VENV_BIN)
 HOST_SALT_BIN = Path(os.environ.get("STORE_ROLLOUT_HOST_SALT_VENV",
                                     REPO_ROOT / ".venv-salt3006")) / "bin"
 # Leap 15.6's own salt-minion: Salt 3006.0 on Python 3.6.15 (auth protocol 2, which the lab's
 # master refuses): the simulator installs a host with it on request (fault knob old_host_salt)
 HOST_PY36_SALT_BIN = Path(os.environ.get("STORE_ROLLOUT_HOST_PY36_VENV",
                                          REPO_ROOT / ".venv-host-py36")) / "bin"
+# the Salt each platform's store host runs in the lab, by the platform its install profile names
+# (grain store_rollout_platform): sles15-xen HOST_SALT_BIN; sle16-kvm the project's Salt 3008.3 on
+# Python 3.11 (VENV_BIN, with saltext-virt), standing in for SUSE's Salt Bundle the Agama profile
+# installs (venv-salt-minion: 3006.0 with SUSE's backports on its own Python 3.11), which is not
+# on PyPI either
+PLATFORM_SALT_BIN = {"sles15-xen": HOST_SALT_BIN, "sle16-kvm": VENV_BIN}
 COBBLER_VENV = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV", REPO_ROOT / ".venv-cobbler"))
 
 

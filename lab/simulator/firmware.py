@@ -6,8 +6,11 @@ PXELINUX, the lab's installer); the firmware here only watches the host's serial
 once the host boots from its disk it runs the installed host from the files on that disk.
 Default lab: the domain cannot boot, and the firmware here plays the PXE boot: it fetches the
 per-MAC PXELINUX configuration over TFTP from the store network; if that says install, it
-fetches the AutoYaST profile from Cobbler over HTTP, lays down the files it writes and calls
-Cobbler's nopxe, as the installer does; if it says localboot, it boots the installed host."""
+fetches the profile it names from Cobbler over HTTP (AutoYaST's `autoyast=`, Agama's
+`inst.auto=`), reads it by what Cobbler served (XML or JSON), lays down the files it writes and
+calls Cobbler's nopxe, as the installer does; if it says localboot, it boots the installed host.
+The installed host's minion runs the Salt its platform's host runs (lab/state.py
+PLATFORM_SALT_BIN), by the platform its profile names."""
 
 from __future__ import annotations
 
@@ -17,25 +20,23 @@ import re
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from lab.autoyast import parse_autoyast
+from lab.agama import parse_profile
 from lab.hardware import host_of, remove_domain, smbios_serial, store_domains
 from lab.netboot import DISK_BOOT_MARKER, INSTALL_ID_FILE, host_files, read_install
 from lab.simulator.faults import FaultKnobs
+from lab.simulator.installed_host import installed_minion
 from lab.simulator.minions import MinionManager
-from lab.state import HOST_PY36_SALT_BIN, HOST_SALT_BIN, LabInfo, LabPaths
+from lab.state import HOST_PY36_SALT_BIN, PLATFORM_SALT_BIN, LabInfo, LabPaths
 
 if TYPE_CHECKING:
     from lab.simulator.vm_boot import VmBoot
 
 log = logging.getLogger("lab.simulator")
 
-# a Leap host's salt-minion extension modules (its extension_modules default)
-HOST_EXTMODS = "/var/cache/salt/minion/extmods/"
+# the profile URL on an install's kernel command line: AutoYaST's option, Agama's
+PROFILE_OPTION_RE = re.compile(r"(?:^|\s)(?:autoyast|inst\.auto)=(\S+)")
 
 
 # curl's exit status for a file the TFTP server does not have
@@ -187,7 +188,7 @@ class Firmware:
             self._stop_system(system_name)  # a power cycle kills the running OS
             # the firmware asks for its own NIC's PXE configuration, whatever record holds it
             pxe = self._pxe_config(self._box_mac(system_name))
-            match = re.search(r"autoyast=(\S+)", pxe or "")
+            match = PROFILE_OPTION_RE.search(pxe or "")
             if match:
                 self._install(system_name, match.group(1))
             else:
@@ -200,36 +201,32 @@ class Firmware:
         except Exception:
             log.exception("boot of %s failed", system_name)
 
-    def _install(self, system_name: str, autoyast_url: str) -> None:
+    def _install(self, system_name: str, profile_url: str) -> None:
         delay, fail = self.faults.take("pxe")
         if delay:
             time.sleep(delay)
         if fail:
             log.warning("fault knob: install of %s fails", system_name)
             return
-        rendered = parse_autoyast(self._fetch(autoyast_url))
+        rendered = parse_profile(self._fetch(profile_url))
         self._wipe_disk(system_name)
-        minion_id = self._lay_down(system_name, rendered.files)
-        # end of install (AutoYaST post step): tell Cobbler, so netboot turns off; the URL is
-        # the one Cobbler rendered (the profile's http_server carries the port)
+        minion_id = self._lay_down(system_name, rendered.files, rendered.installer)
+        # end of install (the profile's last script): tell Cobbler, so netboot turns off; the
+        # URL is the one Cobbler rendered (the profile's http_server carries the port)
         if rendered.nopxe_url:
             self._nopxe(rendered.nopxe_url)
-        self.minions.start(minion_id, f"{system_name} installed from {autoyast_url}")
+        self.minions.start(minion_id, f"{system_name} installed from {profile_url}")
 
-    def _lay_down(self, system_name: str, files: dict[str, str]) -> str:
+    def _lay_down(self, system_name: str, files: dict[str, str],
+                  installer: str | None = None) -> str:
         """The installed host's minion from the files its install wrote (absolute path ->
-        text); returns its id."""
-        minion_id = files.get("/etc/salt/minion_id", "").strip() or system_name
-        minion_d = {Path(p).name: text for p, text in files.items()
-                    if p.startswith("/etc/salt/minion.d/")}
-        # the minion's extension modules the profile writes (the libvirt events engine), where
-        # the host's Salt looks for them: the lab minion's root_dir stands for "/"
-        extmods = {p: text for p, text in files.items()
-                   if p.startswith(HOST_EXTMODS) and not p.endswith("/")}
+        text), running its platform's Salt; `installer`: whose profile wrote them (None: the
+        full lab's disk, judged by the files). Returns its id."""
+        host = installed_minion(files, installer, fallback_id=system_name)
+        minion_id = host.minion_id
         (self.paths.simulator / "systems").mkdir(parents=True, exist_ok=True)
         (self.paths.simulator / "systems" / f"{system_name}.minion").write_text(minion_id)
-        grains = yaml.safe_load(minion_d.get("50-store-rollout.conf", "")) or {}
-        store_id = str((grains.get("grains") or {}).get("store_id", ""))
+        store_id = str(host.grains.get("store_id", ""))
         (self.paths.simulator / "systems" / f"{system_name}.store").write_text(store_id)
         # the virt URI and images dir come from the profile (Cobbler's autoinstall_meta), as on
         # a real host: the lab adds nothing there
@@ -238,14 +235,24 @@ class Firmware:
             # the installed host comes up without its first highstate (lost or crashed run)
             log.warning("fault knob: %s starts without its startup highstate", system_name)
             extra["startup_states"] = ""
-        # a Leap 15.6 host runs the distribution's Salt 3006 (built-in virt module); on request
-        # its stock 3006.0 on Python 3.6, whose auth protocol 2 the master refuses
-        salt_bin = HOST_SALT_BIN
-        if self.faults.take("old_host_salt")[1]:
+        # the Salt its platform's host runs: a sles15-xen host SUSE's 3006 (built-in virt
+        # module), on request its unpatched GA 3006.0 on Python 3.6, whose auth protocol 2 the
+        # master refuses (the knob is only taken by a host it applies to); a sle16-kvm host the
+        # Salt Bundle's stand-in. The extension modules the profile writes (the libvirt events
+        # engine) go where that minion looks for them: its root_dir stands for "/"
+        salt_bin = PLATFORM_SALT_BIN.get(host.platform)
+        if salt_bin is None:
+            raise RuntimeError(f"installer: {system_name}'s profile names platform "
+                               f"{host.platform!r} (grain store_rollout_platform); the lab runs "
+                               f"a host of {', '.join(PLATFORM_SALT_BIN)}")
+        if host.platform == "sles15-xen" and self.faults.take("old_host_salt")[1]:
             log.warning("fault knob: %s runs Salt 3006.0 on Python 3.6", system_name)
             salt_bin = HOST_PY36_SALT_BIN
-        self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin, store_host=True,
-                             disk_files=extmods, smbios_serial=self._smbios_serial(system_name))
+        log.info("%s: a %s host, its minion %s runs %s", system_name, host.platform, minion_id,
+                 salt_bin)
+        self.minions.install(minion_id, host.minion_d, extra, salt_bin=salt_bin,
+                             store_host=True, disk_files=host.extmods,
+                             smbios_serial=self._smbios_serial(system_name))
         return minion_id
 
     def _box_mac(self, system_name: str) -> str:
