@@ -56,13 +56,13 @@ META = {"salt_master": "10.42.0.5", "salt_master_port": "14506", "salt_publish_p
 COBBLER_VARS = {"hostname": f"{SYSTEM}.stores.example", "http_server": "10.42.0.2:8080",
                 # Cobbler blends its settings in: the profile must never fall back to this one
                 "default_password_crypted": COBBLER_DEFAULT_HASH}
-STATIC = {**META, **COBBLER_VARS, "system_name": SYSTEM, "gateway": "10.42.0.1",
+STATIC: dict[str, Any] = {**META, **COBBLER_VARS, "system_name": SYSTEM, "gateway": "10.42.0.1",
           "name_servers": ["10.42.0.53", "10.42.0.54"],
           "interfaces": {"eth0": {"mac_address": MAC, "static": True, "ip_address": "10.42.0.10",
                                   "netmask": "255.255.255.0"}}}
-DHCP = {**META, **COBBLER_VARS, "system_name": SYSTEM, "install_product": "Leap_16.0",
+DHCP: dict[str, Any] = {**META, **COBBLER_VARS, "system_name": SYSTEM, "install_product": "Leap_16.0",
         "interfaces": {"eth0": {"mac_address": MAC, "static": False}}}
-CASES = {"static": STATIC, "dhcp": DHCP, "no-system": COBBLER_VARS}
+CASES: dict[str, dict[str, Any]] = {"static": STATIC, "dhcp": DHCP, "no-system": COBBLER_VARS}
 
 
 SNIPPETS: list[Path] = []  # the snippets dir of this module's renders (set by its fixture)
@@ -76,10 +76,26 @@ def _snippets(tmp_path_factory: pytest.TempPathFactory) -> None:
     SNIPPETS[:] = [snippets]
 
 
+# what cobblerd does first (cobbler.templar.Templar.render): refuse a template whose text has an
+# import outside its setting cheetah_import_whitelist (3.3.10's default), comments included
+COBBLER_IMPORT_CHECK = """
+import json, sys, types
+from cobbler.templar import Templar
+settings = types.SimpleNamespace(cheetah_import_whitelist=["re", "random", "time"])
+Templar.check_for_invalid_imports(types.SimpleNamespace(settings=settings),
+                                  json.loads(sys.stdin.read())["template"])
+"""
+
+
 def render_text(template: Path, variables: dict[str, Any]) -> str:
-    """`template` rendered by Cobbler's own template class with `variables`."""
+    """`template` rendered as cobblerd renders it: its import check, then its own template
+    class with `variables`."""
     if not COBBLER_PYTHON.exists():
         pytest.fail(f"{COBBLER_PYTHON} missing: `make setup` builds .venv-cobbler")
+    checked = subprocess.run([str(COBBLER_PYTHON), "-c", COBBLER_IMPORT_CHECK],
+                             input=json.dumps({"template": template.read_text()}),
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert checked.returncode == 0, checked.stderr[-3000:]
     proc = subprocess.run([str(COBBLER_PYTHON), "-c", COBBLER_RENDER], input=json.dumps(
         {"template": template.read_text(),
          "vars": {"autoinstall_snippets_dir": str(SNIPPETS[0]), **variables}}),
@@ -161,7 +177,7 @@ def test_bridge_br0_on_the_first_nic_static() -> None:
                       "method4": "manual", "addresses": ["10.42.0.10/24"],
                       "gateway4": "10.42.0.1", "nameservers": ["10.42.0.53", "10.42.0.54"],
                       "bridge": {"stp": False, "forwardDelay": 0, "ports": ["eth0"]}}
-    wide = {**STATIC, "interfaces": {"eth0": {**STATIC["interfaces"]["eth0"],  # type: ignore[index]
+    wide = {**STATIC, "interfaces": {"eth0": {**STATIC["interfaces"]["eth0"],
                                               "netmask": "255.255.240.0"}}}
     connections = json.loads(render_text(AGAMA, wide))["network"]["connections"]
     assert connections[1]["addresses"] == ["10.42.0.10/20"]
