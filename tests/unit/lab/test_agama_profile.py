@@ -277,8 +277,15 @@ def test_the_simulators_reader_on_the_render() -> None:
     # the full lab's disk (no profile at hand): judged by the Bundle's directory
     assert installed_minion(install.files).platform == "sle16-kvm"
     assert parse_profile(rendered("no-system")).nopxe_url is None
-    old = installed_minion(parse_profile(render_text(AUTOYAST, STATIC)).files, "autoyast")
+    xen = {**STATIC, "store_platform": "sles15-xen", "virt_uri": "xen:///system"}
+    old = installed_minion(parse_profile(render_text(AUTOYAST, xen)).files, "autoyast")
     assert (old.config_dir, old.minion_id, old.platform) == ("/etc/salt", SYSTEM, "sles15-xen")
+    assert PLATFORM_SALT_BIN[old.platform] != VENV_BIN
+    # the platform is the profile's grain; a profile naming none is its installer's platform
+    unnamed = {p: t.replace("store_rollout_platform: 'sle16-kvm'", "")
+               for p, t in install.files.items()}
+    assert installed_minion(unnamed, "agama").platform == "sle16-kvm"
+    assert installed_minion(unnamed, "autoyast").platform == "sles15-xen"
     assert list(old.extmods) == [f"/var/cache/salt/minion/extmods/engines/{ENGINE.name}"]
 
 
