@@ -62,6 +62,10 @@ STATIC: dict[str, Any] = {**META, **COBBLER_VARS, "system_name": SYSTEM, "gatewa
                                   "netmask": "255.255.255.0"}}}
 DHCP: dict[str, Any] = {**META, **COBBLER_VARS, "system_name": SYSTEM, "install_product": "Leap_16.0",
         "interfaces": {"eth0": {"mac_address": MAC, "static": False}}}
+# the hypervisor formula's libvirt parameters of the platform (packages, units)
+FORMULA: dict[str, Any] = yaml.safe_load(
+    (SALT_STATES_DIR / "hypervisor" / "parameters" / "platform" / "sle16-kvm.yaml").read_text()
+)["values"]["libvirt"]
 CASES: dict[str, dict[str, Any]] = {"static": STATIC, "dhcp": DHCP, "no-system": COBBLER_VARS}
 
 
@@ -197,7 +201,9 @@ def test_bridge_on_dhcp_and_without_a_system() -> None:
 def test_kvm_packages_the_salt_bundle_and_update_repositories() -> None:
     software = profile("static")["software"]
     assert {"libvirt-daemon-driver-qemu", "qemu-kvm", "libvirt-client", "python3-libvirt-python",
-            "qemu-tools", "xorriso", "curl", "venv-salt-minion"} == set(software["packages"])
+            "qemu-tools", "xorriso", "curl", "venv-salt-minion"} <= set(software["packages"])
+    # and every package the hypervisor formula installs on the platform, before its highstate
+    assert set(FORMULA["pkgs"]) <= set(software["packages"])
     assert "salt-minion" not in software["packages"]  # SLE 16 has none
     assert software["extraRepositories"] == [
         {"alias": "update-1", "name": "update-1", "url": "https://updates.example/sle16/"},
@@ -251,10 +257,11 @@ def test_post_scripts_enable_the_units_and_call_nopxe_with_a_system() -> None:
     enable = scripts["10-enable-salt-minion"]
     assert enable["chroot"] is True and enable["content"].startswith("#!/bin/sh\n")
     lines = enable["content"].splitlines()
-    assert ("systemctl enable sshd.service venv-salt-minion.service virtqemud.socket "
-            "virtqemud-ro.socket virtstoraged.socket virtnodedevd.socket virtsecretd.socket "
-            "virtlogd.socket virtlockd.socket") in lines
-    assert any(line.startswith("systemctl mask libvirtd.service ") for line in lines)
+    # the units the hypervisor formula enables and masks on the platform, from the install on
+    assert " ".join(["systemctl enable sshd.service venv-salt-minion.service",
+                     *FORMULA["enabled"]]) in lines
+    assert " ".join(["systemctl mask", *FORMULA["masked"]]) in lines
+    assert "virtqemud-ro.socket" in FORMULA["enabled"]
     nopxe = scripts["99-cobbler-nopxe"]
     assert nopxe["chroot"] is False and nopxe["content"].startswith("#!/bin/sh\n")
     assert f'url="http://10.42.0.2:8080/cblr/svc/op/nopxe/system/{SYSTEM}"' in nopxe["content"]
