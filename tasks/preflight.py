@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import xml.etree.ElementTree as ET
@@ -10,7 +11,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from store_rollout.inventory import Store
-from store_rollout.platforms import PlatformError, host_platform
+from store_rollout.platforms import PLATFORMS, PlatformError, host_platform
 from store_rollout.regions import RegionsError, wrong_region
 from store_rollout.settings import RolloutSettings
 from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings, HostSettings
@@ -30,6 +31,25 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
+def _root_passwords(rendered: str) -> list[str]:
+    """Root's password(s) in a rendered profile: AutoYaST XML (`users/user` root's
+    `user_password`) or Agama JSON (`root.password`); ValueError when it is neither."""
+    if rendered.lstrip().startswith("{"):
+        profile = json.loads(rendered)
+        root = profile.get("root") if isinstance(profile, dict) else None
+        return [str(root.get("password") or "")] if isinstance(root, dict) else []
+    try:
+        doc = ET.fromstring(rendered.lstrip())
+    except ET.ParseError as exc:
+        raise ValueError(f"renders no XML or JSON ({exc})") from None
+    found = []
+    for user in doc.iter():
+        fields = {_local(c.tag): (c.text or "").strip() for c in user}
+        if _local(user.tag) == "user" and fields.get("username") == "root":
+            found.append(fields.get("user_password", ""))
+    return found
+
+
 def root_password_problem(client: CobblerClient, profile: str) -> str | None:
     """What is wrong with root's password in a Cobbler profile, rendered as for a system that
     has no `root_password_hash` (the profile alone): Cobbler's own default_password_crypted (the
@@ -37,21 +57,18 @@ def root_password_problem(client: CobblerClient, profile: str) -> str | None:
     ("!"/"*"), which every such host would share. None when root is locked there."""
     rendered = client.render_profile_autoinstall(profile)
     default = str(client.settings().get("default_password_crypted") or "")
-    fix = ("use image_builds/autoyast/sles15-xen.xml as its autoinstall template (root "
-           "locked without the per-store root_password_hash step 2 sets)")
+    templates = " or ".join(f"image_builds/{p.template}" for p in PLATFORMS.values())
+    fix = (f"use {templates} (its platform's) as its autoinstall template (root locked without "
+           "the per-store root_password_hash step 2 sets)")
     if default and default in rendered:
         return (f"Cobbler profile {profile!r}: its autoinstall template falls back to Cobbler's "
                 f"default_password_crypted (every store's root password would be Cobbler's "
                 f"default); {fix}")
     try:
-        root = ET.fromstring(rendered.lstrip())
-    except ET.ParseError as exc:
-        return f"Cobbler profile {profile!r}: its autoinstall template renders no XML ({exc}); {fix}"
-    for user in root.iter():
-        fields = {_local(c.tag): (c.text or "").strip() for c in user}
-        if _local(user.tag) != "user" or fields.get("username") != "root":
-            continue
-        password = fields.get("user_password", "")
+        passwords = _root_passwords(rendered)
+    except ValueError as exc:
+        return f"Cobbler profile {profile!r}: its autoinstall template {exc}; {fix}"
+    for password in passwords:
         if not password:
             return (f"Cobbler profile {profile!r}: its autoinstall template leaves root's password "
                     f"empty; {fix}")

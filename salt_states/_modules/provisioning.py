@@ -40,18 +40,19 @@ def reboot(reason="firstboot", delay_minutes=1):
     return {"requested": True, "reason": reason, "in_minutes": delay_minutes}
 
 
-def restart_minion(reason="configuration changed", delay_seconds=20):
-    """Restart this machine's salt-minion once the state run that asked has returned, so new
-    minion.d settings (an engine) take effect.
+def restart_minion(reason="configuration changed", delay_seconds=20, unit="salt-minion"):
+    """Restart this machine's minion (its systemd `unit`: salt-minion, or the Salt Bundle's
+    venv-salt-minion) once the state run that asked has returned, so new minion.d settings (an
+    engine) take effect.
 
     CLI Example: salt 'store-0001-hv' provisioning.restart_minion
     """
-    _refuse_unless_own_machine("restart salt-minion")
+    _refuse_unless_own_machine("restart " + unit)
     # a transient timer unit: systemd restarts the minion after this job returned its result
     __salt__["cmd.run_all"](["systemd-run", "--on-active={}".format(int(delay_seconds)),
-                             "systemctl", "restart", "salt-minion"],
+                             "systemctl", "restart", unit],
                             python_shell=False, raise_err=True)
-    return {"requested": True, "reason": reason, "in_seconds": delay_seconds}
+    return {"requested": True, "reason": reason, "in_seconds": delay_seconds, "unit": unit}
 
 
 def bootstrap_files():

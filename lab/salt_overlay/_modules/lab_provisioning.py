@@ -27,6 +27,7 @@ def reboot(reason="firstboot", delay_minutes=1):
     return _simulator_restart(reason)
 
 
-def restart_minion(reason="configuration changed", delay_seconds=20):
-    """The simulator restarts this minion after a second (the state run returns first)."""
+def restart_minion(reason="configuration changed", delay_seconds=20, unit="salt-minion"):
+    """The simulator restarts this minion after a second (the state run returns first);
+    `unit` is the real machine's (salt-minion, or the Bundle's venv-salt-minion)."""
     return _simulator_restart(reason)

@@ -22,5 +22,6 @@ hypervisor-events-init-module-run:
   module.run:
     - provisioning.restart_minion:
       - reason: libvirt_events engine configuration changed
+      - unit: {{ hv.events.minion_unit | json }}
     - onchanges:
       - file: hypervisor-events-init-file-managed
