@@ -48,6 +48,10 @@ HOST_PY36_SALT_BIN = Path(os.environ.get("STORE_ROLLOUT_HOST_PY36_VENV",
 # installs (venv-salt-minion: 3006.0 with SUSE's backports on its own Python 3.11), which is not
 # on PyPI either
 PLATFORM_SALT_BIN = {"sles15-xen": HOST_SALT_BIN, "sle16-kvm": VENV_BIN}
+# the OS a simulated host of each platform reports (grains osfullname and osrelease, as SLES
+# sets them from /etc/os-release; reconcile reads them): the lab's Debian would say otherwise
+PLATFORM_OS_GRAINS = {"sles15-xen": {"osfullname": "SLES", "osrelease": "15.7"},
+                      "sle16-kvm": {"osfullname": "SLES", "osrelease": "16.0"}}
 COBBLER_VENV = Path(os.environ.get("STORE_ROLLOUT_COBBLER_VENV", REPO_ROOT / ".venv-cobbler"))
 
 

@@ -29,6 +29,7 @@ from store_rollout.contracts import (
     FIRSTBOOT_STAGE_DONE,
     FIRSTBOOT_STAGE_GRAIN,
     STEPS,
+    STORE_PLATFORM_GRAIN,
 )
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
@@ -127,9 +128,11 @@ def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:0
                     lab: LabInfo | None = None, regions: dict[str, str] | None = None) -> Path:
     """An inventory of test stores; with `lab`, each store's host racked in it (a domain and its
     BMC): the odd ones (1st, 3rd...) behind IPMI, the even ones behind Redfish, so every test
-    with two stores or more drives both protocols. `regions`: store id -> its region."""
+    with two stores or more drives both protocols; and likewise the odd ones sles15-xen hosts,
+    the even ones sle16-kvm (both platforms). `regions`: store id -> its region."""
     stores = [{"store_id": sid, **({"region": (regions or {})[sid]} if sid in (regions or {}) else {}),
-               "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"{mac_prefix}:{n:02x}"},
+               "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"{mac_prefix}:{n:02x}",
+                              "platform": "sles15-xen" if n % 2 else "sle16-kvm"},
                "vm": {"vcpus": 1, "memory_mib": 128, "disk_gib": 2, "network": "none"},
                "erp": {"site_code": f"E2E-{sid}"}} for n, sid in enumerate(ids, start=1)]
     path.write_text(yaml.safe_dump({"stores": stores}))
@@ -263,6 +266,10 @@ def go_live_table(lab: LabInfo, store_id: str) -> list[dict[str, str]]:
     return rows
 
 
+# the Salt the lab's simulated hosts of each platform run (lab/state.py PLATFORM_SALT_BIN)
+PLATFORM_SALT = {"sles15-xen": "3006.", "sle16-kvm": "3008."}
+
+
 def check_store(lab: LabInfo, store_id: str, result: dict[str, Any],
                 booted_guest: bool = False, vms: int = 1) -> None:
     """`booted_guest`: the full lab's VM, which boots the image (its pinned Salt 3006, as a
@@ -283,8 +290,11 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any],
     master = SaltMasterClient(lab.salt_master_config)
     assert master.key_state(hv) == "accepted" and master.key_state(vm) == "accepted"
     assert master.token_for(hv) is None and master.token_for(vm) is None
-    # the hypervisor runs Leap 15.6's Salt (3006, built-in virt), the VM vm_salt
-    assert master.cmd(hv, "grains.get", ["saltversion"]).startswith("3006.")
+    # the hypervisor runs its platform's Salt (the profile's grain says which): sles15-xen
+    # SUSE's 3006 (built-in virt), sle16-kvm the Bundle's stand-in 3008; the VM vm_salt
+    platform = master.cmd(hv, "grains.get", [STORE_PLATFORM_GRAIN])
+    assert platform in PLATFORM_SALT, (hv, platform)
+    assert master.cmd(hv, "grains.get", ["saltversion"]).startswith(PLATFORM_SALT[platform])
     assert master.cmd(vm, "grains.get", ["saltversion"]).startswith(vm_salt)
     # libvirt: running, on a qcow2 overlay of the cached base image
     conn = libvirt.open(lab.libvirt_uri)

@@ -28,7 +28,7 @@ from lab.netboot import DISK_BOOT_MARKER, INSTALL_ID_FILE, host_files, read_inst
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.installed_host import installed_minion
 from lab.simulator.minions import MinionManager
-from lab.state import HOST_PY36_SALT_BIN, PLATFORM_SALT_BIN, LabInfo, LabPaths
+from lab.state import HOST_PY36_SALT_BIN, PLATFORM_OS_GRAINS, PLATFORM_SALT_BIN, LabInfo, LabPaths
 
 if TYPE_CHECKING:
     from lab.simulator.vm_boot import VmBoot
@@ -252,7 +252,8 @@ class Firmware:
                  salt_bin)
         self.minions.install(minion_id, host.minion_d, extra, salt_bin=salt_bin,
                              store_host=True, disk_files=host.extmods,
-                             smbios_serial=self._smbios_serial(system_name))
+                             smbios_serial=self._smbios_serial(system_name),
+                             os_grains=PLATFORM_OS_GRAINS.get(host.platform))
         return minion_id
 
     def _box_mac(self, system_name: str) -> str:

@@ -93,7 +93,8 @@ class MinionManager:
     def install(self, minion_id: str, files: dict[str, str], extra: dict[str, Any],
                 salt_bin: Path = VENV_BIN, store_host: bool = False,
                 disk_files: dict[str, str] | None = None,
-                smbios_serial: str | None = None) -> Path:
+                smbios_serial: str | None = None,
+                os_grains: dict[str, str] | None = None) -> Path:
         """Lay down a fresh system disk: config dir with the given minion.d files, and the Salt
         installed on it (`salt_bin`: the bin dir of that Salt's venv); `disk_files`: other files
         by their absolute path on a real machine, under the machine's root_dir (its "/");
@@ -112,6 +113,9 @@ class MinionManager:
             root.mkdir(parents=True)
             for name, text in files.items():
                 (conf / "minion.d" / name).write_text(text)
+            if os_grains:  # the OS the machine stands for, in its grains file (Salt's own
+                # grains of the lab's Debian would say otherwise; grains.setvals edits it)
+                (conf / "grains").write_text(yaml.safe_dump(os_grains))
             for path, text in (disk_files or {}).items():
                 target = root / path.lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -195,7 +195,21 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     assert after["steps"][2]["details"] == ["highstate test=True: no changes"], after
     status = reconciled(lab_env, inv, done)[done]
     assert (status["status"], status["mismatches"]) == ("ok", []), status
-    assert status["real"] == "hypervisor ready; VM running, firstboot done; ERP notified"
+    assert status["platform"] == "sles15-xen"
+    assert status["real"] == ("hypervisor ready (SLES 15.7); VM running, firstboot done; "
+                              "ERP notified"), status
+
+    # (issue 46) the host still on Leap 15.6, as its grains say: flagged with the fix, no action
+    hv_master = SaltMasterClient(lab.salt_master_config)
+    hv_master.cmd(f"store-{done}-hv", "grains.setvals", [{"osfullname": "Leap", "osrelease": "15.6"}])
+    status = reconciled(lab_env, inv, done)[done]
+    assert [m["code"] for m in status["mismatches"]] == ["platform-out-of-support"], status
+    assert status["mismatches"][0]["what"] == (
+        f"hypervisor store-{done}-hv runs Leap 15.6, out of support since 2026-04-30: platform "
+        "out of support")
+    assert f"`store-rollout rollout {done} --reinstall-hypervisor`" in status["mismatches"][0]["fix"]
+    hv_master.cmd(f"store-{done}-hv", "grains.setvals", [{"osfullname": "SLES", "osrelease": "15.7"}])
+    assert reconciled(lab_env, inv, done)[done]["status"] == "ok"
 
     # the host's libvirt daemon restarted (an update, a crash: virtxend on a Leap host): the
     # hypervisor's engine says its connection was lost, reconnects and says it is back, with
