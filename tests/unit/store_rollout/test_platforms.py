@@ -165,3 +165,21 @@ def test_step_5_defines_the_platforms_vm_type_unless_the_settings_name_one() -> 
     assert store_vm_type(inventory("sle16-kvm").stores[0], unset) == "kvm"
     assert store_vm_type(inventory("sle16-kvm").stores[0],
                          hosts(STORE_ROLLOUT_VM_TYPE="qemu")) == "qemu"
+
+
+def test_a_region_names_its_own_platform_over_the_chains(tmp_path: Any) -> None:
+    import yaml
+
+    path = tmp_path / "regions.yaml"
+    path.write_text(yaml.safe_dump({"regions": {
+        "default": {"work_pool": "rollout-pool"},
+        "east": {"work_pool": "rollout-east", "settings": {
+            "hypervisor_platform": "sle16-kvm", "registration_url": "https://rmt-east.invalid"}}}}))
+    chain = {**BASE_ENV, "STORE_ROLLOUT_REGIONS_FILE": str(path)}
+    store = inventory(None).stores[0]
+    assert host_platform(store, hosts(**chain)).name == "sles15-xen"
+    east = hosts(**chain, STORE_ROLLOUT_REGION="east")
+    assert host_platform(store, east).name == "sle16-kvm"
+    assert east.registration_url == "https://rmt-east.invalid"
+    # the store's own platform wins over its region's
+    assert host_platform(inventory("sles15-xen").stores[0], east).name == "sles15-xen"
