@@ -163,11 +163,14 @@ def prefect_task_runs(lab: LabInfo, flow_run_name: str) -> tuple[dict[str, Any],
         timeout=10).json()
     assert runs, f"no flow run {flow_run_name}"
 
+    store_id = flow_run_name.removeprefix("rollout-")
+
     def all_steps_recorded() -> list[dict[str, Any]] | None:
         tasks: list[dict[str, Any]] = api_session(api).post(f"{api}/task_runs/filter", json={
             "task_runs": {"flow_run_id": {"any_": [runs[0]["id"]]}}}, timeout=10).json()
-        done = [t for t in tasks if t["state_type"] == "COMPLETED"]
-        return tasks if len(done) >= len(STEPS) else None
+        # each step's own task run (a replacement's extra task runs count for none of them)
+        done = {t["name"] for t in tasks if t["state_type"] == "COMPLETED"}
+        return tasks if {f"{step}-{store_id}" for step in STEPS} <= done else None
 
     # task runs are recorded from events, a few seconds late
     tasks = wait_for(all_steps_recorded, timeout=30, interval=1,
