@@ -15,7 +15,7 @@ from prefect.blocks.system import Secret
 from pydantic import SecretStr
 
 from lab.prefect_access import PrefectAccess, api_session
-from lab.state import VENV_BIN, LabInfo
+from lab.state import REGISTRATION_CODE_BLOCK, VENV_BIN, LabInfo
 from tasks.bmc import BmcCredentials
 from tasks.cobbler import CobblerAuthError, CobblerClient
 from tasks.salt import SaltMasterClient
@@ -110,8 +110,12 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     with lab_prefect_settings(lab_env):
         block: Any = Secret.load("store-sec-canary-root-password")
         root_password = block.value.get_secret_value()
+        # the chain's SLES registration code (issue 46): step 2 put it in the store's record
+        code_block: Any = Secret.load(REGISTRATION_CODE_BLOCK)
+        registration_code = code_block.get()
     assert len(root_password) == 20, "no root password block for the store"
-    secrets = [canary, lab.cobbler_password, lab.bmc_password, root_password,
+    assert len(registration_code) == 16, "no registration code block in the lab"
+    secrets = [canary, lab.cobbler_password, lab.bmc_password, root_password, registration_code,
                PrefectAccess.of(lab).auth_string.split(":", 1)[1]]  # the API's credential
     api = lab.prefect_api_url
     run = api_session(api).post(f"{api}/flow_runs/filter", json={
@@ -135,10 +139,14 @@ def test_canary_secret_never_reaches_logs_artifacts_events_or_json(
     record = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
                            password=lab.cobbler_password).get_system("store-sec-canary-hv")
     assert record is not None and lab.bmc_password not in json.dumps(record)
+    # step 4 cleared the registration code with the token and root's hash, once the host was ready
+    assert registration_code not in json.dumps(record)
     assert not record.get("power_pass") and not record.get("power_user")
     logs_written = [path for root in (Path(lab.state_dir) / "cobbler",)
                     for path in root.rglob("*") if path.is_file() and "log" in str(path)]
     logs_written += list((Path(lab.state_dir) / "logs").glob("*bmc*.log"))
     assert any("cobbler" in str(p) for p in logs_written) and len(logs_written) > 3
     for path in logs_written:
-        assert lab.bmc_password not in path.read_text(errors="replace"), f"BMC password in {path}"
+        text = path.read_text(errors="replace")
+        assert lab.bmc_password not in text, f"BMC password in {path}"
+        assert registration_code not in text, f"registration code in {path}"
