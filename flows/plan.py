@@ -18,9 +18,7 @@ from store_rollout.guard import calendar_for
 from store_rollout.inventory import InventoryError, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
 from store_rollout.inventory.replacement import with_new_box
-from store_rollout.platforms import platform_names
 from store_rollout.settings import load_settings
-from store_rollout.settings_parts import HostSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.observe import observe_stores
 from tasks.region_runs import publish_result, run_in_region, split_by_region
@@ -81,11 +79,13 @@ def store_plan(store_ids: list[str], inventory: str,
              if own else {})
     plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor, bool(replace_box))
              for sid, f in facts.items()}
+    # each store's platform as its own region's settings resolved it
+    platforms = {sid: f.platform for sid, f in facts.items()}
     for part in remote:
-        plans.update({sid: [StepPlan.model_validate(step) for step in planned["steps"]]
-                      for sid, planned in part.result().items()})
+        for sid, planned in part.result().items():
+            plans[sid] = [StepPlan.model_validate(step) for step in planned["steps"]]
+            platforms[sid] = planned.get("platform", "")
     plans = {store.store_id: plans[store.store_id] for store in stores}  # the inventory's order
-    platforms = platform_names(stores, HostSettings.of(settings))
     create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans, platforms),
                              description=f"rollout plan of {len(plans)} store(s)")
     now = datetime.now(UTC)

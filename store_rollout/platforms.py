@@ -190,8 +190,3 @@ def store_vm_type(store: Store, hosts: HostSettings) -> str:
 def retired_since(host_os: str | None) -> date | None:
     """When the OS a host reports went out of support; None for a supported one (or none)."""
     return RETIRED_OS.get(host_os or "")
-
-
-def platform_names(stores: list[Store], hosts: HostSettings) -> dict[str, str]:
-    """Each store's platform name, by store id (PlatformError for a store without a working one)."""
-    return {store.store_id: host_platform(store, hosts).name for store in stores}
