@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from lab.prefect_access import api_session
 from lab.state import VENV_BIN, LabInfo
@@ -129,6 +130,11 @@ def check_chain_wide_reads(info: LabInfo, lab_env: dict[str, str], inventory: Pa
     planned = cli_json(lab_env, "plan", *A_STORES[:1], *B_STORES[:1], "--inventory",
                        str(inventory), "--no-highstate-test")
     assert {sid: p["todo"] for sid, p in planned.items()} == {A_STORES[0]: [], B_STORES[0]: []}
+    # each store's platform, r2's as r2's run resolved it
+    platforms = {s["store_id"]: s["hypervisor"]["platform"]
+                 for s in yaml.safe_load(inventory.read_text())["stores"]}
+    assert {sid: p["platform"] for sid, p in planned.items()} == {
+        sid: platforms[sid] for sid in (A_STORES[0], B_STORES[0])}
     api = info.prefect_api_url
     for flow_name in ("store-reconcile", "store-plan"):
         deployment = api_session(api).get(f"{api}/deployments/name/{flow_name}/{flow_name}-r2",
