@@ -55,6 +55,10 @@ class Platform:
     def product_id(self, sle16_product: str) -> str:
         return self.products.get(sle16_product) or next(iter(self.products.values()))
 
+    def profile_of(self, store: Store) -> str:
+        """The Cobbler profile `store`'s host installs from: its own, else this platform's."""
+        return store.hypervisor.cobbler_profile or self.cobbler_profile
+
     def needs_registration(self, sle16_product: str) -> bool:
         """SLES registers (its updates come through the registration server); Leap does not."""
         return self.product_id(sle16_product).upper().startswith("SLES")

@@ -165,7 +165,7 @@ def store_profiles(stores: list[Store], hosts: HostSettings, problems: list[str]
         except PlatformError as exc:
             problems.append(str(exc))
             continue
-        profiles[store.store_id] = store.hypervisor.cobbler_profile or platform.cobbler_profile
+        profiles[store.store_id] = platform.profile_of(store)
     return profiles
 
 

@@ -173,7 +173,7 @@ def reinstall(store: Store,
     salt, hosts, cobbler, power = parts
     minion, system = store.hypervisor_minion_id, store.cobbler_system
     platform = host_platform(store, hosts)
-    profile = store.hypervisor.cobbler_profile or platform.cobbler_profile
+    profile = platform.profile_of(store)
     if not client.profile_exists(profile):
         raise CobblerRejected(f"store {store.store_id}: Cobbler profile {profile!r} does not "
                               "exist; create it or fix hypervisor.cobbler_profile")

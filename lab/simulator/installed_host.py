@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from store_rollout.contracts import STORE_PLATFORM_GRAIN
+from store_rollout.platforms import PLATFORMS
 
 # each Salt's configuration directory on a host: SUSE's salt-minion (and upstream onedir), the
 # Salt Bundle (venv-salt-minion)
@@ -22,7 +23,7 @@ DEFAULT_EXTMODS = "/var/cache/salt/minion/extmods/"
 # the profile's own minion config, the one holding the grains
 STORE_CONF = "50-store-rollout.conf"
 # the platform of a host whose profile names none, by the installer that wrote it
-INSTALLER_PLATFORM = {"autoyast": "sles15-xen", "agama": "sle16-kvm"}
+INSTALLER_PLATFORM: dict[str, str] = {p.installer: p.name for p in PLATFORMS.values()}
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def system_spec(store: Store, salt: SaltSettings, hosts: HostSettings, token: st
     registers = platform.needs_registration(hosts.sle16_product)
     return SystemSpec(
         name=store.cobbler_system, hostname=hv.hostname, mac=hv.mac,
-        profile=hv.cobbler_profile or platform.cobbler_profile,
+        profile=platform.profile_of(store),
         ip=None if hv.ip == "dhcp" else hv.ip, netmask=hv.netmask, gateway=hv.gateway,
         autoinstall_meta={
             "salt_master": salt.salt_master_address,
