@@ -13,6 +13,7 @@ import secrets
 import shutil
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,7 +34,15 @@ from lab import (
 )
 from lab import regions as lab_regions
 from lab.prefect_access import PrefectAccess, TlsFiles, ensure_auth_file, ensure_tls
-from lab.procs import ProcessRecord, spawn, stop, stop_many, tree_rss, wait_until
+from lab.procs import (
+    ProcessRecord,
+    listens_on,
+    spawn,
+    stop,
+    stop_many,
+    tree_rss,
+    wait_until,
+)
 from lab.state import (
     COBBLER_PASSWORD_BLOCK,
     COBBLER_VENV,
@@ -245,7 +254,8 @@ class Lab:
             ensure(name, url,
                    lambda: spawn([sys.executable, "-m", module, *args],
                                  logs / f"{name}.log", cwd=_repo_root()),
-                   lambda: wait_until(lambda: _http_ok(f"{url}{health}"), 20, name))
+                   lambda: wait_until(lambda: _own_http_ok(services[name], url, health), 20,
+                                      f"{name} (listening itself on {url})"))
 
         lab_server("image-server", info.image_server_url, "lab.image_server", "/_lab/health",
                    "--root", str(self.paths.image_cache), "--port", str(p.image_server))
@@ -509,6 +519,13 @@ def _network_up(state_file: Path, pid: int) -> bool:
         return StoreNetwork.load(state_file).pid == pid
     except (RuntimeError, ValueError):
         return False
+
+
+def _own_http_ok(service: ServiceInfo, url: str, health: str) -> bool:
+    """The lab's server answers, and it is the lab's: the process the lab started listens on the
+    port (another lab's server on the same port would answer the same health check)."""
+    port = urllib.parse.urlsplit(url).port
+    return port is not None and listens_on(service.record, port) and _http_ok(f"{url}{health}")
 
 
 def _http_ok(url: str) -> bool:

@@ -154,3 +154,19 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: 
             last_error = exc
         time.sleep(interval)
     raise TimeoutError(f"lab: {what} not ready after {timeout:.0f}s (last error: {last_error!r})")
+
+
+def listens_on(record: ProcessRecord, port: int) -> bool:
+    """The recorded process (or a child of it) listens on TCP `port`."""
+    if not record.alive():
+        return False
+    root = psutil.Process(record.pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            connections = proc.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port
+               for conn in connections):
+            return True
+    return False

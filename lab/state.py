@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 
 from lab.approvers import LAB_APPROVERS_BLOCK
+from lab.ports import PORTS_FILE
 from lab.procs import ProcessRecord
 from store_rollout.private_files import write_private
 
@@ -177,7 +178,7 @@ class LabPaths:
         self.lab_json = root / "lab.json"
         # the flows' settings, as any deployment hands them over (STORE_ROLLOUT_SETTINGS_FILE)
         self.settings_file = root / "settings.env"
-        self.ports_json = root / "ports.json"
+        self.ports_json = root / PORTS_FILE
         self.secrets_json = root / "secrets.json"
         self.logs = root / "logs"
         self.postgres = root / "postgres"
@@ -215,25 +216,20 @@ class LabPaths:
             for name, value in flow_settings(info, self.root).items()))
 
     def load_or_create_ports(self) -> LabPorts:
-        from lab.procs import free_port
+        """The lab's ports as recorded; the missing ones chosen (lab/ports.py says how) and
+        recorded under the lock the sibling labs choose theirs under."""
+        from lab import ports
 
         values: dict[str, int] = {}
         if self.ports_json.exists():
             values = LabPorts.model_validate_json(self.ports_json.read_text()).model_dump()
             if all(values.values()):
                 return LabPorts(**values)
-        chosen: set[int] = {port for port in values.values() if port}
-        for name in LabPorts.model_fields:
-            if values.get(name):
-                continue
-            port = free_port()
-            while port in chosen:
-                port = free_port()
-            chosen.add(port)
-            values[name] = port
-        ports = LabPorts(**values)
-        self.ports_json.write_text(ports.model_dump_json(indent=2))
-        return ports
+        self.root.mkdir(parents=True, exist_ok=True)
+        with ports.labs_locked(self.root.parent):
+            chosen = LabPorts(**ports.choose(LabPorts.model_fields, self.root, values))
+            self.ports_json.write_text(chosen.model_dump_json(indent=2))
+        return chosen
 
     def load_or_create_secrets(self) -> LabSecrets:
         if self.secrets_json.exists():
