@@ -26,6 +26,7 @@ from store_rollout.contracts import (
     STEP_PXE_INSTALL_HYPERVISOR,
     STEP_WAIT_FOR_HYPERVISOR,
 )
+from store_rollout.image_versions import build_of, store_version
 from store_rollout.inventory import load_inventory
 from store_rollout.inventory.replacement import with_new_box
 from store_rollout.results import rollout_result
@@ -191,8 +192,10 @@ def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: A
     # each task gets the part of the settings it uses (store_rollout/settings_parts.py)
     parts = SettingsParts.of(settings)
     images = parts.images
-    image = clock.run(STEP_IMAGE, ensure_image, images.image_description,
-                      images.image_params, images.image_cache_dir, images.image_builder)
+    # the version the store should run (store_rollout/image_versions.py)
+    description, params = build_of(images, store_version(images, store.vm.image_version))
+    image = clock.run(STEP_IMAGE, ensure_image, description, params, images.image_cache_dir,
+                      images.image_builder)
     retired = (run_in_window(store_id, lambda: retire_old_box(
         old_box, store, consent, salt=parts.salt, cobbler=parts.cobbler, power=parts.power,
         calendar=parts.calendar),

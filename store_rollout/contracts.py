@@ -197,3 +197,26 @@ GO_LIVE_FUNCTION: Final = "storegate.run"
 ERP_STORE_SERVER_RUNNING: Final = "store-server-running"
 ERP_STORE_DECOMMISSIONED: Final = "store-decommissioned"
 ERP_STORE_HARDWARE_REPLACED: Final = "store-hardware-replaced"
+ERP_STORE_IMAGE_UPDATED: Final = "store-image-updated"
+
+# -- image versions and the data disk (issue 47) -----------------------------------------------
+# An image version is data (store_rollout/image_versions.py): its name goes into the build as
+# IMAGE_VERSION_PARAM (so it is part of the image key), and the image's overlay bakes it into the
+# VM's grain IMAGE_VERSION_GRAIN (etc/salt/minion.d/10-grains.conf): the VM says what it runs.
+IMAGE_VERSION_PARAM: Final = "IMAGE_VERSION"
+IMAGE_VERSION_GRAIN: Final = "store_image_version"
+UNVERSIONED_IMAGE: Final = "unversioned"  # IMAGE_VERSION of an image built without a version
+IMAGE_VERSION_RE: Final = r"[a-z0-9][a-z0-9._-]{0,31}"
+# The store's data disk: beside the system disk (the overlay on the image), made once by step 5
+# (storevirt.create_data_disk: raw, ext4 labelled DATA_DISK_LABEL by the host), mounted by the
+# image at DATA_DISK_MOUNT before salt-minion starts. Nothing but decommission removes it. The
+# VM's identity (minion id, store id, minion keys) lives on it under DATA_DISK_IDENTITY_DIR, so a
+# new system disk (an image update) boots as the same minion with the same key.
+DATA_DISK_FILE: Final = "data.raw"
+DATA_DISK_LABEL: Final = "STORE_DATA"
+DATA_DISK_MOUNT: Final = "/srv/store"
+DATA_DISK_IDENTITY_DIR: Final = ".identity"  # under DATA_DISK_MOUNT, root only
+IDENTITY_DATA_DIR_ENV: Final = "STORE_IDENTITY_DATA_DIR"  # store-identity's data disk mount
+# The hypervisor's record of a system-disk switch (storevirt), written before the switch: a
+# crashed orchestrator's rerun, and reconcile, read it there, not from anyone's memory.
+UPDATE_RECORD_FILE: Final = "update.json"

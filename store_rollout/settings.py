@@ -26,7 +26,15 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -38,6 +46,7 @@ from pydantic_settings import (
 )
 
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS, checked_disruptions
+from store_rollout.image_versions import ImageVersion, checked_versions, known
 from store_rollout.plugins import known_builder
 from store_rollout.regions import (
     DEFAULT_COBBLER_SYNC_LIMIT,
@@ -153,6 +162,18 @@ class RolloutSettings(TransportSettings, ApproverSettings):
     image_ca_bundle: str = Field("", description="PEM file of the CA that signed the image "
                                  "server's certificate (default: the hypervisor's trust store)")
     image_rate_limit: int = Field(0, ge=0, description="bytes/s per store download, 0: none")
+    # image versions as data (store_rollout/image_versions.py): name -> description and params;
+    # `image_version` the chain's (a store's inventory vm.image_version wins), "" unversioned
+    image_versions: Annotated[dict[str, ImageVersion], BeforeValidator(checked_versions)] = \
+        Field(default_factory=dict)
+    image_version: str = ""
+    # how long an image update keeps the old system disk for a manual `revert`
+    image_keep_previous_hours: float = Field(168.0, ge=0, le=24 * 365)
+
+    @model_validator(mode="after")
+    def _chain_version_listed(self) -> RolloutSettings:
+        known(self, self.image_version, "image_version")
+        return self
 
     @field_validator("disruption_seconds")
     @classmethod

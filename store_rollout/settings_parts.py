@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from store_rollout.image_versions import ImageVersion
 from store_rollout.inventory.calendar_spec import CalendarSpec
 
 __all__ = ["ApprovalSettings", "BmcSettings", "CalendarSettings", "CobblerSettings",
@@ -82,6 +83,9 @@ class ImageSettings(_Part):
     image_base_url: str
     image_ca_bundle: str = ""
     image_rate_limit: int = 0
+    image_versions: dict[str, ImageVersion] = Field(default_factory=dict)
+    image_version: str = ""
+    image_keep_previous_hours: float = 168.0
 
 
 class ErpSettings(_Part):

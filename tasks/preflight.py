@@ -10,11 +10,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from store_rollout.image_versions import ImageVersionError, build_of, store_version
 from store_rollout.inventory import Store
 from store_rollout.platforms import PLATFORMS, PlatformError, host_platform
 from store_rollout.regions import RegionsError, wrong_region
 from store_rollout.settings import RolloutSettings
-from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings, HostSettings
+from store_rollout.settings_parts import (
+    BmcSettings,
+    CobblerSettings,
+    ErpSettings,
+    HostSettings,
+    ImageSettings,
+)
 from tasks.bmc import bmc_problems
 from tasks.cobbler import CobblerClient, CobblerError, cobbler_client
 from tasks.erp import ErpClient, erp_client
@@ -169,21 +176,34 @@ def store_profiles(stores: list[Store], hosts: HostSettings, problems: list[str]
     return profiles
 
 
+def image_problems(stores: list[Store], images: ImageSettings) -> list[str]:
+    """Each store's image version listed, its description there, the VM's disk big enough."""
+    problems: list[str] = []
+    for store in stores:
+        try:
+            description, _params = build_of(images, store_version(images, store.vm.image_version))
+        except ImageVersionError as exc:
+            problems.append(f"store {store.store_id!r}: {exc}")
+            continue
+        try:
+            image_mib = declared_disk_mib(resolve_description(description))
+        except KiwiDescriptionError:
+            problems.append(f"store {store.store_id!r}: image_description: no image description "
+                            f"{description!r} under image_builds/ (set "
+                            "STORE_ROLLOUT_IMAGE_DESCRIPTION, or the version's description)")
+            continue
+        if store.vm.disk_gib * 1024 < image_mib:
+            problems.append(
+                f"store {store.store_id!r}: vm.disk_gib: {store.vm.disk_gib} GiB is smaller "
+                f"than the image ({image_mib} MiB); use at least {-(-image_mib // 1024)}")
+    return list(dict.fromkeys(problems))
+
+
 def preflight(stores: list[Store], settings: RolloutSettings) -> None:
     """Raise PreflightError listing every problem; touches nothing."""
     problems: list[str] = region_problems(stores, settings)
     profiles = store_profiles(stores, HostSettings.of(settings), problems)
-    try:
-        desc_dir = resolve_description(settings.image_description)
-        image_mib = declared_disk_mib(desc_dir)
-        for store in stores:
-            if store.vm.disk_gib * 1024 < image_mib:
-                problems.append(
-                    f"store {store.store_id!r}: vm.disk_gib: {store.vm.disk_gib} GiB is smaller "
-                    f"than the image ({image_mib} MiB); use at least {-(-image_mib // 1024)}")
-    except KiwiDescriptionError:
-        problems.append(f"image_description: no image description {settings.image_description!r}"
-                        " under image_builds/ (set STORE_ROLLOUT_IMAGE_DESCRIPTION)")
+    problems.extend(image_problems(stores, ImageSettings.of(settings)))
     problems.extend(bmc_problems(stores, BmcSettings.of(settings)))
     if not os.path.isfile(settings.salt_master_config):
         problems.append(f"salt_master_config: {settings.salt_master_config} is not a file "

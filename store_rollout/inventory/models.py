@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from store_rollout.contracts import IMAGE_VERSION_RE
 from store_rollout.inventory.addressing import check_addressing
 from store_rollout.inventory.bmc import bmc_identity
 from store_rollout.inventory.calendar_spec import CalendarSpec, with_default_calendar
@@ -177,6 +178,14 @@ class VmSpec(_Strict):
     vcpus: int = Field(2, ge=1, le=64, description="virtual CPUs, 1..64")
     memory_mib: int = Field(4096, ge=128, le=262144, description="memory in MiB, 128..262144")
     disk_gib: int = Field(20, ge=1, le=2048, description="disk size in GiB, 1..2048")
+    # the store's data disk (store_rollout/contracts.py DATA_DISK_*): made once, kept across
+    # image updates, VM recreation and rollback; only decommission removes it
+    data_disk_gib: int = Field(8, ge=1, le=4096, description="data disk size in GiB, 1..4096")
+    # the image version the store should run (settings `image_versions`); none: the chain's
+    # `image_version`
+    image_version: Annotated[str | None, _spelled(IMAGE_VERSION_RE, "image version",
+                                                  "lowercase letters, digits, '.', '_', '-'")] = \
+        Field(None, description="image version (settings image_versions), default the chain's")
     network: Annotated[str, _spelled(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", "network",
                                      "a bridge name like br0, or 'none'")] = Field(
         "br0", description="host bridge for the VM NIC, or 'none'")
