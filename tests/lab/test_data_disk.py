@@ -19,7 +19,7 @@ from tests.helpers import finish, start_rollout, wait_for, write_inventory
 
 pytestmark = pytest.mark.lab
 
-RECEIPT = "receipt 0001: 3 x bread, paid\n"
+RECEIPT = "receipt 0001: 3 x bread, paid"  # file.write ends it with a newline
 
 
 def debugfs_cat(disk: str, path: str) -> str:
@@ -53,7 +53,7 @@ def test_the_data_disk_keeps_the_stores_data_and_identity_across_a_new_system_di
     # a clean shutdown (the ACPI button): the guest's writes are on the data disk
     shut = master.cmd(hv, "storevirt.shutdown", [vm, 60], timeout=90)
     assert shut["was_running"] and shut["clean"], shut
-    assert debugfs_cat(data, "/receipts.txt") == RECEIPT
+    assert debugfs_cat(data, "/receipts.txt") == RECEIPT + "\n"
     assert debugfs_cat(data, "/.identity/minion_id").strip() == vm
 
     # a new system disk on the same base, switched to and started
@@ -72,7 +72,7 @@ def test_the_data_disk_keeps_the_stores_data_and_identity_across_a_new_system_di
     keys = master.list_keys()
     assert vm in keys["minions"] and vm not in keys.get("minions_pre", []), keys
     assert accepted_key(lab, vm) == key
-    assert master.cmd(vm, "file.read", [f"{store_dir}/receipts.txt"]) == RECEIPT
+    assert master.cmd(vm, "file.read", [f"{store_dir}/receipts.txt"]) == RECEIPT + "\n"
     # a fresh system disk (the simulator's for the new overlay) without the bootstrap file:
     # no firstboot ran on it (its stage grain, on the system disk, was never set again)
     minion_dir = LabPaths(Path(lab.state_dir)).simulator / "minions" / vm
