@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from store_rollout import data_disk
+from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.guard import WHAT, Action
 from store_rollout.inventory import Store
 from store_rollout.settings_parts import SaltSettings
@@ -262,3 +263,27 @@ def test_rollback_keeps_the_data_disk_and_decommission_exports_it_first(
     assert calls[1][1] == {"host_may_be_gone": True, "keep_data": False}
     assert "WITHOUT an export (--no-export)" in logged[-1]
     assert "data_export" in done
+
+
+def test_the_plan_and_the_approval_say_what_becomes_of_the_data_disk() -> None:
+    """A reinstall's plan (what its approval shows) says the data disk is lost with the host's
+    disk, a replacement's that it stays on the old box, a recreation's that it is kept."""
+    from store_rollout.approval_policy import approval_request
+    from store_rollout.fleet.plan import plan_store
+    from tests.unit.store_rollout.test_fleet_state import rolled_out
+
+    path = "/srv/images/store-0042-vm/data.raw"
+    facts = rolled_out()
+    facts = facts.model_copy(update={"domain": {**(facts.domain or {}), "data_disk": path}})
+
+    def step(plan: list[Any], name: str) -> list[str]:
+        return next(s.details for s in plan if s.step == name)
+
+    reinstall = plan_store(facts, reinstall_hypervisor=True)
+    said = data_disk.lost_with_host("store-0042-hv", path)
+    assert said in step(reinstall, STEP_PXE_INSTALL_HYPERVISOR)
+    assert said in approval_request("0042", "destructive", reinstall)
+    replace = step(plan_store(facts, replace_box=True), STEP_PXE_INSTALL_HYPERVISOR)
+    assert data_disk.left_on_old_box("store-0042-hv", path) in replace and said not in replace
+    assert data_disk.kept("store-0042-hv", path) in step(plan_store(facts, recreate_vm=True),
+                                                        STEP_CREATE_VM)
