@@ -46,6 +46,13 @@ class StoreVm:
         seed = self.master.cmd(self.hypervisor, "storevirt.seed_path", [self.name])
         return str(overlay["path"]), str(seed)
 
+    def create_data_disk(self) -> dict[str, Any]:
+        """The VM's data disk ({"path", "created"}): made once (vm.data_disk_gib), an existing
+        one kept as it is (storevirt.create_data_disk never reformats nor resizes it)."""
+        made: dict[str, Any] = self.master.cmd(self.hypervisor, "storevirt.create_data_disk",
+                                               [self.name, self.store.vm.data_disk_gib])
+        return made
+
     def define(self, init_kwargs: dict[str, Any]) -> dict[str, Any]:
         """virt.init with these arguments (start=False); the new domain's summary."""
         vm = self.store.vm
