@@ -36,8 +36,11 @@ def remove_vm(store: Store, salt: SaltSettings, images_dir: str, host_may_be_gon
                 "data_disk": {"path": path, "kept": None}}
     removed = dict(master.cmd(hv, "storevirt.remove_vm", [store.vm_name],
                               kwarg={"keep_data": keep_data}))
-    said = data_disk.kept(hv, path) if keep_data else (
-        f"the store's data disk {path} on {hv} is removed")
+    # the host's word: the data disk it kept (None: there was none)
+    kept = removed.get("data_kept") if keep_data else None
+    said = (data_disk.kept(hv, kept) if kept else f"{store.vm_name} had no data disk on {hv}"
+            ) if keep_data else f"the store's data disk {path} on {hv} is removed"
     logger.warning("store %s: VM %s removed (%s); %s", store.store_id, store.vm_name, removed,
                    said)
-    return {**removed, "data_disk": {"path": path, "kept": keep_data, "said": said}}
+    return {**removed, "data_disk": {"path": kept if keep_data else path,
+                                     "kept": bool(kept), "said": said}}
