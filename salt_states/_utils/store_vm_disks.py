@@ -118,15 +118,6 @@ def virtual_size(disk):
     return int(info.get("virtual-size") or 0)
 
 
-def _backing(disk):
-    if not os.path.exists(disk):
-        return None
-    info = json.loads(_run(["qemu-img", "info", "--force-share", "--output=json", disk],
-                           "qemu-img info " + disk))
-    backing = info.get("full-backing-filename", info.get("backing-filename"))
-    return os.path.normpath(backing) if backing else None
-
-
 def stage_system_disk(images_dir, name, base, current):
     """A fresh qcow2 overlay on `base` beside `current` (the domain's system disk), as large
     as `current`; an existing file there (an earlier, maybe reverted, attempt) is made anew.
@@ -135,11 +126,10 @@ def stage_system_disk(images_dir, name, base, current):
     if not os.path.exists(base):
         raise CommandExecutionError("stage_system_disk {}: base image {} is not on this host; "
                                     "stage it first (store-rollout stage-images)".format(name, base))
-    if current and (os.path.normpath(path) == os.path.normpath(current)
-                    or _backing(current) == os.path.normpath(base)):
+    if current and os.path.normpath(path) == os.path.normpath(current):
         raise CommandExecutionError(
-            "stage_system_disk {}: the domain's current system disk {} is on {} already; "
-            "it is never touched (nothing to stage)".format(name, current, base))
+            "stage_system_disk {}: {} is the domain's current system disk; it is never "
+            "touched (the domain runs on {} already)".format(name, path, base))
     created = not os.path.exists(path)
     if not created:
         os.remove(path)

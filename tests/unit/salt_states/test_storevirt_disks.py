@@ -59,6 +59,7 @@ def test_data_disk_and_system_disk_switch_under_the_store_hosts_python(tmp_path:
         {"fun": "storevirt.switch_system_disk", "args": [VM, str(staged), "v2", "run-1"]},
         {"fun": "storevirt.update_record", "args": [VM]},
         {"fun": "storevirt.switch_system_disk", "args": [VM, str(staged), "v2", "run-1"]},
+        {"fun": "storevirt.stage_system_disk", "args": [VM, str(base2)]},
         {"fun": "storevirt.prune_system_disks", "args": [VM]},
         {"fun": "storevirt.revert_system_disk", "args": [VM]},
         {"fun": "storevirt.update_record", "args": [VM]},
@@ -73,8 +74,8 @@ def test_data_disk_and_system_disk_switch_under_the_store_hosts_python(tmp_path:
         {"fun": "storevirt.create_data_disk", "args": ["store-0038-vm", 0]},
     ]
     before = time.time()
-    (overlay, made, summary, stage, refused_stage, refused_running, shut, shut_again, switched,
-     record, again, nothing_pruned, reverted, reverted_record, pruned_attempt, restaged,
+    (overlay, made, summary, stage, same_base, refused_running, shut, shut_again, switched,
+     record, again, refused_current, nothing_pruned, reverted, reverted_record, pruned_attempt, restaged,
      switched2, committed, pruned_old, kept, no_record, removed, bad_size) = run_on_host_python(
         tmp_path, calls, define=(domain_with_data_disk(system, data),), start=[VM])
     assert ok(overlay)["created"]
@@ -86,8 +87,9 @@ def test_data_disk_and_system_disk_switch_under_the_store_hosts_python(tmp_path:
     assert ok(summary)["data_disk"] == str(data) and ok(summary)["disk"] == str(system)
     assert ok(summary)["image_key"] == key1
     assert ok(stage) == {"path": str(staged), "created": True}
-    assert not refused_stage["ok"] and "current system disk" in refused_stage["error"]
-    assert "is never touched" in refused_stage["error"]
+    # a new system disk on the base the domain runs on (a fresh system disk, same version)
+    assert ok(same_base) == {"path": str(images / VM / f"system-{key1[:12]}.qcow2"),
+                             "created": True}
     assert not refused_running["ok"] and "running" in refused_running["error"], refused_running
     assert ok(shut)["was_running"] and ok(shut)["clean"]
     assert ok(shut_again) == {"was_running": False, "clean": True, "seconds": 0.0}
@@ -99,6 +101,8 @@ def test_data_disk_and_system_disk_switch_under_the_store_hosts_python(tmp_path:
         "run": "run-1", "phase": "switched"}
     assert before <= rec["switched_at"] <= time.time()
     assert ok(again)["disk"] == str(staged)  # idempotent
+    assert not refused_current["ok"] and "current system disk" in refused_current["error"]
+    assert "never touched" in refused_current["error"]
     assert ok(nothing_pruned) == []  # an update in progress keeps both disks
     assert ok(reverted)["disk"] == str(system) and ok(reverted)["image_key"] == key1
     assert ok(reverted_record)["phase"] == "reverted" and ok(reverted_record)["reverted_at"]
