@@ -68,18 +68,10 @@ class VmBoot:
     def domain_gone(self, minion_id: str) -> bool:
         """A VM whose domain is no longer running cannot come back from a reboot (a rollback
         that destroys the domain mid-firstboot)."""
-        import libvirt
-
         names = [name for name, mid in self.domain_minions.items() if mid == minion_id]
         if not names:
             return False  # a hypervisor: hardware the simulator owns
-        conn = libvirt.openReadOnly(self.info.libvirt_uri)
-        try:
-            return not conn.lookupByName(names[0]).isActive()
-        except libvirt.libvirtError:
-            return True  # undefined
-        finally:
-            conn.close()
+        return not self._active(names[0])
 
     def _on_domain_started(self, dom: Any, booting: bool = True) -> None:
         try:
@@ -318,13 +310,13 @@ class VmBoot:
             log.exception("ACPI shutdown of %s failed", name)
 
     def _active(self, name: str) -> bool:
+        """Does domain `name` run (False: stopped or undefined)?"""
         import libvirt
 
         conn = libvirt.openReadOnly(self.info.libvirt_uri)
         try:
-            return bool(conn.lookupByName(name).isActive())
-        except libvirt.libvirtError:
-            return False
+            running = conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+            return name in {dom.name() for dom in running}
         finally:
             conn.close()
 
@@ -334,9 +326,26 @@ class VmBoot:
             if host_of(dom.XMLDesc(0)) is not None:
                 self.host_names.add(dom.name())
 
-    def run_libvirt_events(self) -> None:
+    def _watch_powerdown(self) -> Any:
+        """QEMU's POWERDOWN events (the ACPI button pressed) on a connection of their own:
+        libvirt refuses monitor events on a read-only one. None (logged) when it cannot."""
         import libvirt
         import libvirt_qemu
+
+        def powerdown(_conn: Any, dom: Any, *_args: Any) -> None:
+            threading.Thread(target=self._on_powerdown, args=(dom.name(),), daemon=True).start()
+
+        try:
+            conn = libvirt.open(self.info.libvirt_uri)
+            libvirt_qemu.qemuMonitorEventRegister(conn, None, "POWERDOWN", powerdown, None, 0)
+            return conn
+        except libvirt.libvirtError as exc:
+            log.warning("no ACPI shutdown for simulated VMs (a shutdown ends in its hard "
+                        "stop): %s", exc)
+            return None
+
+    def run_libvirt_events(self) -> None:
+        import libvirt
 
         libvirt.virEventRegisterDefaultImpl()
         threading.Thread(target=self._event_loop, daemon=True, name="libvirt-loop").start()
@@ -362,11 +371,7 @@ class VmBoot:
 
             conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, lifecycle, None)
 
-            def powerdown(_conn: Any, dom: Any, *_args: Any) -> None:
-                threading.Thread(target=self._on_powerdown, args=(dom.name(),),
-                                 daemon=True).start()
-
-            libvirt_qemu.qemuMonitorEventRegister(conn, None, "POWERDOWN", powerdown, None, 0)
+            monitor = self._watch_powerdown()
             conn.setKeepAlive(5, 3)
             # domains already running when the simulator (re)starts get their minions back
             for dom in conn.listAllDomains():
@@ -378,6 +383,9 @@ class VmBoot:
                 time.sleep(0.5)
             with contextlib.suppress(libvirt.libvirtError):
                 conn.close()
+            if monitor is not None:
+                with contextlib.suppress(libvirt.libvirtError):
+                    monitor.close()
 
     @staticmethod
     def _event_loop() -> None:
