@@ -497,7 +497,9 @@ def check_defined_as_vm_xml_says(lab: LabInfo, inventory: Path, store_id: str) -
         }
 
     assert devices(defined) == devices(planned)
-    assert [d.get("device") for d in planned.iterfind("./devices/disk")] == ["disk", "cdrom"]
+    # the system disk, the data disk (issue 47), the seed CD-ROM
+    assert [d.get("device") for d in planned.iterfind("./devices/disk")] == ["disk", "disk",
+                                                                             "cdrom"]
 
 
 def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:
