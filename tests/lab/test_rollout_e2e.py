@@ -301,7 +301,7 @@ def check_data_export(lab: LabInfo, export: dict[str, Any], store_id: str, data:
         journal = subprocess.run(["debugfs", "-R", "cat /till-journal.txt",
                                   str(Path(restored) / DATA_DISK_FILE)],
                                  capture_output=True, text=True, timeout=60, check=False)
-    assert journal.stdout == f"the sales of store {store_id}", journal
+    assert journal.stdout == f"the sales of store {store_id}\n", journal  # file.write adds one
 
 
 def check_another_box_stops_at_step_3(lab: LabInfo, lab_env: dict[str, str], inventory: Path,
