@@ -28,7 +28,7 @@ from app.runner import (
     validate_stores,
 )
 from app.setup import prefect_setup
-from app.undo import Approver, Code, run_store_undo
+from app.undo import Approver, Code, NoExport, run_store_undo
 from app.views import print_batch, print_plan, print_reconcile, print_runs, print_staged
 from store_rollout.settings import SettingsError
 from store_rollout.step_timeouts import STEP_TIMEOUTS, StepTimeouts
@@ -173,21 +173,23 @@ def status(
 @app.command("rollback")
 def rollback(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
              now: Now = False, approver: Approver = "", code: Code = "") -> None:
-    """Undo a store's rollout: VM destroyed and undefined, disk and VM key removed, netboot off.
-    Shows what it will do; `--yes --approver NAME --code CODE` goes on (in its window, `--now`)."""
+    """Undo a store's rollout: VM destroyed and undefined, system disk and VM key removed (its
+    data disk kept), netboot off. Shows what it will do; `--yes --approver NAME --code CODE`
+    goes on (in its window, `--now`)."""
     print(json.dumps(run_store_undo("rollback", store_id, inventory, yes, now, approver, code),
                      indent=2, default=str))
 
 
 @app.command("decommission")
 def decommission(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
-                 now: Now = False, approver: Approver = "", code: Code = "") -> None:
-    """Close a store: VM and disk removed, host and VM keys deleted, Cobbler record removed,
-    host powered off, the ERP told. A rerun finishes what a failed run left. Shows what it
-    will do; `--yes --approver NAME --code CODE` goes on (in the store's maintenance window,
-    or `--now`)."""
+                 now: Now = False, approver: Approver = "", code: Code = "",
+                 no_export: NoExport = False) -> None:
+    """Close a store: VM and disks removed (an export of its data disk kept first, unless
+    --no-export), host and VM keys deleted, Cobbler record removed, host powered off, the ERP
+    told. A rerun finishes what a failed run left. Shows what it will do; `--yes --approver
+    NAME --code CODE` goes on (in the store's maintenance window, or `--now`)."""
     print(json.dumps(run_store_undo("decommission", store_id, inventory, yes, now, approver,
-                                    code), indent=2, default=str))
+                                    code, keep_export=not no_export), indent=2, default=str))
 
 
 @app.command("plan")

@@ -6,6 +6,7 @@ through the API proves nothing the command checked)."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +17,9 @@ from store_rollout.settings import SettingsError
 
 Approver = Annotated[str, typer.Option(
     "--approver", help="with --yes: your approver name, proven by --code")]
+NoExport = Annotated[bool, typer.Option(
+    "--no-export", help="decommission: remove the store's data disk without keeping an export "
+                        "of it first (its data is gone for good)")]
 Code = Annotated[str, typer.Option(
     "--code", help="with --approver: the one-time code your authenticator shows now (asked "
                    "for when missing)")]
@@ -60,9 +64,11 @@ def proven_at_terminal(what: str, store_id: str, approver: str, code: str) -> tu
 
 
 def run_store_undo(what: str, store_id: str, inventory: Path, confirmed: bool = False,
-                   now: bool = False, approver: str = "", code: str = "") -> dict[str, Any]:
+                   now: bool = False, approver: str = "", code: str = "",
+                   keep_export: bool = True) -> dict[str, Any]:
     """`rollback` or `decommission` of one store in this process, refused before it starts
-    when the store, the settings or the approver's code are wrong; without `confirmed`
+    when the store, the settings or the approver's code are wrong (`keep_export`: a
+    decommission's, false for --no-export); without `confirmed`
     (--yes) it shows what it would do and exits 2; exits 1 naming the state when it fails."""
     from flows.decommission import store_decommission
     from flows.store_rollback import store_rollback
@@ -70,12 +76,14 @@ def run_store_undo(what: str, store_id: str, inventory: Path, confirmed: bool = 
 
     validate_rollback(store_id, inventory)
     if not confirmed:
-        refuse(f"{what} of store {store_id} {WHAT[Action(what)]}: add --yes to go on, with "
-               "--approver NAME --code CODE (in the store's maintenance window; --now outside "
-               "it)")
+        refuse(f"{what} of store {store_id} {WHAT[Action(what)]}"
+               f"{'' if keep_export else ', and WITHOUT an export of its data disk'}: add "
+               "--yes to go on, with --approver NAME --code CODE (in the store's maintenance "
+               "window; --now outside it)")
     approver, code = proven_at_terminal(what, store_id, approver, code)
     person = terminal_person()
-    undo: Any = store_rollback if what == "rollback" else store_decommission
+    undo: Any = store_rollback if what == "rollback" else partial(store_decommission,
+                                                                  keep_export=keep_export)
     state = undo(store_id, str(inventory.resolve()), return_state=True, approver=approver,
                  code=code, asked_by=f"{person}: store-rollout {what} {store_id}",
                  ignore_windows=now)

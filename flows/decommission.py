@@ -1,4 +1,6 @@
-"""Close a store: its VM and disk, its two keys, its Cobbler record, its host's power, the ERP.
+"""Close a store: its VM and disks, its two keys, its Cobbler record, its host's power, the ERP.
+The data disk goes too, after an export of it is kept on this host (tasks/data_export.py)
+unless the run is told not to (`keep_export`).
 
 Wiring only; every step is idempotent, so a rerun (or a run resumed after a failure) does what
 is left and replays the ERP's notice.
@@ -10,7 +12,7 @@ from typing import Any
 
 from prefect import flow, tags
 
-from store_rollout import guard
+from store_rollout import data_disk, guard
 from store_rollout.approval_policy import check_policy
 from store_rollout.guard import Action
 from store_rollout.inventory import load_inventory
@@ -21,6 +23,7 @@ from tasks.approvals import undo_consent
 from tasks.audit import record
 from tasks.bmc import power_off_hypervisor
 from tasks.cobbler import remove_hypervisor_record
+from tasks.data_export import export_data_disk
 from tasks.erp import notify_erp_decommissioned
 from tasks.notifications import notify_failure
 from tasks.preflight import check_region
@@ -28,7 +31,7 @@ from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_store_keys
 from tasks.slots import store_owner
 from tasks.undo import undo_decision
-from tasks.virt import remove_vm
+from tasks.vm_removal import remove_vm
 
 
 @flow(name="store-decommission", flow_run_name="decommission-{store_id}", on_failure=[notify_failure])
@@ -36,9 +39,10 @@ from tasks.virt import remove_vm
 def store_decommission(store_id: str, inventory: str,
                        owner_wait_seconds: float = STEP_TIMEOUTS.owner_wait_seconds,
                        approver: str = "", code: str = "", asked_by: str = "",
-                       ignore_windows: bool = False) -> dict[str, Any]:
+                       ignore_windows: bool = False, keep_export: bool = True) -> dict[str, Any]:
     """Close a store for good: nothing of it is left in libvirt, Salt or Cobbler, its host is
-    off and the ERP is told. `reconcile` then reports the store as decommissioned. Only as the
+    off and the ERP is told; its data disk is removed, an export of it kept first (unless
+    `keep_export` is false). `reconcile` then reports the store as decommissioned. Only as the
     guard (store_rollout/guard.py) lets it: approved under the approval policy, in the store's
     window, unless `ignore_windows`.
 
@@ -55,21 +59,30 @@ def store_decommission(store_id: str, inventory: str,
             fails the run before it changes anything).
         asked_by: Who asked for it (recorded with the guard's decision).
         ignore_windows: Decommission outside the store's maintenance window.
+        keep_export: Keep an export of the store's data disk (in the `data_export_dir`
+            setting's directory, with its sha256) before the disk is removed; false
+            (`--no-export`): the data disk goes without one, its data gone for good.
     """
     store = load_inventory(inventory).get(store_id)
     settings = load_settings()
     check_region(store, settings)
     parts = SettingsParts.of(settings)
+    images = parts.hosts.vm_images_dir
+    fate = data_disk.decommission_note(store, data_disk.data_disk_path(store, images),
+                                       keep_export, parts.salt.data_export_dir)
     consent = undo_consent(store, Action.DECOMMISSION, check_policy(settings.approval_policy),
                            settings.approval_timeout_seconds, parts.approvals,
                            asked_by=asked_by or f"run decommission-{store_id}",
-                           approver=approver, code=code, ignore_windows=ignore_windows)
-    decision = undo_decision(Action.DECOMMISSION, store, consent, parts.calendar)
+                           approver=approver, code=code, ignore_windows=ignore_windows,
+                           consequence=fate)
+    decision = undo_decision(Action.DECOMMISSION, store, consent, parts.calendar, fate)
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-decommission"):
-        # the VM while the host answers; the host off before its key goes (a running minion
-        # whose key is deleted signs in again, leaving a pending key); its record last
-        vm = remove_vm(store, parts.salt, host_may_be_gone=True)
+        # the data disk's export and the VM while the host answers; the host off before its
+        # key goes (a running minion whose key is deleted signs in again, leaving a pending
+        # key); its record last
+        export = export_data_disk(store, parts.salt, keep_export)
+        vm = remove_vm(store, parts.salt, images, host_may_be_gone=True, keep_data=False)
         power = power_off_hypervisor(store, parts.power)
         keys = remove_store_keys(store, parts.salt)
         cobbler = remove_hypervisor_record(store, parts.cobbler)
@@ -78,4 +91,5 @@ def store_decommission(store_id: str, inventory: str,
            guard.describe(decision.record))
     return {"store_id": store_id, "state": "Decommissioned", "vm": vm, "keys": keys,
             "cobbler": cobbler, "power": power, "erp_id": erp["erp_id"],
-            "erp_replayed": erp["replay"], "authorization": decision.record}
+            "erp_replayed": erp["replay"], "data_export": export,
+            "authorization": decision.record}

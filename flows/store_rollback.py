@@ -1,4 +1,5 @@
-"""Undo a store rollout: VM destroyed and undefined, overlay removed, VM key deleted, Cobbler
+"""Undo a store rollout: VM destroyed and undefined, its system disk removed (its data disk
+kept: only a decommission removes it, store_rollout/data_disk.py), VM key deleted, Cobbler
 netboot off. Runs on request (`store-rollout rollback --yes`, or the deployment: approved on its
 page), through the guard (store_rollout/guard.py); a cancelled rollout runs only its
 unfinished clean-up, which never touches a store that went live."""
@@ -10,7 +11,7 @@ from typing import Any
 
 from prefect import flow, tags
 
-from store_rollout import guard
+from store_rollout import data_disk, guard
 from store_rollout.approval_policy import check_policy
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import load_inventory
@@ -26,7 +27,7 @@ from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
 from tasks.slots import store_owner
 from tasks.undo import cancel_leaves_as_is, undo_decision
-from tasks.virt import remove_vm
+from tasks.vm_removal import remove_vm
 
 
 @flow(name="store-rollback", flow_run_name="rollback-{store_id}", on_failure=[notify_failure])
@@ -73,13 +74,15 @@ def store_rollback(store_id: str, inventory: str,
                                settings.approval_timeout_seconds, parts.approvals,
                                asked_by=asked_by or f"run rollback-{store_id}",
                                approver=approver, code=code, ignore_windows=ignore_windows)
-    decision = undo_decision(action, store, consent, parts.calendar)
+    decision = undo_decision(action, store, consent, parts.calendar, data_disk.kept(
+        store.hypervisor_minion_id, data_disk.data_disk_path(store, parts.hosts.vm_images_dir)))
     what = "cancel" if unfinished_only else action.value
     owner = (store_owner(store_id, owner_wait_seconds, this_flow_run()) if own_store
              else nullcontext())
     with owner, tags(f"store-{store_id}", "store-rollback"):
         # a cancelled run may have stopped before its host was installed: not asked then
-        vm = remove_vm(store, parts.salt, host_may_be_gone=unfinished_only)
+        vm = remove_vm(store, parts.salt, parts.hosts.vm_images_dir,
+                       host_may_be_gone=unfinished_only, keep_data=True)
         key = remove_vm_key(store, parts.salt)
         cobbler = disable_hypervisor_netboot(store, parts.cobbler)
     record(parts.approvals, store_id, what, consent.approver, "done",

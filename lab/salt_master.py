@@ -89,6 +89,10 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
         # a one-time token signs in its own minion id only, and once (the guard engine reads
         # which token an accepted key came with from the salt/auth event)
         "auth_events_autosign_grains": ["accept"],
+        # a decommission's data disk export: the host pushes it here (cp.push), the worker
+        # moves it out at once (docs/production.md, issue 47)
+        "file_recv": True,
+        "file_recv_max_size": 1024,
         "engines_dirs": [str(SALT_STATES_DIR / "_engines")],
         "engines": engines,
     }

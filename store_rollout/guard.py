@@ -47,17 +47,23 @@ class Action(StrEnum):
 
 WHAT: Final = {
     Action.REINSTALL_HOST: "reinstalls the store's host (its disk and the store server on it "
-                           "are wiped) and creates the store server anew",
-    Action.RECREATE_VM: "destroys the store server VM and creates it anew from the image",
-    Action.REPLACE_BOX: "powers the old box off, deletes the store's keys and installs the "
-                        "new box and its store server",
-    Action.ROLLBACK: "destroys the store server VM, its disk and its key",
-    Action.DECOMMISSION: "destroys the store server, shuts the host down and forgets the store "
-                         "in Salt, Cobbler and the ERP",
+                           "are wiped: the store's data disk is lost with it, no export is "
+                           "made by a reinstall) and creates the store server anew",
+    Action.RECREATE_VM: "destroys the store server VM and creates it anew from the image "
+                        "(its data disk is kept)",
+    Action.REPLACE_BOX: "powers the old box off (the store's data disk stays on it: no "
+                        "export is made), deletes the store's keys and installs the new box "
+                        "and its store server with a new, empty data disk",
+    Action.ROLLBACK: "destroys the store server VM, its system disk and its key (its data "
+                     "disk is kept: only a decommission removes it)",
+    Action.DECOMMISSION: "destroys the store server and its data disk (an export of the data "
+                         "disk is kept first, unless --no-export), shuts the host down and "
+                         "forgets the store in Salt, Cobbler and the ERP",
     Action.POWER_ON_HOST: "powers on the store's installed host, found off (it boots from its "
                           "disk; nothing is reinstalled)",
     Action.CLEAN_UNFINISHED: "removes the half-made store server VM of a store that never "
-                             "went live, after its rollout was cancelled",
+                             "went live, after its rollout was cancelled (its data disk is "
+                             "kept)",
 }
 # actions that need neither an approval nor a window (they disrupt nothing that runs)
 UNDISRUPTIVE: Final = frozenset({Action.POWER_ON_HOST, Action.CLEAN_UNFINISHED})

@@ -45,6 +45,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from store_rollout.data_disk import DEFAULT_DATA_EXPORT_DIR
 from store_rollout.disruption import DEFAULT_DISRUPTION_SECONDS, checked_disruptions
 from store_rollout.image_versions import ImageVersion, checked_versions, known
 from store_rollout.plugins import known_builder
@@ -111,6 +112,8 @@ class RolloutSettings(TransportSettings, ApproverSettings):
     # empty: each store's platform's (xen, kvm); qemu (emulation) runs on either
     vm_type: Literal["", "xen", "kvm", "qemu"] = ""
     vm_images_dir: str = "/srv/salt-images"
+    # where a decommission keeps the export of a store's data disk (store_rollout/data_disk.py)
+    data_export_dir: str = Field(DEFAULT_DATA_EXPORT_DIR, description="directory on this host")
     # the product a sle16-kvm host installs: SLES 16.0 (registers) or Leap 16.0
     sle16_product: Literal["sles", "leap"] = "sles"
     # where a SLES host registers (RMT, SUSE Manager or https://scc.suse.com) and the Prefect

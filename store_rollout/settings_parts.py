@@ -14,6 +14,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from store_rollout.data_disk import DEFAULT_DATA_EXPORT_DIR
 from store_rollout.image_versions import ImageVersion
 from store_rollout.inventory.calendar_spec import CalendarSpec
 
@@ -37,6 +38,8 @@ class SaltSettings(_Part):
     salt_publish_port: int = 4505
     salt_ret_port: int = 4506
     go_live_settle_seconds: float = 120.0
+    # the worker beside the master keeps a decommission's data disk export here
+    data_export_dir: str = DEFAULT_DATA_EXPORT_DIR
 
 
 class CobblerSettings(_Part):

@@ -213,12 +213,13 @@ def rollout_consent(policy: ApprovalPolicy, approval: dict[str, Any], *, ignore_
 
 def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: float,
                  settings: ApprovalSettings, *, asked_by: str, approver: str = "", code: str = "",
-                 ignore_windows: bool = False) -> Consent:
+                 ignore_windows: bool = False, consequence: str = "") -> Consent:
     """The consent of a rollback or decommission, asked for by name (the command or the run):
     with `approver` and `code` (`--yes` at a terminal) approved by that approver once the
     code proves them (here, in the run: a wrong code fails the run before it changes
     anything); else, under a policy other than never, asked on the run's page like a
-    rollout's approval. A rejection is a consent without approval: the guard refuses."""
+    rollout's approval (`consequence`, what it does to the store's data disk, beside what the
+    action does). A rejection is a consent without approval: the guard refuses."""
     base = Consent(asked=(action.value,), asked_by=asked_by, policy=policy,
                    ignore_windows=ignore_windows)
     if approver or code:
@@ -228,8 +229,9 @@ def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: 
             "approved_by": f"{yes['approver']} (one-time code checked, confirmed with --yes)"})
     if policy == "never":
         return base
+    said = f" **{consequence[:1].upper()}{consequence[1:]}.**" if consequence else ""
     request = (f"**Store {store.store_id}: {action.value} waits for your approval.** It "
-               f"{WHAT[action]}.\n\n{ANSWER_HOW}")
+               f"{WHAT[action]}.{said}\n\n{ANSWER_HOW}")
     answer, name = ask_proven(store.store_id, action.value, request, timeout, settings)
     return base.model_copy(update={
         "approved": answer.approve, "approved_at": datetime.now(UTC), "approver": name,

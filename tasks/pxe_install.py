@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from prefect import get_run_logger, task
 
-from store_rollout import guard, step_rules
+from store_rollout import data_disk, guard, step_rules
 from store_rollout.contracts import POWER_CYCLED_META
 from store_rollout.guard import NO_CONSENT, Action, Consent
 from store_rollout.inventory import Store
@@ -85,7 +85,8 @@ def pxe_install_hypervisor(store: Store,
     result = InstallResult(system=system, created=False, skipped=False, silent=False,
                            install_underway=False, power_actions=[], authorization=None)
     record = client.get_system(system)
-    found = installed_already(store, master, record, consent.asks(Action.REINSTALL_HOST), logger)
+    found = installed_already(store, master, record, consent.asks(Action.REINSTALL_HOST), logger,
+                              hosts.vm_images_dir)
     if found == "installed":
         return {**result, "skipped": True}
     bmc = bmc_client(store, power)
@@ -132,7 +133,7 @@ def wake_silent_host(store: Store, settings: CalendarSettings, bmc: Bmc, powered
 
 
 def installed_already(store: Store, master: Any, record: dict[str, Any] | None,
-                      reinstall_asked: bool, logger: Any
+                      reinstall_asked: bool, logger: Any, images_dir: str = ""
                       ) -> Literal["installed", "silent", "not installed", "reinstall"]:
     """What step 2 has to do with the host: nothing ("installed": it answers ready, and no
     reinstall was asked for or this run did it already, step_rules.reinstall_due), wait for
@@ -155,7 +156,9 @@ def installed_already(store: Store, master: Any, record: dict[str, Any] | None,
     if reinstall_asked and step_rules.reinstall_due(True, power_cycled_at(record),
                                                     run_started_at()):
         logger.warning("store %s: reinstalling hypervisor %s, installed, as asked: its disk "
-                       "and the store server on it are wiped", store.store_id, minion)
+                       "and the store server on it are wiped; %s", store.store_id, minion,
+                       data_disk.lost_with_host(minion, data_disk.data_disk_path(
+                           store, images_dir) if images_dir else None))
         return "reinstall"
     if not ready():
         return "silent"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store_rollout import step_rules
+from store_rollout import data_disk, step_rules
 from store_rollout.inventory import Store
 from tasks.salt import SaltMasterClient
 from tasks.salt.probes import contested_key
@@ -76,15 +76,18 @@ class StoreVm:
         return summary, done
 
     def remove_for_recreation(self, summary: dict[str, Any]) -> str:
-        """The domain (and its system disk) removed, its data disk kept (storevirt.remove_vm's
-        default), its minion's key deleted and a one-time token
-        issued for the new one: step 4's work for a VM created anew, done only once the old
-        VM's minion is gone (a key deleted while it runs would come back pending)."""
-        self.master.cmd(self.hypervisor, "storevirt.remove_vm", [self.name])
+        """The domain (and its system disk) removed, its data disk kept for the new one
+        (store_rollout/data_disk.py), its minion's key deleted and a one-time token issued for
+        the new one: step 4's work for a VM created anew, done only once the old VM's minion
+        is gone (a key deleted while it runs would come back pending)."""
+        self.master.cmd(self.hypervisor, "storevirt.remove_vm", [self.name],
+                        kwarg={"keep_data": True})
         minion = self.store.vm_minion_id
         deleted = self.master.delete_key(minion)
         self.master.issue_token(minion)
-        return (f"uuid {summary.get('uuid')} removed with its disk {summary.get('disk')}; key "
+        data = summary.get("data_disk")
+        return (f"uuid {summary.get('uuid')} removed with its system disk {summary.get('disk')}"
+                f"; {data_disk.kept(self.hypervisor, data) if data else 'it had no data disk'}; key "
                 f"of {minion} deleted: {deleted}; one-time token issued")
 
     def seed_identity(self, summary: dict[str, Any]) -> dict[str, Any]:

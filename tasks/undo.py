@@ -36,13 +36,15 @@ def cancel_leaves_as_is(store_id: str, erp: ErpSettings,
 
 
 def undo_decision(action: Action, store: Store, consent: Consent,
-                   settings: CalendarSettings) -> Authorization:
-    """The guard's decision on an undo of `store`, logged; ActionRefused (nothing changed)
+                   settings: CalendarSettings, consequence: str = "") -> Authorization:
+    """The guard's decision on an undo of `store`, logged with its `consequence` (what it does
+    to the store's data disk, store_rollout/data_disk.py); ActionRefused (nothing changed)
     unless it goes now."""
     decision = guard.authorize(action, store, consent,
                                disruption_seconds=settings.disruption_seconds,
                                default_calendar=settings.default_calendar)
-    get_run_logger().warning("store %s: %s", store.store_id, guard.describe(decision.record))
+    get_run_logger().warning("store %s: %s%s", store.store_id, guard.describe(decision.record),
+                             f"; {consequence}" if consequence else "")
     if not decision.go:
         raise guard.ActionRefused(store.store_id, action, decision.reason)
     return decision

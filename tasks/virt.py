@@ -198,21 +198,3 @@ def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any
             "image_delivery": delivered,
             "uuid": summary["uuid"], "disk": summary["disk"], "backing": summary["backing"],
             "graphics": summary["graphics"]}
-
-
-@task(name="remove_vm", task_run_name="remove-vm-{store.store_id}",
-      **SALT_VIRT_RETRY.on(SaltTransientError))
-def remove_vm(store: Store, salt: SaltSettings, host_may_be_gone: bool = False) -> dict[str, Any]:
-    """Rollback and decommission: destroy and undefine the store VM and delete its overlay
-    disk. `host_may_be_gone` (a decommission, maybe rerun): a host without an accepted key or
-    that does not answer (an earlier run powered it off) is not asked: its disk goes with it."""
-    master = master_client(salt.salt_master_config)
-    hv = store.hypervisor_minion_id
-    if host_may_be_gone and not (master.key_state(hv) == "accepted" and master.ping(hv)):
-        get_run_logger().warning("store %s: %s has no accepted key or does not answer (an "
-                                 "earlier decommission run, or never installed): its VM, if "
-                                 "any, stays on its disk", store.store_id, hv)
-        return {"name": store.vm_name, "host_gone": True}
-    removed = master.cmd(hv, "storevirt.remove_vm", [store.vm_name])
-    get_run_logger().info("store %s: VM %s removed: %s", store.store_id, store.vm_name, removed)
-    return dict(removed)

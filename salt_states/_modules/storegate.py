@@ -3,13 +3,15 @@
 The checks are data: the store server's config file (the store_vm formula writes it from its
 map: parameters/defaults.yaml, then pillar `store_vm:lookup`) lists the role's services (a
 systemd unit that must run, a port that must answer on the store network, an HTTP answer) and
-the machine's own checks (free disk, clock). `storegate.run` runs them all and returns one row
-per check; the orchestrator (tasks/go_live.py) decides and reports. Runs under the store
-hosts' Python 3.6 (vermin).
+the machine's own checks (free disk, the data disk mounted where the role keeps its state and
+writable, clock). `storegate.run` runs them all and returns one row per check; the
+orchestrator (tasks/go_live.py) decides and reports. Runs under the store hosts' Python 3.6
+(vermin).
 """
 
 import os
 import socket
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -80,6 +82,24 @@ def _disk(disk):
                 "{} MB free".format(free_mb), "at least {} MB free".format(minimum))
 
 
+def _data_disk(check):
+    """The data disk is mounted where the role keeps its state, and takes a write."""
+    path, label = check.get("path", "/srv/store"), check.get("label", "STORE_DATA")
+    status = __salt__["storedata.mount_status"](path, label)
+    observed, passed = status["observed"], status["ok"]
+    if passed:
+        try:
+            with tempfile.NamedTemporaryFile(dir=status["path"], prefix=".go-live-") as probe:
+                probe.write(b"go-live")
+                probe.flush()
+                os.fsync(probe.fileno())
+            observed += ", writable"
+        except OSError as exc:
+            passed, observed = False, "{}, not writable: {}".format(observed, exc.strerror)
+    return _row("data disk {} mounted and writable".format(path), "data_disk", passed,
+                observed, "the disk labelled {}, writable".format(label))
+
+
 def _clock(clock, reference_epoch):
     most = float(clock.get("max_skew_seconds", 30))
     skew = abs(time.time() - float(reference_epoch))
@@ -113,6 +133,8 @@ def run(config, reference_epoch=None):
     checks = data.get("go_live") or {}
     if checks.get("disk"):
         rows.append(_disk(checks["disk"]))
+    if checks.get("data_disk"):
+        rows.append(_data_disk(checks["data_disk"]))
     if checks.get("clock") and reference_epoch is not None:
         rows.append(_clock(checks["clock"], reference_epoch))
     return rows

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from store_rollout import contracts, step_rules
+from store_rollout import contracts, data_disk, step_rules
 from store_rollout.fleet.facts import StoreFacts, base_key_of
 
 
@@ -242,6 +242,7 @@ def _reinstall(f: StoreFacts) -> list[StepPlan]:
     reinstall = pxe.model_copy(update=dict(
         destructive=True, action=f"reinstall {f.hypervisor}: {pxe.action}",
         details=[f"{f.hypervisor} is installed and ready: the install wipes its disk{running}",
+                 data_disk.lost_with_host(f.hypervisor, (f.domain or {}).get("data_disk")),
                  *pxe.details, f"delete hypervisor key {f.hypervisor} ({f.hypervisor_key})"]))
     return [_image(wiped), reinstall, _wait(wiped), _keys(wiped), _create_vm(wiped),
             _firstboot(wiped), _go_live(wiped), _erp(wiped)]
@@ -256,8 +257,9 @@ def _replace(f: StoreFacts) -> list[StepPlan]:
         action=f"retire the old box, install the new one: {install.action}",
         details=["the old box powered off through its BMC (if it answers); the keys of "
                  f"{f.hypervisor} and {f.vm} deleted in one call",
+                 data_disk.left_on_old_box(f.hypervisor, (f.domain or {}).get("data_disk")),
                  *[d for d in steps[1].details if not d.startswith(f"{f.hypervisor} is ")
-                   and not d.startswith("delete hypervisor key")]]))
+                   and not d.startswith(("delete hypervisor key", "the store's data disk"))]]))
     return [steps[0], new_box, *steps[2:]]
 
 
@@ -272,7 +274,8 @@ def _recreate_vm(f: StoreFacts) -> StepPlan:
                     action=f"recreate {f.domain_name}: remove the running store server and "
                            "create it anew",
                     details=[f"remove domain {f.domain_name} (uuid {f.domain_uuid}) and its "
-                             f"disk {domain.get('disk')}",
+                             f"system disk {domain.get('disk')}",
+                             data_disk.kept(f.hypervisor, domain.get("data_disk")),
                              f"delete VM key {f.vm} ({f.vm_key or 'none'}); issue a one-time "
                              "token",
                              f"virt.init {f.domain_name} (start=False) on an overlay of image "

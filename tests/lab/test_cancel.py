@@ -22,6 +22,7 @@ import pytest
 from lab.approvers import code_args
 from lab.prefect_access import api_session
 from lab.state import LabInfo, LabPaths
+from store_rollout.contracts import DATA_DISK_FILE
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
 from tests.helpers import (
@@ -59,18 +60,25 @@ def domain_running(lab: LabInfo, name: str) -> bool:
         conn.close()
 
 
+def vm_files(lab: LabInfo, store_id: str) -> set[str]:
+    """The files left of the store VM on its host (its images dir)."""
+    vm_dir = Path(lab.vm_images_dir) / f"store-{store_id}-vm"
+    return {p.name for p in vm_dir.iterdir()} if vm_dir.is_dir() else set()
+
+
 def rolled_back(lab: LabInfo, store_id: str) -> bool:
-    """The rollback's last traces gone: domain, overlay disk and key (assert_rolled_back says
-    which one is left)."""
+    """The rollback's last traces gone: domain, system disk and key (assert_rolled_back says
+    which one is left); the data disk stays (only a decommission removes it)."""
     vm = f"store-{store_id}-vm"
-    return (vm not in domains(lab) and not (Path(lab.vm_images_dir) / vm).exists()
+    return (vm not in domains(lab) and vm_files(lab, store_id) <= {DATA_DISK_FILE}
             and SaltMasterClient(lab.salt_master_config).key_state(vm) is None)
 
 
 def assert_rolled_back(lab: LabInfo, store_id: str) -> None:
     vm = f"store-{store_id}-vm"
     assert vm not in domains(lab)
-    assert not (Path(lab.vm_images_dir) / vm).exists()  # overlay disk removed
+    # system disk and seed removed, the data disk kept on the host (issue 47)
+    assert vm_files(lab, store_id) == {DATA_DISK_FILE}
     master = SaltMasterClient(lab.salt_master_config)
     assert master.key_state(vm) is None and master.token_for(vm) is None
     cobbler = CobblerClient(url=lab.cobbler_url, user=lab.cobbler_user,
@@ -201,4 +209,8 @@ def test_cancel_silence_and_rollback_of_one_store(
     assert json.loads(done.stdout)["authorization"]["approval"] == (
         "approved by ana (one-time code checked, confirmed with --yes)")
     assert json.loads(done.stdout)["vm"]["domain"] is True
+    kept = json.loads(done.stdout)["vm"]["data_disk"]
+    assert kept["kept"] is True and kept["path"] == str(
+        Path(lab.vm_images_dir) / f"store-{store_id}-vm" / DATA_DISK_FILE), kept
+    assert "is kept (only a decommission removes it)" in kept["said"], kept
     assert_rolled_back(lab, store_id)

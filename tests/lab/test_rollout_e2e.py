@@ -20,6 +20,7 @@ from lab.hardware import lab_serial
 from lab.prefect_access import api_session
 from lab.state import VENV_BIN, LabInfo, LabPaths
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
+from store_rollout.contracts import DATA_DISK_FILE, DATA_DISK_MOUNT
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltCommandFailed, SaltMasterClient
 from tests.helpers import (
@@ -228,11 +229,26 @@ def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inv
                if s["store_id"] == store_id)
     before = store_traces(lab, store_id, mac)
     assert before["cobbler"] and before["dhcp"] and before["domain"] and before["host_on"], before
+    # issue 47: something the store server wrote on its data disk, found again in the export
+    master = SaltMasterClient(lab.salt_master_config)
+    vm = f"store-{store_id}-vm"
+    note = master.cmd(vm, "provisioning.root_path", [f"{DATA_DISK_MOUNT[1:]}/till-journal.txt"])
+    master.cmd(vm, "file.write", [note, f"the sales of store {store_id}"])
+    data = Path(lab.vm_images_dir) / vm / DATA_DISK_FILE
+    assert data.is_file()
+    shown = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory),
+                           "--no-export")
+    assert shown.exit_code == 2 and "WITHOUT an export of its data disk" in " ".join(
+        shown.stderr.split()), shown.stderr[-2000:]
     done = cli_in_process(lab_env, "decommission", store_id, "--inventory", str(inventory),
                           "--yes", *code_args(lab, "ben"))
     assert done.exit_code == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
-    assert result["vm"] == {"domain": True, "disk_dir": True}, result
+    assert (result["vm"]["domain"], result["vm"]["disk_dir"], result["vm"]["data_disk"]) == (
+        True, True, {"path": str(data), "kept": False, "said": f"the store's data disk {data} "
+                     f"on store-{store_id}-hv is removed"}), result
+    assert not data.exists()
+    check_data_export(lab, result["data_export"], store_id, data)
     assert result["keys"]["keys_deleted"] == [f"store-{store_id}-hv", f"store-{store_id}-vm"]
     assert (result["cobbler"]["removed"], result["power"]["was"]) == (True, "on"), result
     gone = {"cobbler": False, "dhcp": [], "keys": {}, "tokens": [], "domain": False,
@@ -249,6 +265,10 @@ def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inv
     assert again.exit_code == 0, again.stderr[-3000:]
     second = json.loads(again.stdout)
     assert second["vm"]["host_gone"] and second["keys"]["keys_deleted"] == [], second
+    # its host is off: the export the first run kept stands
+    assert {k: second["data_export"][k] for k in ("path", "sha256", "from_earlier_run")} == {
+        "path": result["data_export"]["path"], "sha256": result["data_export"]["sha256"],
+        "from_earlier_run": True}, second
     assert (second["cobbler"]["removed"], second["power"]["was"]) == (False, "off"), second
     assert (second["erp_id"], second["erp_replayed"]) == (result["erp_id"], True), second
     assert store_traces(lab, store_id, mac) == gone
@@ -260,6 +280,28 @@ def check_decommission_leaves_nothing(lab: LabInfo, lab_env: dict[str, str], inv
     trail = [(r["action"], r["person"], r["decision"]) for r in json.loads(export.stdout)][-4:]
     assert trail == [("decommission", "ben", "approved"), ("decommission", "ben", "done")] * 2, \
         trail
+
+
+def check_data_export(lab: LabInfo, export: dict[str, Any], store_id: str, data: Path) -> None:
+    """The decommission's export of the store's data disk: kept in the lab's data_export_dir
+    (out of the master's cache), checked by `sha256sum -c`, and a restore of it holds what the
+    store server wrote on its data disk."""
+    import tempfile
+
+    kept = Path(export["path"])
+    assert export["kept"] is True and kept.parent == Path(lab.state_dir) / "data-exports" / store_id
+    assert export["data_disk"] == str(data), export
+    check = subprocess.run(["sha256sum", "-c", f"{kept.name}.sha256"], cwd=kept.parent,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert check.returncode == 0 and check.stdout.strip() == f"{kept.name}: OK", check
+    cache = SaltMasterClient(lab.salt_master_config).opts["cachedir"]
+    assert not list(Path(cache).glob(f"minions/*/files/**/{kept.name}"))
+    with tempfile.TemporaryDirectory() as restored:
+        subprocess.run(["tar", "-xSzf", str(kept), "-C", restored], check=True, timeout=120)
+        journal = subprocess.run(["debugfs", "-R", "cat /till-journal.txt",
+                                  str(Path(restored) / DATA_DISK_FILE)],
+                                 capture_output=True, text=True, timeout=60, check=False)
+    assert journal.stdout == f"the sales of store {store_id}\n", journal  # file.write adds one
 
 
 def check_another_box_stops_at_step_3(lab: LabInfo, lab_env: dict[str, str], inventory: Path,
@@ -455,7 +497,9 @@ def check_defined_as_vm_xml_says(lab: LabInfo, inventory: Path, store_id: str) -
         }
 
     assert devices(defined) == devices(planned)
-    assert [d.get("device") for d in planned.iterfind("./devices/disk")] == ["disk", "cdrom"]
+    # the system disk, the data disk (issue 47), the seed CD-ROM
+    assert [d.get("device") for d in planned.iterfind("./devices/disk")] == ["disk", "disk",
+                                                                             "cdrom"]
 
 
 def check_salt_events_in_prefect(lab: LabInfo, store_id: str) -> None:

@@ -283,8 +283,7 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     assert ui.wait_for_state({"Completed"}, 180) == "Completed"
     ui.shot("rollback-run")
     ui.park()
-    assert_rolled_back(lab, cancel_id)
-    assert not (Path(lab.vm_images_dir) / vm).exists()
+    assert_rolled_back(lab, cancel_id)  # its system disk gone, its data disk kept
 
     # a rerun of the rolled-out store that recreates its VM asks first: rejected, then approved
     check_approvals(lab, ui, Path(inventory), done_id)

@@ -290,6 +290,15 @@ def check_store_server_config(r: Report) -> None:
     r.expect(STORE_VM_DEFAULTS, None, "config_dir/config_file",
              f"{values.get('config_dir')}/{values.get('config_file')}", c.STORE_SERVER_CONFIG,
              "STORE_SERVER_CONFIG")
+    # the data disk the formula requires mounted and the go-live gate checks
+    text = r.text(STORE_VM_DEFAULTS)
+    for keys, contract in ((("data_disk", "mount"), "DATA_DISK_MOUNT"),
+                           (("data_disk", "label"), "DATA_DISK_LABEL"),
+                           (("go_live", "data_disk", "path"), "DATA_DISK_MOUNT"),
+                           (("go_live", "data_disk", "label"), "DATA_DISK_LABEL")):
+        value, line = yaml_value(text, "values", *keys)
+        r.expect(STORE_VM_DEFAULTS, line, "values." + ".".join(keys), value,
+                 getattr(c, contract), contract)
     verify = FIRSTBOOT_DIR / "verify.sls"
     paths = [(n, m.group(1)) for n, line in r.lines(verify)
              if (m := re.search(r"provisioning\.root_path'\]\('([^']+)'\)", line))]
@@ -328,6 +337,7 @@ def check_salt_modules(r: Report) -> None:
     for kind, module, names in (
             ("_modules", "provisioning", ("BOOTSTRAP_FILES",)),
             ("_modules", "storevirt", ("SYNCED_EXTENSION_PATTERN",)),
+            ("_modules", "storedata", ("DATA_DISK_FILE",)),
             ("_utils", "store_seed_iso",
              ("SEED_LABEL", "SEED_FILE", "SEED_KEYS", "SEED_METADATA_NS")),
             ("_engines", "store_autosign_guard",

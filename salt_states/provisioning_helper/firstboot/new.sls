@@ -6,6 +6,12 @@ provisioning-helper-firstboot-new-saltutil-sync-modules:
     - refresh: True
     - reload_modules: True
 
+# the custom states too (storedata.mounted, store_vm.data): firstboot runs its states with
+# state.sls, which syncs nothing by itself (a highstate's autoload_dynamic_modules does)
+provisioning-helper-firstboot-new-saltutil-sync-states:
+  saltutil.sync_states:
+    - refresh: False
+
 provisioning-helper-firstboot-new-event-send:
   event.send:
     - name: store/vm/firstboot/started
@@ -28,3 +34,4 @@ provisioning-helper-firstboot-new-module-run:
     - require:
       - grains: provisioning-helper-firstboot-new-grains-present
       - saltutil: provisioning-helper-firstboot-new-saltutil-sync-modules
+      - saltutil: provisioning-helper-firstboot-new-saltutil-sync-states

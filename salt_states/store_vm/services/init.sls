@@ -1,5 +1,8 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import mapdata as vm with context %}
+include:
+  - {{ tplroot }}.data
+
 # Each service with a `unit`: its unit file, its working directory, running and enabled (so it
 # starts again at every boot: the go-live gate checks it after firstboot's last reboot).
 {%- for name, service in vm.services | dictsort %}
@@ -34,6 +37,7 @@ store-vm-services-init-service-running-{{ name }}:
     - name: {{ service.unit }}
     - enable: True
     - require:
+      - sls: {{ tplroot }}.data
       - file: store-vm-services-init-file-directory-{{ name }}
     - watch:
       - file: store-vm-services-init-file-managed-{{ name }}

@@ -30,6 +30,8 @@ import pytest
 
 from lab.state import REPO_ROOT, SALT_STATES_DIR
 from store_rollout.contracts import (
+    DATA_DISK_LABEL,
+    DATA_DISK_MOUNT,
     HYPERVISOR_EXTENSION_FORMS,
     LIBVIRT_CONNECTION_LOST,
     LIBVIRT_CONNECTION_RESTORED,
@@ -303,16 +305,51 @@ def test_the_go_live_checks_run_under_the_store_hosts_python(
         "services": {"pos": {"port": int(url.rsplit(":", 1)[1]), "http": {"path": "/"}},
                      "sync": {"port": free_port()}},
         "go_live": {"disk": {"path": "/", "min_free_mb": 1},
+                    "data_disk": {"path": DATA_DISK_MOUNT, "label": DATA_DISK_LABEL},
                     "clock": {"max_skew_seconds": 30}}}))
-    [checks] = run_on_host_python(tmp_path, [
-        {"fun": GO_LIVE_FUNCTION, "args": [STORE_SERVER_CONFIG, time.time()]}])
+    gate = {"fun": GO_LIVE_FUNCTION, "args": [STORE_SERVER_CONFIG, time.time()]}
+    # the minion's private root stands for "/": its srv/store is the data disk's content
+    mounted = {"fun": "storedata.mounted", "state": True, "args": [DATA_DISK_MOUNT, DATA_DISK_LABEL]}
+    without, not_mounted = run_on_host_python(tmp_path, [gate, mounted])
+    (tmp_path / "minion-root" / DATA_DISK_MOUNT.lstrip("/")).mkdir(parents=True)
+    checks, state = run_on_host_python(tmp_path, [gate, mounted])
     verdicts = {row["check"]: row["passed"] for row in ok(checks)}
     assert verdicts == {f"pos port {url.rsplit(':', 1)[1]} answers": True,
                         "pos answers HTTP 200": True,
                         f"sync port {json.loads(config.read_text())['services']['sync']['port']} "
                         "answers": False,
                         "disk / has 1 MB free": True,
+                        f"data disk {DATA_DISK_MOUNT} mounted and writable": True,
                         "clock within 30 s of the master's": True}, ok(checks)
+    data_row = next(r for r in ok(checks) if r["kind"] == "data_disk")
+    assert data_row["observed"].endswith("(present), writable"), data_row
+    assert ok(state)["result"] is True, ok(state)
+    # no data disk: the gate's row fails saying so, and the formula's state fails
+    assert {r["check"]: (r["passed"], r["observed"]) for r in ok(without)}[
+        f"data disk {DATA_DISK_MOUNT} mounted and writable"] == (
+        False, f"the simulated machine's {DATA_DISK_MOUNT} (missing)")
+    assert ok(not_mounted)["result"] is False and DATA_DISK_LABEL in ok(not_mounted)["comment"]
+
+
+def test_the_data_disk_export_under_the_store_hosts_python(tmp_path: Path) -> None:
+    """`storedata.export_data_disk` as a store host's minion (Salt 3006.0, Python 3.6) runs it:
+    the stopped VM's sparse data.raw packed with the host's GNU tar, its sha256 computed; a
+    limit below the archive's size refuses it (nothing left); a VM without one says so."""
+    disk = tmp_path / "images" / VM / "data.raw"
+    disk.parent.mkdir(parents=True)
+    with disk.open("wb") as handle:
+        handle.truncate(32 << 20)
+        handle.write(b"journal")
+    too_big, made, none = run_on_host_python(tmp_path, [
+        {"fun": "storedata.export_data_disk", "args": [VM], "kwargs": {"max_bytes": 8}},
+        {"fun": "storedata.export_data_disk", "args": [VM]},
+        {"fun": "storedata.export_data_disk", "args": ["store-0037-vm"]}])
+    assert not too_big["ok"] and "file_recv_max_size" in too_big["error"], too_big
+    archive = disk.parent / "data-export.tar.gz"
+    assert ok(made)["path"] == str(archive) and ok(made)["data_disk"] == str(disk)
+    assert ok(made)["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert (ok(made)["bytes"], ok(made)["data_disk_bytes"]) == (archive.stat().st_size, 32 << 20)
+    assert ok(none) == {"exported": False, "data_disk": None}
 
 
 ENGINE_RUNNER = REPO_ROOT / "tests" / "host36" / "run_engine.py"

@@ -227,7 +227,7 @@ def test_a_decommission_is_approved_by_a_proven_person_and_the_trail_names_them(
     monkeypatch.setattr(decommission, "check_region", lambda *_: None)
     monkeypatch.setattr(decommission, "load_settings", lambda: approvers)
     monkeypatch.setattr("store_rollout.settings.load_settings", lambda: approvers)
-    for name in ("remove_vm", "power_off_hypervisor", "remove_store_keys",
+    for name in ("export_data_disk", "remove_vm", "power_off_hypervisor", "remove_store_keys",
                  "remove_hypervisor_record", "notify_erp_decommissioned", "store_owner"):
         monkeypatch.setattr(decommission, name, lambda *a, _n=name, **k: changed.append(_n)
                             or {"erp_id": "E1", "replay": False})

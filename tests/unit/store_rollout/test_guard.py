@@ -143,6 +143,7 @@ def systems(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
                             cobbler=Cobbler({"netboot_enabled": False, "interfaces": {}}),
                             bmc=Bmc(on=False))
     settings = SimpleNamespace(salt_master_config="/dev/null", vm_type="kvm",
+                               vm_images_dir="/srv/salt-images",
                                disruption_seconds=SECONDS, default_calendar=ALWAYS)
     # every task's part of the settings (store_rollout/settings_parts.py), read by attribute
     world.parts = {part: settings for part in ("salt", "cobbler", "power", "hosts", "images", "calendar")}
@@ -215,8 +216,8 @@ def test_rollback_and_decommission_refuse_when_the_guard_does(
 
     monkeypatch.setattr(undo, "get_run_logger", lambda: logging.getLogger("test"))
     for name in ("remove_vm", "remove_vm_key", "disable_hypervisor_netboot",
-                 "power_off_hypervisor", "remove_store_keys", "remove_hypervisor_record",
-                 "notify_erp_decommissioned", "store_owner"):
+                 "export_data_disk", "power_off_hypervisor", "remove_store_keys",
+                 "remove_hypervisor_record", "notify_erp_decommissioned", "store_owner"):
         if hasattr(module, name):
             monkeypatch.setattr(module, name, lambda *a, _n=name, **k: changed.append(_n))
     with pytest.raises(Refused):

@@ -251,8 +251,9 @@ def test_rollback_and_decommission_show_what_they_would_do_without_yes(tmp_path:
     path.write_text(yaml.safe_dump({"stores": [{
         "store_id": "0001", "erp": {"site_code": "S1"},
         "hypervisor": {"hostname": "hv1.example", "mac": "52:54:00:00:00:01"}}]}))
-    for command, says in (("rollback", "destroys the store server VM, its disk and its key"),
-                          ("decommission", "shuts the host down")):
+    for command, says in (("rollback", "its system disk and its key (its data disk is kept"),
+                          ("decommission", "destroys the store server and its data disk (an "
+                                           "export of the data disk is kept first")):
         result = CliRunner().invoke(app, [command, "0001", "--inventory", str(path)], env={
             "STORE_ROLLOUT_SETTINGS_FILE": "", "STORE_ROLLOUT_SALT_MASTER_CONFIG": "/dev/null",
             "STORE_ROLLOUT_SALT_MASTER_ADDRESS": "127.0.0.1",

@@ -312,7 +312,7 @@ def run_task(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     settings = SimpleNamespace(salt_master_config="/dev/null", vm_type="kvm",
                                hypervisor_platform="sle16-kvm", hypervisor_libvirt_uri="",
                                sle16_product="leap", registration_url="",
-                               registration_code_block="",
+                               registration_code_block="", vm_images_dir="/srv/salt-images",
                                image_base_url="https://images.invalid", image_ca_bundle="",
                                image_rate_limit="",
                                disruption_seconds=dict(DEFAULT_DISRUPTION_SECONDS),

@@ -21,6 +21,7 @@ from tasks.cobbler import (
     disable_hypervisor_netboot,
     remove_hypervisor_record,
 )
+from tasks.data_export import DataExportError, export_data_disk
 from tasks.erp import (
     ErpRejected,
     ErpUnavailable,
@@ -50,7 +51,8 @@ from tasks.salt import (
     SaltTransientError,
 )
 from tasks.salt_master import prepare_vm_keys, remove_store_keys, wait_for_hypervisor
-from tasks.virt import VmNotRunning, create_vm, remove_vm
+from tasks.virt import VmNotRunning, create_vm
+from tasks.vm_removal import remove_vm
 from tests.helpers import REPO_ROOT
 from tests.structure.test_module_size import is_task
 
@@ -102,6 +104,7 @@ def test_states_without_the_exception_are_not_retried() -> None:
     (prepare_vm_keys, SaltMinionNoResponse("hv", "x", 1), SaltCommandFailed("hv", "x", 1, "")),
     (create_vm, SaltMinionNoResponse("hv", "x", 1), VmNotRunning("paused")),
     (remove_vm, SaltMinionNoResponse("hv", "x", 1), SaltCommandFailed("hv", "x", 1, "")),
+    (export_data_disk, SaltMinionNoResponse("hv", "x", 1), DataExportError("file_recv off")),
     (firstboot, SaltEventTimeout("late"), FirstbootFailed("s", "vm", [], "highstate failed")),
 ], ids=lambda v: getattr(v, "name", None) or type(v).__name__)
 def test_tasks_retry_only_their_transient_errors(task: Any, retried: BaseException,
@@ -156,6 +159,7 @@ SCHEDULES = {
     wait_for_hypervisor: SALT_WAIT_RETRY, firstboot: SALT_WAIT_RETRY, go_live_gate: SALT_WAIT_RETRY,
     prepare_vm_keys: SALT_KEYS_RETRY, remove_store_keys: SALT_KEYS_RETRY,
     retire_old_box: SALT_KEYS_RETRY, create_vm: SALT_VIRT_RETRY, remove_vm: SALT_VIRT_RETRY,
+    export_data_disk: SALT_VIRT_RETRY,
 }
 
 
