@@ -5,7 +5,9 @@ show what they would do and stop unless confirmed with `--yes`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,9 +64,10 @@ def run_image_flow(action: Action, store_id: str, inventory: Path, *, now: bool,
 
     what = action.value
     run: Any = store_image_update if action is Action.UPDATE_IMAGE else store_image_revert
-    state = run(store_id, str(inventory.resolve()), return_state=True, approver=approver,
-                code=code, asked_by=f"{terminal_person()}: store-rollout {what} {store_id}",
-                ignore_windows=now, **params)
+    with contextlib.redirect_stdout(sys.stderr):  # Salt prints to stdout: kept for the result
+        state = run(store_id, str(inventory.resolve()), return_state=True, approver=approver,
+                    code=code, asked_by=f"{terminal_person()}: store-rollout {what} {store_id}",
+                    ignore_windows=now, **params)
     if not state.is_completed():
         console.print(f"[red]{what} of {store_id} {state.name}:[/] {state.message}",
                       soft_wrap=True)
