@@ -7,7 +7,7 @@ passing, the run Failed naming the check, the ERP told nothing, the file intact.
 orchestrator killed (kill -9) between the switch and the gate: the rerun finishes the update
 from the host's record, on v2 with the gate passing, a bootable system disk throughout.
 
-The three stores are rolled out at once, first (one fixture for the module)."""
+Each test rolls out its own store first (the lab switches a test's machines off after it)."""
 
 from __future__ import annotations
 
@@ -41,15 +41,11 @@ OK, GATE, KILLED = "u-ok", "u-gate", "u-kill"
 MARKER = ("srv/store", "till-journal.txt")
 
 
-@pytest.fixture(scope="module")
-def live(lab: LabInfo, lab_env: dict[str, str],
-         tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three live stores on v1 (rolled out at once), their inventory."""
-    inv = write_inventory(tmp_path_factory.mktemp("update") / "inv.yaml", ["u-ok", "u-gate", "u-kill"],
-                          "52:54:00:47:00", lab=lab)
-    for proc in [start_rollout(lab_env, sid, inv) for sid in (OK, GATE, KILLED)]:
-        finish(proc)
-    return inv
+def live(lab: LabInfo, lab_env: dict[str, str], inventory: Path, store_id: str) -> Path:
+    """A live store on v1 (rolled out by the CLI), for this test alone: after each lab test
+    the lab switches its machines off (tests/conftest.py)."""
+    finish(start_rollout(lab_env, store_id, inventory))
+    return inventory
 
 
 @pytest.fixture
@@ -110,13 +106,16 @@ def domain_disk(lab: LabInfo, store_id: str) -> str:
     return str(source.get("file"))
 
 
-def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, live: Path,
-                                                         update: Any) -> None:
+def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, lab_env: dict[str, str],
+                                                         update: Any, tmp_path: Path) -> None:
+    inv = live(lab, lab_env, write_inventory(tmp_path / "inv.yaml", ["u-ok"], "52:54:00:47:01",
+                                             lab=lab), OK)
     master = SaltMasterClient(lab.salt_master_config)
     assert version(master, OK) == "v1"
     keys_before = master.fingerprints(vm(OK))
-    path = write_marker(master, OK, "sale 1: 4.20 EUR\n")
-    state = update(OK, live, image_version="v2")
+    path = write_marker(master, OK, "sale 1: 4.20 EUR")
+    written = read_marker(master, OK, path)
+    state = update(OK, inv, image_version="v2")
     assert state.is_completed(), state.message
     result = state.result()
     assert (result["outcome"], result["from_version"], result["to_version"]) == (
@@ -126,13 +125,13 @@ def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, live: Pat
     assert version(master, OK) == "v2"
     assert master.fingerprints(vm(OK)) == keys_before
     assert master.key_state(vm(OK)) == "accepted"
-    assert read_marker(master, OK, path) == "sale 1: 4.20 EUR\n"
+    assert read_marker(master, OK, path) == written and "sale 1: 4.20 EUR" in written
     assert domain_disk(lab, OK) == result["disk"] and Path(result["disk"]).exists()
     assert (update_record(lab, OK) or {}).get("phase") == "committed"
     assert {row["result"] for row in go_live_table(lab, OK)} == {"pass"}
     assert len(updated_notices(lab, OK)) == 1
     # run again: already there, nothing touched (no shutdown, no second notice)
-    again = update(OK, live, image_version="v2")
+    again = update(OK, inv, image_version="v2")
     assert again.is_completed(), again.message
     assert again.result()["outcome"] == "already"
     assert "shutdown" not in again.result()["step_seconds"]
@@ -140,10 +139,13 @@ def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, live: Pat
     assert domain_disk(lab, OK) == result["disk"]
 
 
-def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, live: Path,
-                                                      update: Any) -> None:
+def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, lab_env: dict[str, str],
+                                                      update: Any, tmp_path: Path) -> None:
+    inv = live(lab, lab_env, write_inventory(tmp_path / "inv.yaml", ["u-gate"], "52:54:00:47:02",
+                                             lab=lab), GATE)
     master = SaltMasterClient(lab.salt_master_config)
-    path = write_marker(master, GATE, "sale 7: 12.00 EUR\n")
+    path = write_marker(master, GATE, "sale 7: 12.00 EUR")
+    written = read_marker(master, GATE, path)
     disk_before = domain_disk(lab, GATE)
     actions = Background()
 
@@ -151,7 +153,7 @@ def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, live: Path,
         assert master.cmd(vm(GATE), "service.stop", ["store-pos-gateway"]) is True
 
     with actions.on_step("go_live", service_dies):
-        state = update(GATE, live, image_version="v2")
+        state = update(GATE, inv, image_version="v2")
     actions.join()
     assert state.is_failed()
     message = str(state.message)
@@ -164,14 +166,16 @@ def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, live: Path,
     assert domain_disk(lab, GATE) == disk_before
     assert (update_record(lab, GATE) or {}).get("phase") == "reverted"
     assert {row["result"] for row in go_live_table(lab, GATE)} == {"pass"}
-    assert read_marker(master, GATE, path) == "sale 7: 12.00 EUR\n"
+    assert read_marker(master, GATE, path) == written
     assert updated_notices(lab, GATE) == []
 
 
 def test_an_update_killed_between_switch_and_gate_is_finished_by_its_rerun(
-        lab: LabInfo, lab_env: dict[str, str], live: Path, tmp_path: Path) -> None:
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
+    inv = live(lab, lab_env, write_inventory(tmp_path / "inv.yaml", ["u-kill"], "52:54:00:47:03",
+                                             lab=lab), KILLED)
     command = [str(VENV_BIN / "store-rollout"), "update", KILLED, "--image", "v2",
-               "--inventory", str(live), "--yes"]
+               "--inventory", str(inv), "--yes"]
     log = tmp_path / "killed.log"
     proc = subprocess.Popen(command, env=lab_env, stdout=subprocess.DEVNULL,
                             stderr=log.open("w"), text=True, start_new_session=True)
