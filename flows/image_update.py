@@ -209,7 +209,8 @@ def on_new_version(run: UpdateRun, decision: UpdateDecision) -> dict[str, Any]:
     if failed:
         get_run_logger().error("store %s: %s; reverting to %s", store.store_id, failed,
                                decision.from_version)
-        back_to_previous(run, why=reverted_message(store.store_id, decision, failed))
+        back_to_previous(run, why=f"store {store.store_id}: image update to "
+                         f"{decision.to_version} failed on the new version: {failed}")
         return {"outcome": "reverted", "failed_check": failed}
     commit = run.clock.run(STEP_COMMIT, commit_update, store, parts.salt,
                            parts.images.image_keep_previous_hours)
@@ -250,8 +251,9 @@ def back_to_previous(run: UpdateRun, why: str = "") -> dict[str, Any]:
         clock.run(STEP_REVERT_VM_BACK, wait_vm_back, store, salt, run.vm_back_timeout)
         gate: dict[str, Any] = clock.run(STEP_REVERT_GO_LIVE, go_live_gate, store, salt)
     except Exception as exc:
-        raise RevertFailed(f"{why or f'store {store.store_id}: revert'}; BUT the revert did not "
-                           f"bring the store server back: {exc}") from exc
+        raise RevertFailed(f"{why or f'store {store.store_id}: revert'}; the revert to the "
+                           f"previous system disk did not bring the store server back: {exc}"
+                           ) from exc
     return gate
 
 
