@@ -75,6 +75,18 @@ def run_image_flow(action: Action, store_id: str, inventory: Path, *, now: bool,
     return dict(state.result())
 
 
+def confirmed_run(action: Action, store_id: str, inventory: Path, what: str, *, yes: bool,
+                  now: bool, approver: str, code: str, **params: Any) -> None:
+    """Checked, shown and stopped without `--yes`, else run and its result printed."""
+    validate_update(store_id, inventory, params.get("image_version"))
+    if not yes:
+        refuse(f"{what} {WHAT[action]}: add --yes to go on (in the store's maintenance window; "
+               "--now outside it, with --approver NAME --code CODE)")
+    approver, code = confirmed_by(action.value, store_id, approver, code)
+    print(json.dumps(run_image_flow(action, store_id, inventory, now=now, approver=approver,
+                                    code=code, **params), indent=2, default=str))
+
+
 def update(
     store_id: str,
     image: Annotated[str, typer.Option("--image", help="the image version to run (one of the "
@@ -89,15 +101,8 @@ def update(
     then shut down, switched to a new system disk, booted and checked (update highstate,
     version, go-live gate); a failing check reverts it by itself. Shows what it would do;
     `--yes` goes on (`--now` outside the window, with --approver NAME --code CODE)."""
-    validate_update(store_id, inventory, image)
-    if not yes:
-        refuse(f"update of store {store_id} to {image} {WHAT[Action.UPDATE_IMAGE]}: add --yes "
-               "to go on (in the store's maintenance window; --now outside it, with "
-               "--approver NAME --code CODE)")
-    approver, code = confirmed_by("update", store_id, approver, code)
-    print(json.dumps(run_image_flow(Action.UPDATE_IMAGE, store_id, inventory, now=now,
-                                    approver=approver, code=code, image_version=image),
-                     indent=2, default=str))
+    confirmed_run(Action.UPDATE_IMAGE, store_id, inventory, f"update of store {store_id} to "
+                  f"{image}", yes=yes, now=now, approver=approver, code=code, image_version=image)
 
 
 def revert(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
@@ -105,11 +110,5 @@ def revert(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
     """Revert a store server to the system disk it ran before its last image update (kept
     image_keep_previous_hours after it). Shows what it would do; `--yes` goes on (in the
     store's maintenance window; `--now` outside it, with --approver NAME --code CODE)."""
-    validate_update(store_id, inventory, None)
-    if not yes:
-        refuse(f"revert of store {store_id} {WHAT[Action.REVERT_IMAGE]}: add --yes to go on "
-               "(in the store's maintenance window; --now outside it, with --approver NAME "
-               "--code CODE)")
-    approver, code = confirmed_by("revert", store_id, approver, code)
-    print(json.dumps(run_image_flow(Action.REVERT_IMAGE, store_id, inventory, now=now,
-                                    approver=approver, code=code), indent=2, default=str))
+    confirmed_run(Action.REVERT_IMAGE, store_id, inventory, f"revert of store {store_id}",
+                  yes=yes, now=now, approver=approver, code=code)

@@ -15,7 +15,6 @@ from prefect.artifacts import create_markdown_artifact
 from flows.image_update import back_to_previous, prepared
 from store_rollout import guard
 from store_rollout.guard import Action
-from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.updates import (
@@ -45,26 +44,12 @@ def store_image_revert(store_id: str, inventory: str, ignore_windows: bool = Fal
     """Back to the version before the store's last image update (see the module). Fails
     before any change when the store is not live or its host holds no update record.
 
-    Args:
-        store_id: The store, as written in the inventory (e.g. 0001).
-        inventory: Inventory file (YAML or CSV) on the worker's host.
-        ignore_windows: Go outside the store's maintenance window (an emergency; only with a
-            proven approver).
-        approval_policy: Stricter than the setting only; `always` asks on the run's page.
-        approval_timeout: Seconds the run waits paused for the answer before it is parked.
-        approver: The approver who confirmed it at a terminal (`--yes`), proven by `code`.
-        code: The approver's one-time code, checked by this run and used up.
-        asked_by: Who asked for it (recorded with the guard's decision).
-        owner_wait_seconds: Seconds to wait while another run owns the store.
-        vm_back_timeout: Seconds to wait after the boot for the VM's minion to answer.
-        shutdown_timeout: Seconds the VM has to shut down through its OS before it is cut
-            off; empty: the graceful_shutdown_seconds setting.
+    Args: those of store_image_update (flows/image_update.py) but image_version and
+    hold_fleet_slot: the store, its inventory, the window override, the approval's policy,
+    timeout, approver and code, who asked, the owner wait, the minion's and the shutdown's
+    bounds.
     """
-    run = prepared(load_inventory(inventory).get(store_id), load_settings(), Action.REVERT_IMAGE,
-                   approval_policy=approval_policy,
-                   approval_timeout=approval_timeout, approver=approver, code=code,
-                   asked_by=asked_by, ignore_windows=ignore_windows,
-                   vm_back_timeout=vm_back_timeout, shutdown_timeout=shutdown_timeout)
+    run = prepared(Action.REVERT_IMAGE, load_settings(), dict(locals()))
     with store_owner(store_id, owner_wait_seconds, this_flow_run()), \
             tags(f"store-{store_id}", "store-image-revert"):
         found = run.clock.run(STEP_STATE, read_update_state, run.store, run.parts.salt,

@@ -97,24 +97,23 @@ class UpdateRun:
     shutdown_timeout: float
 
 
-def prepared(store: Store, settings: Any, action: Action, *, approval_policy: str | None,
-             approval_timeout: float | None, approver: str, code: str, asked_by: str,
-             ignore_windows: bool, vm_back_timeout: float,
-             shutdown_timeout: float | None) -> UpdateRun:
+def prepared(action: Action, settings: Any, params: dict[str, Any]) -> UpdateRun:
     """The store and settings checked (before any change), and how the run asks for its
     consent: by name (this run or the command), approved as the approval policy says (an
     update destroys nothing: under `destructive` nobody is asked; `always` asks on the run's
-    page)."""
+    page). `params`: the flow's parameters (its locals as it starts)."""
+    store = load_inventory(params["inventory"]).get(params["store_id"])
     check_region(store, settings)
     parts = SettingsParts.of(settings)
     consent = partial(update_consent, store,
-                      policy=tightened(settings.approval_policy, approval_policy),
-                      timeout=approval_timeout or settings.approval_timeout_seconds,
+                      policy=tightened(settings.approval_policy, params["approval_policy"]),
+                      timeout=params["approval_timeout"] or settings.approval_timeout_seconds,
                       settings=parts.approvals,
-                      asked_by=asked_by or f"run {action.value}-{store.store_id}",
-                      approver=approver, code=code, ignore_windows=ignore_windows)
-    return UpdateRun(store, parts, StepClock(store.store_id), consent, vm_back_timeout,
-                     shutdown_timeout or parts.power.graceful_shutdown_seconds)
+                      asked_by=params["asked_by"] or f"run {action.value}-{store.store_id}",
+                      approver=params["approver"], code=params["code"],
+                      ignore_windows=params["ignore_windows"])
+    return UpdateRun(store, parts, StepClock(store.store_id), consent, params["vm_back_timeout"],
+                     params["shutdown_timeout"] or parts.power.graceful_shutdown_seconds)
 
 
 @flow(name="store-image-update", flow_run_name="update-{store_id}", on_failure=[notify_failure])
@@ -148,11 +147,7 @@ def store_image_update(store_id: str, inventory: str, image_version: str = "",
         shutdown_timeout: Seconds the VM has to shut down through its OS before it is cut
             off; empty: the graceful_shutdown_seconds setting.
     """
-    run = prepared(load_inventory(inventory).get(store_id), load_settings(), Action.UPDATE_IMAGE,
-                   approval_policy=approval_policy,
-                   approval_timeout=approval_timeout, approver=approver, code=code,
-                   asked_by=asked_by, ignore_windows=ignore_windows,
-                   vm_back_timeout=vm_back_timeout, shutdown_timeout=shutdown_timeout)
+    run = prepared(Action.UPDATE_IMAGE, load_settings(), dict(locals()))
     images = run.parts.images
     version = target_version(images, image_version, run.store.vm.image_version)
     slot = ReleasableSlot(in_flight_slots(run.store.region)) if hold_fleet_slot else None
