@@ -16,7 +16,7 @@
   Blocks and the root password (blocks, root_password), retries and outside URLs (retry,
   transport), the store VM and its image's delivery (store_vm, image_delivery), Prefect's runs
   and the run's health (flow_runs, run_health), windows, slots, notifications, approvers,
-  audit.
+  audit, the stores' target images by version (image_targets).
 
 Steps stand side by side: a step module imports no other step module, and a client or a helper
 imports no step module (nor a client another client); what two steps share lives in a client or
@@ -29,6 +29,7 @@ STEP_MODULES = ("approvals", "firstboot", "go_live", "observe", "preflight", "px
                 "undo", "virt")
 CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
-           "retry", "root_password", "run_health", "slots", "store_vm", "transport", "windows")
+           "retry", "root_password", "run_health", "slots", "store_vm", "transport", "windows",
+           "image_targets")
 
 __all__ = ["CLIENTS", "HELPERS", "STEP_MODULES"]
