@@ -1,7 +1,7 @@
 """`store-rollout` command line: rollouts, batches, plan, reconcile, staging, status, rollback,
-decommission, replace (app/replace.py), vm-xml. How they run flows: app/runner.py; what they
-show: app/live.py, app/views.py. Sub-commands other installs register are listed, and loaded
-only when run (app/commands.py).
+decommission, replace (app/replace.py), update and revert (app/image_update.py), vm-xml. How
+they run flows: app/runner.py; what they show: app/live.py, app/views.py. Sub-commands other
+installs register are listed, and loaded only when run (app/commands.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from rich.console import Console
 
 from app.audit import audit_app
 from app.commands import PluginGroup
+from app.image_update import revert, update
 from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
 from app.replace import replace
 from app.runner import (
@@ -56,6 +57,8 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
 app.command("vm-xml")(vm_xml)
 app.command("windows")(windows)
 app.command("replace")(replace)
+app.command("update")(update)
+app.command("revert")(revert)
 app.command("prefect-setup")(prefect_setup)
 app.add_typer(audit_app, name="audit")
 

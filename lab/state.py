@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any, Final
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -267,6 +268,11 @@ def _lab_alive(lab_json: Path) -> bool:
     return any(record.alive() for record in records)
 
 
+# the lab's image versions (settings image_versions): versions of the lab's own image
+LAB_IMAGE_VERSIONS: Final[dict[str, Any]] = {"v1": {"notes": "the lab's store server image"},
+                             "v2": {"notes": "the same image, a version later (update tests)"}}
+
+
 def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
     """What the lab hands the flows and the CLI: STORE_ROLLOUT_* settings of its services and the
     Prefect server a client of the lab talks to."""
@@ -314,6 +320,11 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_IMAGE_BASE_URL": info.image_base_url,
         "STORE_ROLLOUT_IMAGE_PARAMS": json.dumps({"SALT_MASTER": info.salt_master_address,
                                                   "SALT_MASTER_PORT": str(info.salt_ret_port)}),
+        # two image versions of the lab's image (issue 47: `store-rollout update STORE --image
+        # v2`): the same description, built with IMAGE_VERSION v1 or v2 (two image keys, the
+        # VM's grain says which); the chain's stores run v1
+        "STORE_ROLLOUT_IMAGE_VERSIONS": json.dumps(LAB_IMAGE_VERSIONS),
+        "STORE_ROLLOUT_IMAGE_VERSION": "v1",
         "PREFECT_API_URL": info.prefect_api_url,
         "PREFECT_HOME": str(root / "prefect-client-home"),
         # the API's CA, and the file of its credential (the settings file holds no secret)

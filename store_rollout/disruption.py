@@ -19,6 +19,9 @@ from store_rollout.inventory.calendar_spec import CalendarSpec
 if TYPE_CHECKING:
     from store_rollout.inventory.models import Store
 
+# an image update's sequence (issue 47): shutdown, switch, boot, update highstate, go-live gate,
+# and a revert with its boot and gate when a check fails (store_rollout/guard.py)
+STEP_IMAGE_UPDATE: Final = "image_update"
 # what each disruptive step does to a running store (what a window check says)
 DISRUPTIVE_STEPS: Final = {
     STEP_PXE_INSTALL_HYPERVISOR: "power-cycles the store host and reinstalls it (the store "
@@ -26,8 +29,10 @@ DISRUPTIVE_STEPS: Final = {
     STEP_CREATE_VM: "creates or resets the store server VM (it stops until firstboot is done)",
 }
 # how long each disruption lasts, seconds: step 2 until the host is up again (PXE install, its
-# reboot into Xen, the first highstate), step 5 until firstboot's second reboot is done
-DEFAULT_DISRUPTION_SECONDS: Final = {STEP_PXE_INSTALL_HYPERVISOR: 2700.0, STEP_CREATE_VM: 1200.0}
+# reboot into Xen, the first highstate), step 5 until firstboot's second reboot is done, an
+# image update until its gate passed, or failed and the revert's passed
+DEFAULT_DISRUPTION_SECONDS: Final = {STEP_PXE_INSTALL_HYPERVISOR: 2700.0, STEP_CREATE_VM: 1200.0,
+                                     STEP_IMAGE_UPDATE: 1200.0}
 
 
 @dataclass(frozen=True)

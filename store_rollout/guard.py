@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from store_rollout import disruption
 from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
+from store_rollout.disruption import STEP_IMAGE_UPDATE
 from store_rollout.inventory.calendar_spec import CalendarSpec
 from store_rollout.inventory.models import Store
 
@@ -43,6 +44,13 @@ class Action(StrEnum):
     # a cancelled run's half-made VM of a store that never went live (the ERP knows nothing of
     # it): nothing works yet to disrupt; the cancel asks for it
     CLEAN_UNFINISHED = "clean_unfinished"
+    # issue 47: the store server booted on a new system disk (a new image version), or back on
+    # its previous one; both keep what they replace (the old system disk, the data disk)
+    UPDATE_IMAGE = "update"
+    REVERT_IMAGE = "revert"
+    # an update a crashed run left switched (recorded on the host) is finished by the rerun:
+    # asked for and approved when that run began, in the window it began in
+    FINISH_UPDATE = "finish_update"
 
 
 WHAT: Final = {
@@ -58,9 +66,24 @@ WHAT: Final = {
                           "disk; nothing is reinstalled)",
     Action.CLEAN_UNFINISHED: "removes the half-made store server VM of a store that never "
                              "went live, after its rollout was cancelled",
+    Action.UPDATE_IMAGE: "shuts the store server down and boots it on a new system disk of "
+                         "the new image version (its data disk and its previous system disk "
+                         "kept; a failing check reverts it by itself)",
+    Action.REVERT_IMAGE: "shuts the store server down and boots it on its previous system "
+                         "disk (the version before its last image update)",
+    Action.FINISH_UPDATE: "finishes an image update a crashed run left switched: boots the "
+                          "store server if it is off, checks it, commits or reverts",
 }
-# actions that need neither an approval nor a window (they disrupt nothing that runs)
-UNDISRUPTIVE: Final = frozenset({Action.POWER_ON_HOST, Action.CLEAN_UNFINISHED})
+# actions that need neither a request, an approval nor a window, and why
+UNASKED: Final = {
+    Action.POWER_ON_HOST: "nothing runs to disrupt",
+    Action.CLEAN_UNFINISHED: "nothing runs to disrupt",
+    Action.FINISH_UPDATE: "it finishes what an approved run began in its window and crashed in",
+}
+UNDISRUPTIVE: Final = frozenset(UNASKED)
+# disruptive, but destroying nothing (what they replace is kept): the approval policy
+# `destructive` lets them go unapproved; `always` asks
+KEEPS_WHAT_IT_REPLACES: Final = frozenset({Action.UPDATE_IMAGE, Action.REVERT_IMAGE})
 # seconds the undo actions keep a store down at most (the VM's removal, a graceful shutdown)
 UNDO_SECONDS: Final = 900.0
 
@@ -68,12 +91,15 @@ UNDO_SECONDS: Final = 900.0
 def sequence_seconds(action: Action, disruption_seconds: dict[str, float]) -> float:
     """How long the store is disrupted from the action's start to its end: a reinstall or a
     replacement until the new store server's firstboot is done (steps 2 to 5, each step's
-    disruption_seconds), a recreation step 5's, an undo UNDO_SECONDS."""
+    disruption_seconds), a recreation step 5's, an image update or revert (with a revert
+    after a failed check) its own, an undo UNDO_SECONDS."""
     if action in (Action.REINSTALL_HOST, Action.REPLACE_BOX):
         return (disruption_seconds[STEP_PXE_INSTALL_HYPERVISOR]
                 + disruption_seconds[STEP_CREATE_VM])
     if action is Action.RECREATE_VM:
         return disruption_seconds[STEP_CREATE_VM]
+    if action in KEEPS_WHAT_IT_REPLACES:
+        return disruption_seconds[STEP_IMAGE_UPDATE]
     return 0.0 if action in UNDISRUPTIVE else UNDO_SECONDS
 
 
@@ -141,9 +167,13 @@ def authorize(action: Action, store: Store, consent: Consent, *,
         raise ActionRefused(store.store_id, action, f"it {what}, and nobody asked for it by "
                             f"name (run parameter or command {action.value})")
     if action in UNDISRUPTIVE:
-        approval = "not needed (nothing runs to disrupt)"
+        approval = f"not needed ({UNASKED[action]})"
     elif consent.policy == "never":
         approval = "not needed (approval policy never)"
+    elif consent.policy == "destructive" and action in KEEPS_WHAT_IT_REPLACES \
+            and not consent.approved:
+        approval = ("not needed (approval policy destructive: it destroys nothing, what it "
+                    "replaces is kept)")
     elif consent.approved:
         approval = f"approved by {consent.approved_by or 'the approver'}"
     else:
@@ -160,7 +190,7 @@ def authorize(action: Action, store: Store, consent: Consent, *,
                             "the run's page), or let it wait for its window")
     seconds = sequence_seconds(action, disruption_seconds)
     if action in UNDISRUPTIVE:
-        window = disruption.WindowDecision(True, "no window needed: nothing runs to disrupt")
+        window = disruption.WindowDecision(True, f"no window needed: {UNASKED[action]}")
     else:
         window = disruption.decide_sequence(
             action.value, what, calendar_for(store, default_calendar), now,

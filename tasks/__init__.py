@@ -4,7 +4,8 @@
 - **Step modules** (`STEP_MODULES`): the Prefect tasks (and the flow-side functions) of one step
   or one job of a flow, composing clients and helpers: pxe_install (step 2), salt_master (steps
   3 and 4, and the keys' removal), virt (step 5, staging, the VM's removal), firstboot (step 6),
-  go_live (the go-live gate); retire_box (a replacement's first change), approvals (the
+  go_live (the go-live gate), image_update (an image update's and revert's changes, waits and
+  checks); retire_box (a replacement's first change), approvals (the
   approval before step 1), preflight (the checks before any side effect), observe (what plan,
   reconcile and an approval read), reconcile_events, store_runs (a batch's runs), region_runs
   (a chain-wide read's runs in other regions), undo (what a rollback or a decommission decides
@@ -24,9 +25,9 @@ a helper. tests/structure/test_layers.py reads every import (nested ones too) an
 breaks this, or on a module of tasks/ that is in none of the three lists.
 """
 
-STEP_MODULES = ("approvals", "firstboot", "go_live", "observe", "preflight", "pxe_install",
-                "reconcile_events", "region_runs", "retire_box", "salt_master", "store_runs",
-                "undo", "virt")
+STEP_MODULES = ("approvals", "firstboot", "go_live", "image_update", "observe", "preflight",
+                "pxe_install", "reconcile_events", "region_runs", "retire_box", "salt_master",
+                "store_runs", "undo", "virt")
 CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "windows",

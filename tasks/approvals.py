@@ -235,3 +235,17 @@ def undo_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: 
         "approved": answer.approve, "approved_at": datetime.now(UTC), "approver": name,
         "approved_by": f"{name} (one-time code checked)"
                        + (f" ({answer.comment})" if answer.comment else "")})
+
+
+def update_consent(store: Store, action: Action, policy: ApprovalPolicy, timeout: float,
+                   settings: ApprovalSettings, *, asked_by: str, approver: str = "",
+                   code: str = "", ignore_windows: bool = False) -> Consent:
+    """The consent of an image update or revert (asked for by name: the command or the run):
+    as a rollback's (undo_consent), but under the policy destructive nobody is asked, as it
+    destroys nothing (the system disk it replaces and the data disk are kept; the guard says
+    so); `always` asks, and a `--yes` approver is proven all the same."""
+    if policy == "destructive" and not (approver or code):
+        return Consent(asked=(action.value,), asked_by=asked_by, policy=policy,
+                       ignore_windows=ignore_windows)
+    return undo_consent(store, action, policy, timeout, settings, asked_by=asked_by,
+                        approver=approver, code=code, ignore_windows=ignore_windows)

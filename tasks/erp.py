@@ -20,12 +20,14 @@ from store_rollout import step_rules
 from store_rollout.contracts import (
     ERP_STORE_DECOMMISSIONED,
     ERP_STORE_HARDWARE_REPLACED,
+    ERP_STORE_IMAGE_UPDATED,
     ERP_STORE_SERVER_RUNNING,
 )
 from store_rollout.instrument import external
 from store_rollout.inventory import Store
 from store_rollout.settings_parts import ErpSettings
 from store_rollout.transport import checked_url
+from store_rollout.updates import update_notice_key
 from tasks.blocks import load_block, secret_of
 from tasks.retry import ERP_RETRY, OutsideCallFailed
 from tasks.transport import outside_url
@@ -93,6 +95,28 @@ class BoxNotice:
                 "hypervisor": self.hypervisor, "status": self.status, **replaced}
 
 
+@dataclass(frozen=True)
+class UpdateNotice:
+    """The store server runs image `version` (`ERP_STORE_IMAGE_UPDATED`), after an update
+    whose checks passed: one per store and version, so a rerun replays it."""
+
+    store_id: str
+    site_code: str
+    vm: dict[str, str]  # domain, minion, uuid
+    version: str
+    from_version: str
+    image_key: str
+
+    def idempotency_key(self) -> str:
+        return update_notice_key(self.store_id, self.version)
+
+    def payload(self) -> dict[str, Any]:
+        return {"store_id": self.store_id, "site_code": self.site_code, "vm": self.vm,
+                "status": ERP_STORE_IMAGE_UPDATED,
+                "image": {"version": self.version, "from_version": self.from_version,
+                          "key": self.image_key}}
+
+
 class ErpClient:
     """Keyword-only, explicit timeouts; one POST per `notify` (retrying is the task's job)."""
 
@@ -108,7 +132,7 @@ class ErpClient:
     def __repr__(self) -> str:
         return f"ErpClient(base_url={self.base_url!r})"
 
-    def notify(self, notice: ErpNotice | BoxNotice) -> dict[str, Any]:
+    def notify(self, notice: ErpNotice | BoxNotice | UpdateNotice) -> dict[str, Any]:
         url = self.base_url + NOTICE_PATH
         headers = {"Authorization": f"Bearer {self._token.get_secret_value()}",
                    "Idempotency-Key": notice.idempotency_key()}
@@ -245,4 +269,20 @@ def notify_erp_replaced(store: Store, old_mac: str, erp: ErpSettings) -> dict[st
         status=ERP_STORE_HARDWARE_REPLACED, hardware=hardware, old_mac=old_mac))
     get_run_logger().info("store %s: ERP told of the new box %s, id %s%s", store.store_id,
                           hv.mac, result["erp_id"], " (replayed)" if result["replay"] else "")
+    return result
+
+
+@task(name="notify_erp_image_updated", task_run_name="notify-erp-updated-{store.store_id}",
+      **ERP_RETRY.on(ErpUnavailable))
+def notify_erp_image_updated(store: Store, vm: dict[str, Any], version: str, from_version: str,
+                             image_key: str, erp: ErpSettings) -> dict[str, Any]:
+    """An image update passed its checks: tell the ERP the store runs `version` (once per store
+    and version: a rerun replays the same notice)."""
+    result = erp_client(erp).notify(UpdateNotice(
+        store_id=store.store_id, site_code=store.erp.site_code, version=version,
+        from_version=from_version, image_key=image_key,
+        vm={"domain": store.vm_name, "minion": store.vm_minion_id, "uuid": vm.get("uuid", "")}))
+    get_run_logger().info("store %s: ERP told it runs image version %s, id %s%s",
+                          store.store_id, version, result["erp_id"],
+                          " (replayed)" if result["replay"] else "")
     return result

@@ -103,7 +103,8 @@ def store_limit(store_id: str) -> str:
 
 
 def _unfinished_runs(store_id: str, this_run: UUID | None) -> list[Any]:
-    """The store's rollout and rollback runs Prefect shows as not finished, this one aside."""
+    """The store's rollout, rollback, image update and revert runs Prefect shows as not
+    finished, this one aside."""
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterName,
@@ -112,7 +113,7 @@ def _unfinished_runs(store_id: str, this_run: UUID | None) -> list[Any]:
     )
     from prefect.client.schemas.objects import StateType
 
-    names = [f"rollout-{store_id}", f"rollback-{store_id}"]
+    names = [f"{kind}-{store_id}" for kind in ("rollout", "rollback", "update", "revert")]
     unfinished = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING, StateType.PAUSED]
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(

@@ -1,5 +1,6 @@
 """The store VM's libvirt domain on its hypervisor, through the hypervisor's Salt minion: one
-method per change step 5 makes (saltext-virt's `virt`, the project's `storevirt`).
+method per change step 5 makes (saltext-virt's `virt`, the project's `storevirt`), and the start
+loop step 5 and an image update's boots share (`start_domain`).
 
 Which of them a run needs is store_rollout/step_rules.py's to say, the rules plan and reconcile
 predict with; this client only carries them out.
@@ -7,14 +8,28 @@ predict with; this client only carries them out.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from prefect.logging.loggers import LoggingAdapter
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from store_rollout import step_rules
 from store_rollout.inventory import Store
-from tasks.salt import SaltMasterClient
+from tasks.salt import SaltCommandFailed, SaltMasterClient
 from tasks.salt.probes import contested_key
 
+log = logging.getLogger(__name__)
+
 DEFINE_TIMEOUT = 180  # seconds virt.init may take (it writes the domain's XML and disks)
+
+
+class VmError(Exception):
+    """Creating or starting the store VM failed."""
+
+
+class VmNotRunning(VmError):
+    """virt.start returned but the domain is not running (yet): worth retrying."""
 
 
 class DomainVanished(Exception):
@@ -96,3 +111,39 @@ class StoreVm:
             raise DomainVanished(f"store {self.store.store_id}: domain {self.name} is gone from "
                                f"{self.hypervisor} right after it was defined")
         return summary
+
+
+def start_domain(master: SaltMasterClient, store: Store, timeout: float,
+                 backoff: float = 0.5, logger: logging.Logger | LoggingAdapter = log) -> None:
+    """virt.start until the domain is running (storevirt.domain_summary), for up to `timeout`
+    seconds (exponential backoff from `backoff` s, at most 10 s apart).
+
+    The one retry layer for a start libvirt refuses or a domain not running yet (VmNotRunning),
+    which the task's Prefect retries do not retry. A minion that does not answer
+    (SaltTransientError) is not retried here: it ends the attempt, and create_vm's Prefect retries
+    (which reuse the defined domain) are that error's one layer."""
+    hv, name = store.hypervisor_minion_id, store.vm_name
+
+    def running() -> bool:
+        # by name: virt.vm_state enumerates every domain of the host and fails when another
+        # one goes away meanwhile ("Domain not found: no domain with matching id")
+        summary = master.cmd(hv, "storevirt.domain_summary", [name])
+        if summary is None:
+            raise VmError(f"store {store.store_id}: domain {name} is gone from {hv}")
+        return bool(summary["active"])
+
+    for attempt in Retrying(stop=stop_after_delay(timeout),
+                            wait=wait_exponential(multiplier=backoff, max=10),
+                            retry=retry_if_exception_type(VmNotRunning), reraise=True):
+        with attempt:
+            if not running():
+                try:
+                    master.cmd(hv, "virt.start", [name])
+                except SaltCommandFailed as exc:  # libvirt refused this start: retry it
+                    logger.warning("store %s: virt.start %s failed: %s", store.store_id, name,
+                                   exc.detail)
+                    raise VmNotRunning(f"store {store.store_id}: virt.start {name} on {hv}: "
+                                       f"{exc.detail}") from None
+                if not running():
+                    raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is not "
+                                       "running after virt.start")

@@ -16,12 +16,6 @@ from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.logging.loggers import LoggingAdapter
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    wait_exponential,
-)
 
 from store_rollout import step_rules
 from store_rollout.guard import Action, Consent
@@ -32,24 +26,14 @@ from store_rollout.settings_parts import CalendarSettings, HostSettings, ImageSe
 from tasks.image_delivery import deliver_image
 from tasks.retry import SALT_VIRT_RETRY
 from tasks.salt import (
-    SaltCommandFailed,
     SaltError,
-    SaltMasterClient,
     SaltTransientError,
     master_client,
 )
-from tasks.store_vm import StoreVm
+from tasks.store_vm import StoreVm, VmError, start_domain
 from tasks.windows import creation_window
 
 log = logging.getLogger(__name__)
-
-
-class VmError(Exception):
-    """Creating or starting the store VM failed."""
-
-
-class VmNotRunning(VmError):
-    """virt.start returned but the domain is not running (yet): worth retrying."""
 
 
 @dataclass(frozen=True)
@@ -233,42 +217,6 @@ def delivery_note(delivered: dict[str, Any]) -> str:
     resumed = delivered["resumed_from"]
     return (f"{delivered['transferred']} bytes in {delivered['seconds']}s"
             + (f" (resumed at {resumed})" if resumed else ""))
-
-
-def start_domain(master: SaltMasterClient, store: Store, timeout: float,
-                 backoff: float = 0.5, logger: logging.Logger | LoggingAdapter = log) -> None:
-    """virt.start until the domain is running (storevirt.domain_summary), for up to `timeout`
-    seconds (exponential backoff from `backoff` s, at most 10 s apart).
-
-    The one retry layer for a start libvirt refuses or a domain not running yet (VmNotRunning),
-    which the task's Prefect retries do not retry. A minion that does not answer
-    (SaltTransientError) is not retried here: it ends the attempt, and create_vm's Prefect retries
-    (which reuse the defined domain) are that error's one layer."""
-    hv, name = store.hypervisor_minion_id, store.vm_name
-
-    def running() -> bool:
-        # by name: virt.vm_state enumerates every domain of the host and fails when another
-        # one goes away meanwhile ("Domain not found: no domain with matching id")
-        summary = master.cmd(hv, "storevirt.domain_summary", [name])
-        if summary is None:
-            raise VmError(f"store {store.store_id}: domain {name} is gone from {hv}")
-        return bool(summary["active"])
-
-    for attempt in Retrying(stop=stop_after_delay(timeout),
-                            wait=wait_exponential(multiplier=backoff, max=10),
-                            retry=retry_if_exception_type(VmNotRunning), reraise=True):
-        with attempt:
-            if not running():
-                try:
-                    master.cmd(hv, "virt.start", [name])
-                except SaltCommandFailed as exc:  # libvirt refused this start: retry it
-                    logger.warning("store %s: virt.start %s failed: %s", store.store_id, name,
-                                   exc.detail)
-                    raise VmNotRunning(f"store {store.store_id}: virt.start {name} on {hv}: "
-                                       f"{exc.detail}") from None
-                if not running():
-                    raise VmNotRunning(f"store {store.store_id}: domain {name} on {hv} is not "
-                                       "running after virt.start")
 
 
 def vm_result(summary: dict[str, Any], hypervisor: str, delivered: dict[str, Any] | None,

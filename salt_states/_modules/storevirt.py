@@ -7,15 +7,18 @@ synced with `_modules`: a highstate's sync_all, step 4's sync_utils before sync_
   content hash), verified, resumable, paced;
 - store_seed_iso: the VM's identity on a read-only seed CD-ROM (ISO 9660, label STORE_SEED),
   attached before its first boot and ejected after firstboot;
-- store_domain_inspect: read-only views of a domain and its disk.
+- store_domain_inspect: read-only views of a domain and its disk;
+- store_vm_disks: the data disk, an image update's system disk and its record (update.json).
 
-Each VM disk is a qcow2 overlay on the base image (backing file), never a copy; the base is
-read-only.
+Each VM's system disk is a qcow2 overlay on the base image (backing file), never a copy; the
+base is read-only. Beside it the VM has a data disk (data.raw, ext4 STORE_DATA) that nothing
+but a decommission (remove_vm keep_data=False) deletes.
 """
 
 import os
 import re
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 
 from salt.exceptions import CommandExecutionError
@@ -172,8 +175,9 @@ def retire_seed(name):
 
 
 def domain_summary(name):
-    """State, disk, backing file and graphics listen address of domain `name`, or None; with
-    whose identity was seeded and whether the seed is still attached (no token)."""
+    """State, system disk, backing file and graphics listen address of domain `name`, or None;
+    with whose identity was seeded and whether the seed is still attached (no token), its data
+    disk (path or None) and the key of the base image its system disk is backed by (or None)."""
     conn = _connect()
     try:
         dom = __utils__["store_domain_inspect.lookup"](conn, name)
@@ -182,9 +186,197 @@ def domain_summary(name):
         root = ET.fromstring(dom.XMLDesc(0))
         summary = __utils__["store_domain_inspect.summary"](dom, name, root)
         summary["seed"] = __utils__["store_seed_iso.seed_state"](root, seed_path(name))
+        summary["data_disk"] = __utils__["store_vm_disks.data_disk_of"](root)
+        summary["image_key"] = __utils__["store_vm_disks.base_key"](_images_dir(),
+                                                                     summary["backing"])
         return summary
     finally:
         conn.close()
+
+
+def create_data_disk(name, size_gib):
+    """VM `name`'s data disk <images>/<name>/data.raw: a sparse raw file formatted ext4
+    (label STORE_DATA) by this host, made only when there is none. An existing data disk is
+    never reformatted, resized or overwritten ("created": false).
+
+    CLI Example: salt hv storevirt.create_data_disk store-0001-vm 8
+    """
+    return __utils__["store_vm_disks.create_data_disk"](_images_dir(), name, size_gib)
+
+
+def _current_disk(conn, name):
+    import libvirt
+
+    dom = _domain(conn, name)
+    root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    return dom, __utils__["store_vm_disks.system_disk_of"](root)
+
+
+def stage_system_disk(name, base):
+    """A fresh qcow2 overlay on base image `base` (<images>/base/<key>/image.qcow2) beside
+    domain `name`'s current system disk: <images>/<name>/system-<key12>.qcow2. An existing file
+    there that is not the current disk is made anew (it may have booted a reverted attempt);
+    the current disk is never touched.
+
+    CLI Example: salt hv storevirt.stage_system_disk store-0001-vm /srv/salt-images/base/k/image.qcow2
+    """
+    conn = _connect()
+    try:
+        _dom, current = _current_disk(conn, name)
+    finally:
+        conn.close()
+    return __utils__["store_vm_disks.stage_system_disk"](_images_dir(), name, base, current)
+
+
+def shutdown(name, timeout=120):
+    """ACPI shutdown of domain `name`, waiting until it is off; after `timeout` seconds a hard
+    stop ("clean": false). A domain that is off stays so.
+
+    CLI Example: salt hv storevirt.shutdown store-0001-vm 120
+    """
+    import libvirt
+
+    started = time.monotonic()
+    conn = _connect()
+    try:
+        dom = _domain(conn, name)
+        if not dom.isActive():
+            return {"was_running": False, "clean": True, "seconds": 0.0}
+        try:
+            dom.shutdown()
+        except libvirt.libvirtError:
+            if dom.isActive():
+                raise
+        deadline = started + float(timeout)
+        while dom.isActive() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        clean = not dom.isActive()
+        if not clean:
+            dom.destroy()
+    finally:
+        conn.close()
+    return {"was_running": True, "clean": clean,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def switch_system_disk(name, disk, version="", run=""):
+    """Point inactive domain `name`'s system disk at `disk` (stage_system_disk's): FIRST the
+    record <images>/<name>/update.json (from, to, versions, run, phase "switched"), THEN the
+    persistent definition (same UUID, data disk, NIC and MAC). Idempotent when the domain
+    already uses `disk` and the record says so.
+
+    CLI Example: salt hv storevirt.switch_system_disk store-0001-vm <disk> version=v2 run=<id>
+    """
+    images_dir = _images_dir()
+    conn = _connect()
+    try:
+        dom, current = _current_disk(conn, name)
+        record = __utils__["store_vm_disks.read_record"](images_dir, name)
+        if current == disk:
+            if record and record.get("to") == disk and record.get("phase") == "switched":
+                return domain_summary(name)
+            raise CommandExecutionError(
+                "switch_system_disk {}: the domain already uses {} and its update record "
+                "does not say it was switched there; nothing to switch".format(name, disk))
+        __utils__["store_vm_disks.inactive_domain"](dom, name, "switch_system_disk")
+        if not os.path.exists(disk):
+            raise CommandExecutionError("switch_system_disk {}: {} does not exist; stage it "
+                                        "first (storevirt.stage_system_disk)".format(name, disk))
+        from_version = ""
+        if record and record.get("to") == current and record.get("phase") != "reverted":
+            from_version = record.get("to_version") or ""
+        if not from_version and current:
+            from_version = __utils__["store_vm_disks.base_version"](
+                __utils__["store_domain_inspect.backing_file"](
+                    __utils__["store_domain_inspect.qemu_img_info"](current)) or "")
+        __utils__["store_vm_disks.write_record"](images_dir, name, __utils__[
+            "store_vm_disks.switched_record"](current, disk, version, run, from_version))
+        __utils__["store_vm_disks.set_system_disk"](conn, dom, name, disk)
+    finally:
+        conn.close()
+    return domain_summary(name)
+
+
+def _record_or_fail(name, what):
+    record = __utils__["store_vm_disks.read_record"](_images_dir(), name)
+    if record is None:
+        raise CommandExecutionError("{} {}: no update record ({}); the VM's system disk was "
+                                    "never switched".format(what, name, "update.json"))
+    return record
+
+
+def revert_system_disk(name):
+    """Point inactive domain `name`'s system disk back at its update record's "from" disk;
+    the record's phase becomes "reverted". Idempotent.
+
+    CLI Example: salt hv storevirt.revert_system_disk store-0001-vm
+    """
+    record = _record_or_fail(name, "revert_system_disk")
+    conn = _connect()
+    try:
+        dom, current = _current_disk(conn, name)
+        if current != record["from"]:
+            __utils__["store_vm_disks.inactive_domain"](dom, name, "revert_system_disk")
+            if not os.path.exists(record["from"]):
+                raise CommandExecutionError(
+                    "revert_system_disk {}: the previous system disk {} is gone (pruned); "
+                    "there is nothing to revert to".format(name, record["from"]))
+            __utils__["store_vm_disks.set_system_disk"](conn, dom, name, record["from"])
+    finally:
+        conn.close()
+    if record.get("phase") != "reverted":
+        record.update(phase="reverted", reverted_at=time.time())
+        __utils__["store_vm_disks.write_record"](_images_dir(), name, record)
+    return domain_summary(name)
+
+
+def commit_update(name, keep_hours):
+    """Domain `name`'s switch made good: its record's phase "committed", the previous system
+    disk kept until `keep_hours` from now (for a manual revert). Idempotent.
+
+    CLI Example: salt hv storevirt.commit_update store-0001-vm 168
+    """
+    record = _record_or_fail(name, "commit_update")
+    if record.get("phase") == "committed":
+        return record
+    if record.get("phase") != "switched":
+        raise CommandExecutionError("commit_update {}: the update record's phase is {!r}, not "
+                                    "'switched'; only a switched update can be committed".format(
+                                        name, record.get("phase")))
+    now = time.time()
+    record.update(phase="committed", committed_at=now,
+                  keep_until=now + float(keep_hours) * 3600)
+    return __utils__["store_vm_disks.write_record"](_images_dir(), name, record)
+
+
+def update_record(name):
+    """Domain `name`'s update record (update.json) or None.
+
+    CLI Example: salt hv storevirt.update_record store-0001-vm
+    """
+    return __utils__["store_vm_disks.read_record"](_images_dir(), name)
+
+
+def prune_system_disks(name):
+    """Delete domain `name`'s system overlays that are not its current disk and whose keep
+    time passed (or whose attempt was reverted); returns the deleted paths.
+
+    CLI Example: salt hv storevirt.prune_system_disks store-0001-vm
+    """
+    images_dir = _images_dir()
+    conn = _connect()
+    try:
+        if __utils__["store_domain_inspect.lookup"](conn, name) is None:
+            return []
+        _dom, current = _current_disk(conn, name)
+    finally:
+        conn.close()
+    doomed = __utils__["store_vm_disks.prunable"](
+        __utils__["store_vm_disks.vm_dir"](images_dir, name), current,
+        __utils__["store_vm_disks.read_record"](images_dir, name), time.time())
+    for path in doomed:
+        os.remove(path)
+    return doomed
 
 
 def extension_hashes(forms, hash_type="sha256"):
@@ -227,15 +419,15 @@ def inspect(wanted):
     }
 
 
-def remove_vm(name):
-    """Destroy and undefine domain `name` and delete its overlay dir; the base stays.
+def remove_vm(name, keep_data=True):
+    """Destroy and undefine domain `name` and delete its system disks and seed; the base
+    stays, and so do its data disk and update record unless `keep_data` is False (only a
+    decommission, after its export).
 
-    CLI Example: salt hv storevirt.remove_vm store-0001-vm
+    CLI Example: salt hv storevirt.remove_vm store-0001-vm keep_data=False
     """
-    import shutil
-
     conn = _connect()
-    removed = {"domain": False, "disk_dir": False}
+    removed = {"domain": False, "disk_dir": False, "data_kept": None}
     try:
         dom = __utils__["store_domain_inspect.lookup"](conn, name)
         if dom is not None:
@@ -245,8 +437,6 @@ def remove_vm(name):
             removed["domain"] = True
     finally:
         conn.close()
-    vm_dir = os.path.join(_images_dir(), name)
-    if os.path.isdir(vm_dir) and os.path.basename(vm_dir) != "base":
-        shutil.rmtree(vm_dir)
-        removed["disk_dir"] = True
+    removed["disk_dir"], removed["data_kept"] = __utils__["store_vm_disks.remove_vm_files"](
+        _images_dir(), name, keep_data)
     return removed

@@ -38,8 +38,9 @@ def backing_file(info):
 def summary(dom, name, root):
     """State, disk, backing file and graphics listen address of domain `dom` (`name`), whose
     XML is `root`."""
-    source = root.find("./devices/disk[@device='disk']/source")
-    disk = source.get("file") if source is not None else None
+    # the system disk: the first disk that is not the data disk (store_vm_disks.DATA_DISK_FILE)
+    disks = [source.get("file") for source in root.findall("./devices/disk[@device='disk']/source")]
+    disk = next((path for path in disks if path and os.path.basename(path) != "data.raw"), None)
     backing = backing_file(qemu_img_info(disk)) if disk and os.path.exists(disk) else None
     graphics = root.find("./devices/graphics")
     return {

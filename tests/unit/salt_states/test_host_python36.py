@@ -181,7 +181,7 @@ def test_storevirt_runs_under_the_store_hosts_python(tmp_path: Path,
     assert ok(inspected)["domains"][VM]["disk"] == str(disk)
     # the test driver cannot eject a CD-ROM: the call got as far as libvirt, with 3.6 code
     assert not retired["ok"] and "virDomainUpdateDeviceFlags" in retired["error"]
-    assert ok(removed) == {"domain": True, "disk_dir": True}
+    assert ok(removed) == {"domain": True, "disk_dir": True, "data_kept": None}
 
 
 def test_step5_domain_calls_survive_another_domain_stopping(tmp_path: Path) -> None:

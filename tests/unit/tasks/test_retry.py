@@ -50,7 +50,8 @@ from tasks.salt import (
     SaltTransientError,
 )
 from tasks.salt_master import prepare_vm_keys, remove_store_keys, wait_for_hypervisor
-from tasks.virt import VmNotRunning, create_vm, remove_vm
+from tasks.store_vm import VmNotRunning
+from tasks.virt import create_vm, remove_vm
 from tests.helpers import REPO_ROOT
 from tests.structure.test_module_size import is_task
 

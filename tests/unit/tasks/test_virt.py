@@ -1,4 +1,4 @@
-"""tasks.virt's start loop (start_domain): its tenacity loop is the one retry layer of
+"""tasks.store_vm's start loop (start_domain): its tenacity loop is the one retry layer of
 virt.start (docs/reliability.md, "Retries and timeouts"), against a scripted Salt master;
 what the loop does not retry is left to the task's Prefect retries."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from store_rollout.inventory import parse_inventory
 from tasks.salt import SaltCommandFailed, SaltMinionNoResponse
-from tasks.virt import VmError, VmNotRunning, start_domain
+from tasks.store_vm import VmError, VmNotRunning, start_domain
 
 STORE = parse_inventory({"stores": [{
     "store_id": "0042", "hypervisor": {"hostname": "hv-0042.invalid", "mac": "52:54:00:42:00:01"},
