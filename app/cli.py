@@ -135,9 +135,8 @@ def batch(
     rerun_completed: Annotated[bool, typer.Option("--rerun-completed", help=(
         "roll out again the stores whose newest rollout run completed (left as they are "
         "otherwise)"))] = False,
-    image: Annotated[str | None, typer.Option("--image", help=(
-        "update the stores' image to this version instead (each a store-image-update run in "
-        "its window; '' : each store's own version); with --stage-only: stage it"))] = None,
+    image: Annotated[str | None, typer.Option("--image", help="update the stores to this image "
+                     "version instead, each in its window ('': its own); --stage-only: stage it")] = None,
 ) -> None:
     """Roll out a batch in waves (canary first) with a progress bar per store. Stores with a
     calendar are scheduled into their maintenance windows instead: each is a run of the

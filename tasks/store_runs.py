@@ -30,7 +30,7 @@ from prefect.deployments import run_deployment
 
 from store_rollout.approval_policy import AWAITING_APPROVAL, UNAPPROVED_ENDS
 from store_rollout.batch_rows import StoreRow
-from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
+from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
 from store_rollout.disruption import WindowDecision, decide, decide_sequence
 from store_rollout.guard import Action, calendar_for, sequence_seconds
 from store_rollout.inventory import Store
@@ -69,7 +69,8 @@ def update_start_time(store: Store, now: datetime, update_seconds: float,
                       default_calendar: CalendarSpec | None = None
                       ) -> tuple[datetime | None, str]:
     """As `start_time`, for a store's image update: a window with `update_seconds` left (the
-    store server's restart on its new system disk, and a revert's)."""
+    store server's restart on its new system disk, and a revert's: disruption_seconds'
+    image_update)."""
     return _start_of(decide_sequence(
         "image update", "restarts the store server on a new system disk",
         calendar_for(store, default_calendar), now, timedelta(seconds=update_seconds)), now)
@@ -82,8 +83,9 @@ def _when(store: Store, params: dict[str, Any], calendar: CalendarSettings, foll
     if not follow_windows:
         return now, "started now (" + ("ignore_windows" if params.get("ignore_windows") else
                                        "no calendar to follow") + ")"
-    if action == UPDATE:  # one restart of the store server: step 5's disruption
-        return update_start_time(store, now, calendar.disruption_seconds[STEP_CREATE_VM],
+    if action == UPDATE:  # the update's own disruption (and its revert's), as its guard asks
+        return update_start_time(store, now, sequence_seconds(Action.UPDATE_IMAGE,
+                                                              calendar.disruption_seconds),
                                  calendar.default_calendar)
     # room for steps 2 to 5, as step 2 itself asks (store_rollout/guard.py)
     return start_time(store, now, sequence_seconds(Action.REINSTALL_HOST,

@@ -12,7 +12,6 @@ of one store, and its revert, in the default tier (tests/lab/, helper i47-update
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from lab.prefect_access import PrefectAccess, api_session
-from lab.state import LabInfo, LabPaths
+from lab.state import LAB_IMAGE_VERSIONS, LabInfo, LabPaths
 from store_rollout.contracts import (
     DATA_DISK_MOUNT,
     ERP_STORE_IMAGE_UPDATED,
@@ -33,32 +32,25 @@ pytestmark = [pytest.mark.lab, pytest.mark.fleet]
 
 STORES = [f"iu{n}" for n in range(1, 7)]
 REVERTED = "iu4"  # in the second wave (the canary is iu1)
-VERSIONS = '{"v1": {}, "v2": {"params": {"POS_RELEASE": "7.2"}, "notes": "POS 7.2"}}'
-MARKER = f"{DATA_DISK_MOUNT}/issue-47-marker.txt"
+MARKER = (DATA_DISK_MOUNT.lstrip("/"), "issue-47-marker.txt")  # on the data disk
 
 
 @pytest.fixture
 def versioned_lab(lab: LabInfo, lab_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The lab with image versions v1 (the chain's) and v2 listed, in its settings file (the
-    worker's runs read it at their start, as this process does), restored afterwards; yields
-    `batch(**params)`: the batch flow in this process against the lab, its rows by store."""
-    settings = LabPaths(lab_dir).settings_file
-    before = settings.read_text()
-    settings.write_text(before + f"\nSTORE_ROLLOUT_IMAGE_VERSIONS={shlex.quote(VERSIONS)}\n"
-                        "STORE_ROLLOUT_IMAGE_VERSION=v1\n")
-    monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(settings))
-    try:
-        with PrefectAccess.of(lab).settings():
-            from flows.batch_rollout import batch_rollout
+    """`batch(inventory, ids, **params)`: the batch flow in this process against the lab (whose
+    settings list v1, the chain's, and v2: lab/state.py), its rows by store; the stores' runs
+    of store-image-update are the lab worker's."""
+    assert set(LAB_IMAGE_VERSIONS) >= {"v1", "v2"}
+    monkeypatch.setenv("STORE_ROLLOUT_SETTINGS_FILE", str(LabPaths(lab_dir).settings_file))
+    with PrefectAccess.of(lab).settings():
+        from flows.batch_rollout import batch_rollout
 
-            def batch(inventory: Path, ids: list[str], **params: Any) -> dict[str, Any]:
-                state = batch_rollout(str(inventory), tuple(ids), return_state=True, **params)
-                assert state.is_completed(), state.message
-                return {row["store_id"]: row for row in state.result()}
+        def batch(inventory: Path, ids: list[str], **params: Any) -> dict[str, Any]:
+            state = batch_rollout(str(inventory), tuple(ids), return_state=True, **params)
+            assert state.is_completed(), state.message
+            return {row["store_id"]: row for row in state.result()}
 
-            yield batch
-    finally:
-        settings.write_text(before)
+        yield batch
 
 
 def grain_versions(lab: LabInfo, ids: list[str]) -> dict[str, Any]:
@@ -108,8 +100,10 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
     assert {sid: row["state"] for sid, row in rolled.items()} == dict.fromkeys(STORES,
                                                                                "Completed")
     assert grain_versions(lab, STORES) == dict.fromkeys(STORES, "v1")
-    for sid in STORES:  # the store's data, on its data disk
-        assert vm_call(lab, sid, "file.write", MARKER, f"till journal of {sid}")
+    markers = {}
+    for sid in STORES:  # the store's data, on its data disk, written by its VM's minion
+        markers[sid] = str(vm_call(lab, sid, "provisioning.root_path", *MARKER))
+        assert vm_call(lab, sid, "file.write", markers[sid], f"till journal of {sid}")
 
     faults(f"service_start@store-{REVERTED}-vm", {"fail": 1})
     rows = batch(inventory, STORES, action="update", image_version="v2", canary=1,
@@ -123,7 +117,7 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
     # the VMs say what they run, not the runs
     assert grain_versions(lab, STORES) == {**dict.fromkeys(updated, "v2"), REVERTED: "v1"}
     for sid in STORES:
-        assert vm_call(lab, sid, "file.read", MARKER) == f"till journal of {sid}", sid
+        assert vm_call(lab, sid, "file.read", markers[sid]) == f"till journal of {sid}", sid
     # back on v1, its gate passing, within 300 s of the failed check
     steps = task_runs(lab, str(failed["flow_run_id"]))
     gate, regate = steps[f"go_live-{REVERTED}"], steps[f"revert_go_live-{REVERTED}"]
