@@ -95,7 +95,7 @@ def updated_notices(lab: LabInfo, sid: str) -> list[dict[str, Any]]:
 def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
         lab: LabInfo, versioned_lab: Any, faults: Any, tmp_path: Path) -> None:
     batch = versioned_lab
-    inventory = write_inventory(tmp_path / "inventory.yaml", STORES, "52:54:00:47:00", lab=lab)
+    inventory = write_inventory(tmp_path / "inventory.yaml", STORES, "52:54:00:4f:00", lab=lab)
     rolled = batch(inventory, STORES, canary=0, wave_size=6, max_in_flight=6)
     assert {sid: row["state"] for sid, row in rolled.items()} == dict.fromkeys(STORES,
                                                                                "Completed")
