@@ -14,7 +14,7 @@ Failed and counts as failed.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
@@ -114,7 +114,7 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
                   ignore_windows: bool = False,
                   store_deployment: str = STORE_DEPLOYMENT,
                   approval_policy: str = "", max_in_flight_per_region: int = 0,
-                  rerun_completed: bool = False, action: Literal["rollout", "update"] = ROLLOUT,
+                  rerun_completed: bool = False, action: str = ROLLOUT,
                   image_version: str = "") -> list[dict[str, Any]]:
     """Per region, a canary wave, then waves of `wave_size`, the regions side by side; at most
     `max_in_flight` stores at once (chain-wide) and `max_in_flight_per_region` in a region; a

@@ -23,7 +23,6 @@ from store_rollout.contracts import (
     HARDWARE_SERIAL_GRAIN,
     HYPERVISOR_READY_GRAIN,
     IMAGE_VERSION_GRAIN,
-    UNVERSIONED_IMAGE,
 )
 from store_rollout.fleet.facts import LastRun, StoreFacts, base_key_of
 from store_rollout.fleet.plan import StepPlan, plan_store
@@ -144,8 +143,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             cobbler_system=store.cobbler_system, image_key=image["key"],
             image_cached=image["cached"], image_builder=image["builder"],
             image_version=image["version"],
-            vm_image_version=str((grains[vm] or {}).get(IMAGE_VERSION_GRAIN) or UNVERSIONED_IMAGE)
-            if vm in stages else None,
+            vm_image_version=str((grains.get(vm) or {}).get(IMAGE_VERSION_GRAIN) or "") or None,
             disk_image_version=_disk_version(settings.image_cache_dir, domain),
             cobbler_record=record is not None,
             cobbler_netboot=None if record is None else bool(record.get("netboot_enabled")),

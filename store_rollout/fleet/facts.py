@@ -45,8 +45,9 @@ class StoreFacts(BaseModel):
     image_builder: str
     # image versions (store_rollout/fleet/versions.py): the version the store should run (the
     # inventory's, else the chain's; "" unversioned: not read from a system), the one its VM's
-    # grain reports (None: not answering), and the one its system disk's base image was built
-    # as (the image cache's meta.json of the domain's image key; None: unknown)
+    # grain reports (None: not answering, or an image that reports none), and the one its
+    # system disk's base image was built as (the image cache's meta.json of the domain's image
+    # key; None: unknown)
     image_version: str = ""
     vm_image_version: str | None = None
     disk_image_version: str | None = None

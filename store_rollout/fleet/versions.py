@@ -71,20 +71,23 @@ def version_line(v: StoreVersions) -> str:
 
 def version_mismatches(f: StoreFacts) -> list[tuple[str, str, str]]:
     """(code, what, fix) of each disagreement about the store's image version: its VM runs a
-    version the inventory does not expect (`image-version-mismatch`), or its VM's grain and
-    its host's disk disagree (`image-version-disagree`). Only for a live store whose VM
-    answers: a rollout under way, or a VM not answering, is said elsewhere."""
+    version the inventory does not expect (`image-version-mismatch`; the VM's grain says so,
+    else, when it reports none, its host's disk does), or its VM's grain and its host's disk
+    disagree (`image-version-disagree`). Only for a live store (a rollout under way is said
+    elsewhere); nothing when neither witness is known."""
     v = store_versions(f)
-    if not v.live or v.running is None:
+    running = v.running or v.disk
+    if not v.live or running is None:
         return []
     found = []
-    if v.running != v.target:
+    if running != v.target:
+        said = "" if v.running else " (its host's disk says so; the VM reports no version)"
         found.append((
             "image-version-mismatch",
-            f"VM {f.vm} runs image version {v.running}, the inventory expects {v.target}",
+            f"VM {f.vm} runs image version {running}, the inventory expects {v.target}{said}",
             f"`store-rollout update {f.store_id} --image {v.target}` in its window; or set "
-            f"the store's vm.image_version to {v.running} if that is the version it should run"))
-    if v.disk is not None and v.disk != v.running:
+            f"the store's vm.image_version to {running} if that is the version it should run"))
+    if v.running is not None and v.disk is not None and v.disk != v.running:
         found.append((
             "image-version-disagree",
             f"VM {f.vm} says it runs {v.running} but its system disk on {f.hypervisor} is on "

@@ -95,12 +95,18 @@ def test_a_store_not_live_is_rolled_out_first_and_never_flagged(facts: Any) -> N
     assert codes(facts) == []
 
 
-def test_a_silent_vm_has_no_running_version_and_no_version_mismatch() -> None:
+def test_without_the_vms_word_its_disk_is_the_witness_and_without_both_nothing_is_said() -> None:
     facts = on("v1", "v2", vm_answering=False, vm_image_version=None, disk_image_version=None)
     assert store_versions(facts).would.startswith("unknown: store-0042-vm does not answer")
     assert codes(facts) == []
-    # its disk is the second witness: known, it says what an update would do
-    assert store_versions(on("v1", "v2", vm_image_version=None)).would.startswith("update v1")
+    # a VM that reports no version (silent, or an image without the grain): its disk says
+    silent = on("v1", "v2", vm_image_version=None)
+    assert store_versions(silent).would.startswith("update v1 -> v2")
+    [(code, what, _)] = version_mismatches(silent)
+    assert code == "image-version-mismatch" and what == (
+        "VM store-0042-vm runs image version v1, the inventory expects v2 (its host's disk "
+        "says so; the VM reports no version)")
+    assert codes(on("v2", "v2", vm_image_version=None)) == []
 
 
 def test_a_rollout_under_way_is_not_flagged_for_its_version() -> None:

@@ -80,3 +80,11 @@ def test_an_update_batch_checks_its_version_and_uses_the_update_deployment() -> 
         batch_deployment("update", "v9", "x", settings)
     with pytest.raises(ValueError, match="image_version: only an update batch"):
         batch_deployment("rollout", "v2", "x", settings)
+
+
+def test_the_batch_flow_takes_an_update_as_parameters() -> None:
+    """Its parameters validate as Prefect validates a run's (a deployment run, the UI)."""
+    from flows.batch_rollout import batch_rollout
+
+    given = {"inventory": "inv.yaml", "action": "update", "image_version": "v2"}
+    assert {k: batch_rollout.validate_parameters(given)[k] for k in given} == given
