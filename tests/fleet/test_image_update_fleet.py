@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from lab.prefect_access import PrefectAccess, api_session
 from lab.state import LAB_IMAGE_VERSIONS, LabInfo, LabPaths
@@ -51,6 +52,15 @@ def versioned_lab(lab: LabInfo, lab_dir: Path, monkeypatch: pytest.MonkeyPatch) 
             return {row["store_id"]: row for row in state.result()}
 
         yield batch
+
+
+def with_calendar(inventory: Path, path: Path) -> Path:
+    """The inventory with every store's maintenance window open all day (UTC)."""
+    raw = yaml.safe_load(inventory.read_text())
+    for store in raw["stores"]:
+        store["calendar"] = {"time_zone": "UTC", "windows": ["daily 00:00-24:00"]}
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 def grain_versions(lab: LabInfo, ids: list[str]) -> dict[str, Any]:
@@ -105,9 +115,12 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
         markers[sid] = str(vm_call(lab, sid, "provisioning.root_path", *MARKER))
         assert vm_call(lab, sid, "file.write", markers[sid], f"till journal of {sid}")
 
+    # the updates in the stores' windows (open all day: an update under ignore_windows needs a
+    # person's approval, as the guard says), each a run of store-image-update in the worker
+    in_windows = with_calendar(inventory, tmp_path / "in-windows.yaml")
     faults(f"service_start@store-{REVERTED}-vm", {"fail": 1})
-    rows = batch(inventory, STORES, action="update", image_version="v2", canary=1,
-                 wave_size=5, max_in_flight=5, halt_failure_ratio=0.2, ignore_windows=True)
+    rows = batch(in_windows, STORES, action="update", image_version="v2", canary=1,
+                 wave_size=5, max_in_flight=5, halt_failure_ratio=0.2)
     updated = [sid for sid in STORES if sid != REVERTED]
     assert {sid: rows[sid]["state"] for sid in updated} == dict.fromkeys(updated, "Completed")
     failed = rows[REVERTED]
@@ -133,8 +146,8 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
     order = ["iu1", "iu2", "iu3", "iu5", "iu6"]
     faults("service_start@store-iu2-vm", {"fail": 1})
     faults("service_start@store-iu3-vm", {"fail": 1})
-    second = batch(inventory, order, action="update", image_version="v1", canary=1,
-                   wave_size=2, max_in_flight=2, halt_failure_ratio=0.4, ignore_windows=True)
+    second = batch(in_windows, order, action="update", image_version="v1", canary=1,
+                   wave_size=2, max_in_flight=2, halt_failure_ratio=0.4)
     assert {sid: second[sid]["state"] for sid in order} == {
         "iu1": "Completed", "iu2": "Failed", "iu3": "Failed", "iu5": "Skipped",
         "iu6": "Skipped"}, second
