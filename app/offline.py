@@ -43,7 +43,7 @@ def vm_xml(
     """Print the domain XML step 5 would define for a store (virt.init's own generator)."""
     from store_rollout.inventory import InventoryError, load_inventory
     from store_rollout.settings import RolloutSettings, load_settings
-    from tasks.virt import DEVICE_MODELS, domain_xml
+    from tasks.vm_domain import DEVICE_MODELS, domain_xml
 
     if hypervisor not in DEVICE_MODELS:
         refuse(f"--hypervisor {hypervisor!r}: choose one of {', '.join(sorted(DEVICE_MODELS))}")

@@ -15,6 +15,8 @@ from prefect.artifacts import create_markdown_artifact
 from flows.image_update import back_to_previous, prepared
 from store_rollout import guard
 from store_rollout.guard import Action
+from store_rollout.inventory import load_inventory
+from store_rollout.settings import load_settings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.updates import (
     REVERT_DOWN_STEPS,
@@ -58,7 +60,8 @@ def store_image_revert(store_id: str, inventory: str, ignore_windows: bool = Fal
         shutdown_timeout: Seconds the VM has to shut down through its OS before it is cut
             off; empty: the graceful_shutdown_seconds setting.
     """
-    run = prepared(store_id, inventory, Action.REVERT_IMAGE, approval_policy=approval_policy,
+    run = prepared(load_inventory(inventory).get(store_id), load_settings(), Action.REVERT_IMAGE,
+                   approval_policy=approval_policy,
                    approval_timeout=approval_timeout, approver=approver, code=code,
                    asked_by=asked_by, ignore_windows=ignore_windows,
                    vm_back_timeout=vm_back_timeout, shutdown_timeout=shutdown_timeout)

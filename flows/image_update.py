@@ -97,7 +97,7 @@ class UpdateRun:
     shutdown_timeout: float
 
 
-def prepared(store_id: str, inventory: str, action: Action, *, approval_policy: str | None,
+def prepared(store: Store, settings: Any, action: Action, *, approval_policy: str | None,
              approval_timeout: float | None, approver: str, code: str, asked_by: str,
              ignore_windows: bool, vm_back_timeout: float,
              shutdown_timeout: float | None) -> UpdateRun:
@@ -105,16 +105,15 @@ def prepared(store_id: str, inventory: str, action: Action, *, approval_policy: 
     consent: by name (this run or the command), approved as the approval policy says (an
     update destroys nothing: under `destructive` nobody is asked; `always` asks on the run's
     page)."""
-    store, settings = load_inventory(inventory).get(store_id), load_settings()
     check_region(store, settings)
     parts = SettingsParts.of(settings)
     consent = partial(update_consent, store,
                       policy=tightened(settings.approval_policy, approval_policy),
                       timeout=approval_timeout or settings.approval_timeout_seconds,
                       settings=parts.approvals,
-                      asked_by=asked_by or f"run {action.value}-{store_id}", approver=approver,
-                      code=code, ignore_windows=ignore_windows)
-    return UpdateRun(store, parts, StepClock(store_id), consent, vm_back_timeout,
+                      asked_by=asked_by or f"run {action.value}-{store.store_id}",
+                      approver=approver, code=code, ignore_windows=ignore_windows)
+    return UpdateRun(store, parts, StepClock(store.store_id), consent, vm_back_timeout,
                      shutdown_timeout or parts.power.graceful_shutdown_seconds)
 
 
@@ -149,7 +148,8 @@ def store_image_update(store_id: str, inventory: str, image_version: str = "",
         shutdown_timeout: Seconds the VM has to shut down through its OS before it is cut
             off; empty: the graceful_shutdown_seconds setting.
     """
-    run = prepared(store_id, inventory, Action.UPDATE_IMAGE, approval_policy=approval_policy,
+    run = prepared(load_inventory(inventory).get(store_id), load_settings(), Action.UPDATE_IMAGE,
+                   approval_policy=approval_policy,
                    approval_timeout=approval_timeout, approver=approver, code=code,
                    asked_by=asked_by, ignore_windows=ignore_windows,
                    vm_back_timeout=vm_back_timeout, shutdown_timeout=shutdown_timeout)

@@ -269,7 +269,7 @@ def _lab_alive(lab_json: Path) -> bool:
 
 
 # the lab's image versions (settings image_versions): versions of the lab's own image
-LAB_IMAGE_VERSIONS: Final[dict[str, Any]] = {"v1": {"notes": "the lab store server image"},
+LAB_IMAGE_VERSIONS: Final[dict[str, Any]] = {"v1": {"notes": "the store server image of the lab"},
                              "v2": {"notes": "the same image, a version later (update tests)"}}
 
 

@@ -15,9 +15,9 @@
   (kiwi/), the ERP notices (erp), the rollback's and decommission's Cobbler and BMC tasks.
 - **Helpers** (`HELPERS`): what several steps share without being an outside system's client:
   Blocks and the root password (blocks, root_password), retries and outside URLs (retry,
-  transport), the store VM and its image's delivery (store_vm, image_delivery), Prefect's runs
-  and the run's health (flow_runs, run_health), windows, slots, notifications, approvers,
-  audit, the stores' target images by version (image_targets).
+  transport), the store VM, its domain and its image's delivery (store_vm, vm_domain,
+  image_delivery), Prefect's runs and the run's health (flow_runs, run_health), windows, slots,
+  notifications, approvers, audit, the stores' target images by version (image_targets).
 
 Steps stand side by side: a step module imports no other step module, and a client or a helper
 imports no step module (nor a client another client); what two steps share lives in a client or
@@ -30,7 +30,7 @@ STEP_MODULES = ("approvals", "firstboot", "go_live", "image_update", "observe", 
                 "store_runs", "undo", "virt")
 CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
-           "retry", "root_password", "run_health", "slots", "store_vm", "transport", "windows",
-           "image_targets")
+           "retry", "root_password", "run_health", "slots", "store_vm", "transport", "vm_domain",
+           "windows", "image_targets")
 
 __all__ = ["CLIENTS", "HELPERS", "STEP_MODULES"]

@@ -176,13 +176,16 @@ def wait_vm_back(store: Store, salt: SaltSettings, timeout: float) -> dict[str, 
 @task(name="update_highstate", task_run_name="update-highstate-{store.store_id}")
 def update_highstate(store: Store, salt: SaltSettings) -> dict[str, Any]:
     """What the new version needs of the store server's role (`state.apply store_vm`), not the
-    firstboot; UpdateCheckFailed naming the states that failed."""
+    firstboot; the project's custom modules synced first (a new system disk has none: they
+    live in the minion's cache on it). UpdateCheckFailed naming what failed."""
+    master = master_client(salt.salt_master_config)
     try:
-        states = master_client(salt.salt_master_config).cmd(
-            store.vm_minion_id, "state.apply", [UPDATE_SLS], timeout=HIGHSTATE_TIMEOUT)
+        master.cmd(store.vm_minion_id, "saltutil.sync_all", timeout=HIGHSTATE_TIMEOUT)
+        states = master.cmd(store.vm_minion_id, "state.apply", [UPDATE_SLS],
+                            timeout=HIGHSTATE_TIMEOUT)
     except SaltError as exc:
-        raise UpdateCheckFailed(f"store {store.store_id}: state.apply {UPDATE_SLS} on "
-                                f"{store.vm_minion_id}: {exc}") from None
+        raise UpdateCheckFailed(f"store {store.store_id}: saltutil.sync_all and state.apply "
+                                f"{UPDATE_SLS} on {store.vm_minion_id}: {exc}") from None
     count = len(states) if isinstance(states, dict) else 0
     get_run_logger().info("store %s: state.apply %s: %d states, all passed", store.store_id,
                           UPDATE_SLS, count)

@@ -61,6 +61,13 @@ class StoreVm:
         seed = self.master.cmd(self.hypervisor, "storevirt.seed_path", [self.name])
         return str(overlay["path"]), str(seed)
 
+    def create_data_disk(self) -> dict[str, Any]:
+        """The VM's data disk ({"path", "created"}): made once (vm.data_disk_gib), an existing
+        one kept as it is (storevirt.create_data_disk never reformats nor resizes it)."""
+        made: dict[str, Any] = self.master.cmd(self.hypervisor, "storevirt.create_data_disk",
+                                               [self.name, self.store.vm.data_disk_gib])
+        return made
+
     def define(self, init_kwargs: dict[str, Any]) -> dict[str, Any]:
         """virt.init with these arguments (start=False); the new domain's summary."""
         vm = self.store.vm
@@ -84,7 +91,8 @@ class StoreVm:
         return summary, done
 
     def remove_for_recreation(self, summary: dict[str, Any]) -> str:
-        """The domain (and its disk) removed, its minion's key deleted and a one-time token
+        """The domain (and its system disk) removed, its data disk kept (storevirt.remove_vm's
+        default), its minion's key deleted and a one-time token
         issued for the new one: step 4's work for a VM created anew, done only once the old
         VM's minion is gone (a key deleted while it runs would come back pending)."""
         self.master.cmd(self.hypervisor, "storevirt.remove_vm", [self.name])

@@ -68,9 +68,19 @@ cat > /etc/systemd/system/venv-salt-minion.service.d/store-first-boot.conf <<'UN
 Wants=network-online.target
 Requires=store-identity.service
 After=network-online.target store-identity.service
+# its keys are on the store's data disk (minion.d/30-data-disk.conf): not without it
+RequiresMountsFor=/srv/store
 UNIT
+# the data disk (LABEL=STORE_DATA) at /srv/store before store-identity and the Bundle's minion
+mkdir -p /etc/systemd/system/srv-store.mount.d
+cat > /etc/systemd/system/srv-store.mount.d/salt-bundle.conf <<'UNIT'
+[Unit]
+Before=venv-salt-minion.service
+UNIT
+mkdir -p /srv/store
 
 systemctl enable sshd.service
+systemctl enable srv-store.mount
 systemctl enable store-identity.service
 systemctl enable venv-salt-minion.service
 systemctl set-default multi-user.target

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any
 
 # old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6;
-# service_start: at a machine's next boot its enabled units fail to start (counted per boot of a
-# machine that has any: a store VM's once its highstate enabled the store server's services)
+# service_start: at a machine's next boot its enabled units fail to start, and so does every
+# start of a unit for the rest of that boot (counted per boot of a machine that has any: a store
+# VM's once its highstate enabled the store server's services)
+# A knob named `<step>@<machine>` (a minion id, or a domain's or store host's name) applies to
+# that machine only, and before the step's own knob: `service_start@store-0003-vm`.
+MACHINE_SEPARATOR = "@"
+MACHINE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 STEPS = ("pxe", "startup_highstate", "vm_boot", "reboot", "vm_start", "old_host_salt",
          "service_start")
 
@@ -25,8 +31,14 @@ class FaultKnobs:
         self.taken: dict[str, dict[str, int]] = {}
 
     def set(self, step: str, knob: dict[str, Any]) -> None:
-        if step not in STEPS:
-            raise ValueError(f"unknown step {step!r}; choose one of {', '.join(STEPS)}")
+        """`step` is a step (every machine) or `<step>@<machine>` (that machine only)."""
+        name, _, machine = step.partition(MACHINE_SEPARATOR)
+        if name not in STEPS:
+            raise ValueError(f"unknown step {name!r}; choose one of {', '.join(STEPS)} "
+                             f"(optionally <step>{MACHINE_SEPARATOR}<machine>)")
+        if MACHINE_SEPARATOR in step and not MACHINE_RE.fullmatch(machine):
+            raise ValueError(f"fault knob {step!r}: the machine after "
+                             f"{MACHINE_SEPARATOR!r} must be a minion id or a domain name")
         with self.lock:
             self.knobs[step] = {"delay": float(knob.get("delay", 0)),
                                 "fail": int(knob.get("fail", 0)),
@@ -41,9 +53,13 @@ class FaultKnobs:
                 self.knobs.pop(step, None)
                 self.taken.pop(step, None)
 
-    def take(self, step: str) -> tuple[float, bool]:
-        """(delay, fails_now) for one use of `step`."""
+    def take(self, step: str, *machines: str) -> tuple[float, bool]:
+        """(delay, fails_now) for one use of `step` by the machine known by `machines` (its
+        names): the first `<step>@<machine>` knob set for one of them, else `step`'s own. Counted
+        in `taken` under the knob's name."""
         with self.lock:
+            names = [f"{step}{MACHINE_SEPARATOR}{machine}" for machine in machines if machine]
+            step = next((name for name in names if self.knobs.get(name)), step)
             knob = self.knobs.get(step)
             if not knob:
                 return 0.0, False

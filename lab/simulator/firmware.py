@@ -202,7 +202,7 @@ class Firmware:
             log.exception("boot of %s failed", system_name)
 
     def _install(self, system_name: str, profile_url: str) -> None:
-        delay, fail = self.faults.take("pxe")
+        delay, fail = self.faults.take("pxe", system_name)
         if delay:
             time.sleep(delay)
         if fail:
@@ -231,7 +231,7 @@ class Firmware:
         # the virt URI and images dir come from the profile (Cobbler's autoinstall_meta), as on
         # a real host: the lab adds nothing there
         extra: dict[str, Any] = {}
-        if self.faults.take("startup_highstate")[1]:
+        if self.faults.take("startup_highstate", system_name, minion_id)[1]:
             # the installed host comes up without its first highstate (lost or crashed run)
             log.warning("fault knob: %s starts without its startup highstate", system_name)
             extra["startup_states"] = ""
@@ -245,7 +245,8 @@ class Firmware:
             raise RuntimeError(f"installer: {system_name}'s profile names platform "
                                f"{host.platform!r} (grain store_rollout_platform); the lab runs "
                                f"a host of {', '.join(PLATFORM_SALT_BIN)}")
-        if host.platform == "sles15-xen" and self.faults.take("old_host_salt")[1]:
+        if host.platform == "sles15-xen" and self.faults.take(
+                "old_host_salt", system_name, minion_id)[1]:
             log.warning("fault knob: %s runs Salt 3006.0 on Python 3.6", system_name)
             salt_bin = HOST_PY36_SALT_BIN
         log.info("%s: a %s host, its minion %s runs %s", system_name, host.platform, minion_id,
@@ -310,7 +311,7 @@ class Firmware:
         # no grace: salt-minion takes about 6 s to leave on SIGTERM, so a grace only delayed
         # the SIGKILL it ended in anyway
         self.minions.stop(minion_id, "reboot", grace=0.0)
-        delay, fail = self.faults.take("reboot")
+        delay, fail = self.faults.take("reboot", minion_id)
         time.sleep(0.5 + delay)  # powered off
         if fail:
             log.warning("fault knob: %s does not come back after reboot", minion_id)

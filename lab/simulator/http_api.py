@@ -31,7 +31,7 @@ def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 self._reply(404, {"error": "not found"})
 
         def do_DELETE(self) -> None:
-            match = re.fullmatch(r"/faults(?:/(\w+))?", self.path)
+            match = re.fullmatch(r"/faults(?:/([\w@.-]+))?", self.path)
             if match:
                 sim.faults.clear(match.group(1))
                 self._reply(200, sim.faults.snapshot())
@@ -46,12 +46,12 @@ def make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                         # a store host powered on by its BMC: the knob is the store VMs'
                         self._reply(200, {"fail": False, "domain": body.get("domain")})
                         return
-                    delay, fail = sim.faults.take("vm_start")
+                    delay, fail = sim.faults.take("vm_start", str(body.get("domain") or ""))
                     time.sleep(delay)
                     self._reply(200, {"fail": fail, "domain": body.get("domain")})
                 elif m := re.fullmatch(r"/minions/([^/]+)/reboot", self.path):
                     self._reply(200, sim.firmware.reboot(m.group(1)))
-                elif m := re.fullmatch(r"/faults/(\w+)", self.path):
+                elif m := re.fullmatch(r"/faults/([\w@.-]+)", self.path):
                     sim.faults.set(m.group(1), body)
                     self._reply(200, sim.faults.snapshot())
                 else:

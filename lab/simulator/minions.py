@@ -223,7 +223,7 @@ class MinionManager:
         root = self.root_dir(minion_id)
         options += ["--boot-root", str(root)]
         if (root / "etc" / "systemd" / "system" / "multi-user.target.wants").is_dir():
-            _, fails = self.faults.take("service_start")
+            _, fails = self.faults.take("service_start", minion_id)
             if fails:
                 log.warning("fault knob: %s's enabled units fail to start at this boot",
                             minion_id)

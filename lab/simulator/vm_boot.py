@@ -1,6 +1,9 @@
 """VM boot: a libvirt lifecycle callback starts a salt-minion for each started domain with the
-identity its seed disk gives (a domain whose disk holds a built image boots for real); a store
-host's domain (lab/hardware.py) powering on or off goes to the firmware."""
+identity its seed disk gives, else the one its data disk keeps (a domain whose disk holds a
+built image boots for real); its data disk's content is the minion's /srv/store while it runs
+(lab/simulator/data_disk.py); the ACPI power button (QEMU's POWERDOWN) shuts a simulated VM
+down cleanly; a store host's domain (lab/hardware.py) powering on or off goes to the
+firmware."""
 
 from __future__ import annotations
 
@@ -16,10 +19,23 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lab.hardware import host_of
+from lab.simulator.data_disk import (
+    MOUNTED_MARKER,
+    DataDiskMounts,
+    data_disk_of,
+    extract,
+    mount_point,
+)
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.minions import MinionManager
 from lab.state import LAB_IMAGE_BUILDS_DIR, LabInfo, LabPaths
-from store_rollout.contracts import IDENTITY_SALT_DIR_ENV, IDENTITY_SEED_DIR_ENV, SEED_LABEL
+from store_rollout.contracts import (
+    DATA_DISK_IDENTITY_DIR,
+    IDENTITY_DATA_DIR_ENV,
+    IDENTITY_SALT_DIR_ENV,
+    IDENTITY_SEED_DIR_ENV,
+    SEED_LABEL,
+)
 
 log = logging.getLogger("lab.simulator")
 
@@ -43,6 +59,9 @@ class VmBoot:
         self.minions = minions
         self.stopping = stopping
         self.domain_minions: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.domain_locks: dict[str, threading.RLock] = {}  # a domain's events, one at a time
+        self.mounts = DataDiskMounts(minions.minion_dir)
         self.host_names: set[str] = set()
         self.hosts: StoreHosts | None = None  # the firmware, once it exists
 
@@ -72,72 +91,130 @@ class VmBoot:
                     self.hosts.host_running(dom.name())
                 return
             xml = ET.fromstring(desc)
-            delay, fail = self.faults.take("vm_boot")
-            if delay:
-                time.sleep(delay)
-            if fail:
-                log.warning("fault knob: VM %s does not boot", dom.name())
-                return
             if self._boots_for_real(xml):
                 log.info("domain %s: its disk holds a built image; the guest boots it and runs "
                          "its own minion (full lab), nothing to simulate", dom.name())
                 return
-            booted = self._minion_of_disk(xml)
-            seeded = self._identity_from_seed(dom.name(), xml)
-            if seeded is None and booted is None:
-                log.info("domain %s: no seed disk and a disk that never booted; no minion",
-                         dom.name())
-                return
-            minion_id = seeded["minion_id"] if seeded else str(booted)
-            self.domain_minions[dom.name()] = minion_id
-            if seeded and (not self.minions.installed(minion_id)
-                           or self._disk_changed(minion_id, xml)):
-                from lab.image_builder import render_minion_d
-
-                files = render_minion_d(*seeded["image"])
-                files.update(seeded["minion.d"])
-                self.minions.install(minion_id, files, {})
-                (self.minions.minion_dir(minion_id) / "disk").write_text(self._disk_identity(xml))
-            self.minions.start(minion_id, f"domain {dom.name()} started")
+            with self._domain_lock(dom.name()):
+                self._boot_vm(dom.name(), xml, booting)
         except Exception:
             log.exception("VM boot of %s failed", dom.name())
 
-    def _identity_from_seed(self, name: str, xml: ET.Element) -> dict[str, Any] | None:
-        """What the image's store-identity writes at boot from the domain's seed disk: the
-        minion id and the minion.d files, with the image (description, build params) the
-        disk is backed by; None when no CD-ROM holds a STORE_SEED ISO."""
+    def _boot_vm(self, name: str, xml: ET.Element, booting: bool) -> None:
+        """A VM's boot: its data disk's content at the minion's /srv/store, the identity the
+        image's store-identity gives (the seed, else the data disk's), a fresh system disk when
+        the domain's is new (the image's minion.d, the seed's or the restored identity), its
+        minion started. `booting` False: a running domain the simulator found at its start."""
+        previous = self.domain_minions.get(name)
+        if booting and previous:  # a boot: the previous boot's processes are gone
+            self.minions.stop(previous, f"domain {name} booting again", grace=0.0)
+            self._unmount(previous)
+        data = data_disk_of(xml)
+        with tempfile.TemporaryDirectory(dir=self.paths.simulator) as tmp:
+            staged = None
+            if booting and data is not None and data.exists():
+                self._unmount_elsewhere(data)
+                staged = Path(tmp) / "data"
+                extract(data, staged)
+            identity = self._identity(name, xml, staged)
+            booted = self._minion_of_disk(xml)
+            if identity is None and booted is None:
+                log.info("domain %s: no seed disk, no identity on a data disk and a disk that "
+                         "never booted; no minion", name)
+                return
+            minion_id = identity["minion_id"] if identity else str(booted)
+            delay, fail = self.faults.take("vm_boot", name, minion_id)
+            if delay:
+                time.sleep(delay)
+            if fail:
+                log.warning("fault knob: VM %s does not boot", name)
+                return
+            self.domain_minions[name] = minion_id
+            with self.minions.machine_lock(minion_id):
+                root = self.minions.root_dir(minion_id)
+                if identity and (not self.minions.installed(minion_id)
+                                 or self._disk_changed(minion_id, xml)):
+                    # a new system disk: the image's minion.d as store-identity left it; the
+                    # minion's keys on the data disk (the image's 30-data-disk.conf, here
+                    # under the machine's root)
+                    extra = {} if data is None else {"pki_dir": str(
+                        mount_point(root) / DATA_DISK_IDENTITY_DIR / "pki" / "minion")}
+                    self.minions.install(minion_id, identity["minion.d"], extra)
+                    (self.minions.minion_dir(minion_id) / "disk").write_text(
+                        self._disk_identity(xml))
+                if staged is not None and data is not None:
+                    self.mounts.mount(minion_id, root, data, staged)
+                self.minions.start(minion_id, f"domain {name} started")
+
+    def _domain_lock(self, name: str) -> threading.RLock:
+        with self.lock:
+            return self.domain_locks.setdefault(name, threading.RLock())
+
+    def _unmount(self, minion_id: str) -> None:
+        with self.minions.machine_lock(minion_id):
+            self.mounts.unmount(minion_id, self.minions.root_dir(minion_id))
+
+    def _unmount_elsewhere(self, disk: Path) -> None:
+        """A data disk is one machine's at a time: a machine that still has `disk`'s content
+        (a stop not handled yet) is stopped and writes it back first."""
+        for marker in sorted(self.minions.base.glob(f"*/{MOUNTED_MARKER}")):
+            minion_id = marker.parent.name
+            if self.mounts.mounted(minion_id) == disk:
+                self.minions.stop(minion_id, f"data disk {disk} is booting elsewhere", grace=0.0)
+                self._unmount(minion_id)
+
+    def _identity(self, name: str, xml: ET.Element,
+                  data_dir: Path | None) -> dict[str, Any] | None:
+        """What the image's store-identity writes at boot from the domain's seed disk or, with
+        none, from the identity its data disk keeps (`data_dir`: the disk's content, where it
+        also keeps a seeded identity): the minion id and the minion.d files (the image's, as the
+        script leaves them), with the image (description, build params) the disk is backed by;
+        None when neither gives one."""
+        from lab.image_builder import render_minion_d
         from tasks.kiwi import IDENTITY_SCRIPT
 
-        for source in xml.iterfind("./devices/disk[@device='cdrom']/source"):
-            iso = Path(source.get("file", ""))
-            if not iso.is_file() or self._iso_label(iso) != SEED_LABEL:
-                continue
-            with tempfile.TemporaryDirectory(dir=self.paths.simulator) as tmp:
-                seed, salt_dir = Path(tmp) / "seed", Path(tmp) / "salt"
+        iso = self._seed_iso(xml)
+        if iso is None and data_dir is None:
+            return None
+        image = self._image_meta(xml)
+        with tempfile.TemporaryDirectory(dir=self.paths.simulator) as tmp:
+            seed, salt_dir = Path(tmp) / "seed", Path(tmp) / "salt"
+            if iso is not None:
                 subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso),
                                 "-extract", "/", str(seed)],
                                check=True, capture_output=True)  # fmt: skip
-                image = self._image_meta(xml)
-                script = image[0] / "root" / IDENTITY_SCRIPT
-                proc = subprocess.run(
-                    [str(script)], capture_output=True, text=True, check=False,
-                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                         IDENTITY_SEED_DIR_ENV: str(seed),
-                         IDENTITY_SALT_DIR_ENV: str(salt_dir)})
-                if proc.returncode != 0:
-                    log.warning("domain %s: store-identity refused its seed: %s", name,
-                                proc.stderr.strip())
-                    return None
-                id_file = salt_dir / "minion_id"
-                if not id_file.exists():
-                    log.warning("domain %s: seed disk %s gave no identity: %s", name, iso,
-                                proc.stdout.strip())
-                    return None
-                minion_d = salt_dir / "minion.d"
-                files = {f.name: f.read_text() for f in sorted(minion_d.glob("*.conf"))} \
-                    if minion_d.is_dir() else {}
-                return {"minion_id": id_file.read_text().strip(), "minion.d": files,
-                        "image": image}
+            else:
+                seed.mkdir()  # the seed was ejected: an empty CD-ROM drive
+            (salt_dir / "minion.d").mkdir(parents=True)
+            for filename, text in render_minion_d(*image).items():
+                (salt_dir / "minion.d" / filename).write_text(text)
+            no_data = Path(tmp) / "no-data-disk"  # never the lab host's own /srv/store
+            no_data.mkdir()
+            proc = subprocess.run(
+                [str(image[0] / "root" / IDENTITY_SCRIPT)], capture_output=True, text=True,
+                check=False, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                  IDENTITY_SEED_DIR_ENV: str(seed),
+                                  IDENTITY_SALT_DIR_ENV: str(salt_dir),
+                                  IDENTITY_DATA_DIR_ENV: str(data_dir or no_data)})
+            if proc.returncode != 0:
+                log.warning("domain %s: store-identity refused its identity: %s", name,
+                            proc.stderr.strip())
+                return None
+            id_file = salt_dir / "minion_id"
+            if not id_file.exists():
+                log.info("domain %s: store-identity gave no identity: %s", name,
+                         proc.stdout.strip())
+                return None
+            files = {f.name: f.read_text() for f in sorted((salt_dir / "minion.d").glob("*.conf"))}
+            return {"minion_id": id_file.read_text().strip(), "minion.d": files,
+                    "image": image, "seeded": iso is not None}
+
+    def _seed_iso(self, xml: ET.Element) -> Path | None:
+        """The STORE_SEED ISO in one of the domain's CD-ROMs, or None."""
+        for source in xml.iterfind("./devices/disk[@device='cdrom']/source"):
+            iso = Path(source.get("file", ""))
+            if iso.is_file() and self._iso_label(iso) == SEED_LABEL:
+                return iso
         return None
 
     @staticmethod
@@ -206,10 +283,50 @@ class VmBoot:
             self.hosts.host_powered_off(name)
             return
         minion_id = self.domain_minions.get(name)
-        if minion_id:
+        if not minion_id:
+            return
+        with self._domain_lock(name):
+            if self._active(name):
+                return  # a stale stop: the domain runs again, and its boot stopped that minion
             # a destroyed domain is a power cut: the guest gets no grace in which its minion
             # could re-authenticate after a rollback deleted its key (as CI saw once)
             self.minions.stop(minion_id, f"domain {name} stopped", grace=0.0)
+            self._unmount(minion_id)
+
+    def _on_powerdown(self, name: str) -> None:
+        """The ACPI power button (storevirt.shutdown): a simulated VM's guest shuts down cleanly
+        (its minion stops, its data disk is written back) and powers off. A store host's
+        domain has no OS to answer it (its BMC cuts the power later)."""
+        import libvirt
+
+        minion_id = self.domain_minions.get(name)
+        if not minion_id or name in self.host_names:
+            return
+        try:
+            with self._domain_lock(name):
+                if not self._active(name):
+                    return
+                self.minions.stop(minion_id, f"domain {name}: ACPI shutdown", grace=1.0)
+                self._unmount(minion_id)
+                conn = libvirt.open(self.info.libvirt_uri)
+                try:
+                    conn.lookupByName(name).destroy()  # the guest's power off
+                finally:
+                    conn.close()
+            log.info("domain %s: shut down cleanly (ACPI)", name)
+        except Exception:
+            log.exception("ACPI shutdown of %s failed", name)
+
+    def _active(self, name: str) -> bool:
+        import libvirt
+
+        conn = libvirt.openReadOnly(self.info.libvirt_uri)
+        try:
+            return bool(conn.lookupByName(name).isActive())
+        except libvirt.libvirtError:
+            return False
+        finally:
+            conn.close()
 
     def _note_host(self, dom: Any) -> None:
         """Remember the store hosts' domains by name: a stopped domain's XML may be gone."""
@@ -219,6 +336,7 @@ class VmBoot:
 
     def run_libvirt_events(self) -> None:
         import libvirt
+        import libvirt_qemu
 
         libvirt.virEventRegisterDefaultImpl()
         threading.Thread(target=self._event_loop, daemon=True, name="libvirt-loop").start()
@@ -243,6 +361,12 @@ class VmBoot:
                                      daemon=True).start()
 
             conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, lifecycle, None)
+
+            def powerdown(_conn: Any, dom: Any, *_args: Any) -> None:
+                threading.Thread(target=self._on_powerdown, args=(dom.name(),),
+                                 daemon=True).start()
+
+            libvirt_qemu.qemuMonitorEventRegister(conn, None, "POWERDOWN", powerdown, None, 0)
             conn.setKeepAlive(5, 3)
             # domains already running when the simulator (re)starts get their minions back
             for dom in conn.listAllDomains():

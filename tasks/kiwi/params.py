@@ -1,4 +1,5 @@
-"""Build parameters: per-site values (``SALT_MASTER``, ``SALT_MASTER_PORT``) for the overlay's
+"""Build parameters: per-site values (``SALT_MASTER``, ``SALT_MASTER_PORT``) and the image's
+version (``IMAGE_VERSION``, store_rollout/image_versions.py) for the overlay's
 ``"@KEY@"`` placeholders, plus the few the builders read themselves (``KIWI_PROFILE``,
 ``LAB_DISK_SIZE``). Every parameter is part of the image key.
 """
@@ -9,6 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from store_rollout.contracts import IMAGE_VERSION_PARAM, UNVERSIONED_IMAGE
 from tasks.kiwi.errors import BuildParamsError
 from tasks.kiwi.overlay import placeholders
 
@@ -21,8 +23,10 @@ __all__ = [
     "resolve_params",
 ]
 
-DEFAULT_PARAMS: Mapping[str, str] = {"SALT_MASTER_PORT": "4506"}
-"""Build parameters with a default; every other placeholder must be passed explicitly."""
+DEFAULT_PARAMS: Mapping[str, str] = {"SALT_MASTER_PORT": "4506",
+                                     IMAGE_VERSION_PARAM: UNVERSIONED_IMAGE}
+"""Build parameters with a default; every other placeholder must be passed explicitly. An image
+built without a version says so in its grain (``store_image_version: unversioned``)."""
 
 BUILDER_PARAMS = frozenset({"KIWI_PROFILE", "LAB_DISK_SIZE"})
 """Parameters read by the builders themselves (part of the key, never placeholders)."""

@@ -431,7 +431,7 @@ def check_defined_as_vm_xml_says(lab: LabInfo, inventory: Path, store_id: str) -
     import libvirt
 
     from store_rollout.inventory import load_inventory
-    from tasks.virt import domain_xml
+    from tasks.vm_domain import domain_xml
 
     store = load_inventory(inventory).get(store_id)
     planned = ET.fromstring(domain_xml(store, "qemu", lab.vm_images_dir))

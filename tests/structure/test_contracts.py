@@ -42,7 +42,8 @@ READ_GRAINS = {c.FIRSTBOOT_STAGE_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN
 FIRSTBOOT_TAGS = {c.FIRSTBOOT_EVENT_PREFIX + event for event in c.FIRSTBOOT_EVENTS}
 # `store_rollout_*` / `STORE_*` words outside Python: each must be a contract
 PROJECT_WORDS = {c.AUTOSIGN_GRAIN, c.HYPERVISOR_READY_GRAIN, c.BRIDGE_GRAIN, c.SEED_LABEL,
-                 c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV, c.STORE_PLATFORM_GRAIN}
+                 c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV, c.STORE_PLATFORM_GRAIN,
+                 c.DATA_DISK_LABEL, c.IDENTITY_DATA_DIR_ENV}
 PROJECT_WORD_RE = re.compile(r"\b(store_rollout_[a-z_]+|STORE_[A-Z_]+)\b")
 # the hypervisor's own minion config, which its AutoYaST profile writes
 HYPERVISOR_MINION_CONF = {"50-store-rollout.conf", c.LIBVIRT_EVENTS_CONF}
@@ -383,7 +384,8 @@ def check_identity_script(r: Report) -> None:
             written.append((number, m.group(1)))
         for env in re.findall(r"\$\{(STORE_IDENTITY_[A-Z_]+):-", line):
             r.expect_in(path, number, "environment variable", env,
-                        {c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV}, "IDENTITY_*_ENV")
+                        {c.IDENTITY_SEED_DIR_ENV, c.IDENTITY_SALT_DIR_ENV,
+                         c.IDENTITY_DATA_DIR_ENV}, "IDENTITY_*_ENV")
     r.expect(path, None, "seed keys read", sorted(keys), sorted(c.SEED_KEYS), "SEED_KEYS")
     r.expect(path, written[0][0] if written else None, "minion.d file written",
              [name for _, name in written], [c.IDENTITY_CONF], "IDENTITY_CONF")
@@ -521,7 +523,7 @@ def test_the_checks_find_planted_violations(tmp_path: Path) -> None:
         "store_vm/parameters/defaults.yaml:-: config_dir/config_file: found "
         "'etc/store-server/store.yml'",
         "20-autosign.conf:4: autosign_grains: found ['store_rollout_tokens']",
-        "store-identity:14: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
+        "store-identity:21: SEED_LABEL: found 'STORE-SEED', expected 'STORE_SEED'",
         "provisioning.py:16: BOOTSTRAP_FILES: found ('90-bootstrap.conf', '16-identity.conf')",
         "leap16-jeos/config.sh:25: minion.d file: found '15-identty.conf'",
         "lab-debian/config.sh:14: minion.d file: found '15-identiy.conf'",

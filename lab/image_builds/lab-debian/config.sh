@@ -33,6 +33,8 @@ Description=The Salt Minion (pinned, /opt/salt)
 Documentation=man:salt-minion(1)
 Wants=network-online.target
 After=network-online.target store-identity.service
+# its keys are on the store's data disk (minion.d/30-data-disk.conf): not without it
+RequiresMountsFor=/srv/store
 
 [Service]
 Type=simple
@@ -56,7 +58,9 @@ DHCP=ipv4
 NET
 systemctl enable systemd-networkd systemd-networkd-wait-online.service
 
-systemctl enable store-identity.service salt-minion.service
+# the data disk (LABEL=STORE_DATA) at /srv/store before store-identity and the minion
+mkdir -p /srv/store
+systemctl enable srv-store.mount store-identity.service salt-minion.service
 if [[ "${kiwi_profiles:-}" == *Disk* ]]; then
     cat > /etc/systemd/system/store-ssh-hostkeys.service <<'UNIT'
 [Unit]

@@ -22,6 +22,9 @@ UNIT_DIR = "etc/systemd/system"
 WANTS_DIR = "etc/systemd/system/multi-user.target.wants"
 RUN_DIR = "run/lab-units"
 LOG_DIR = "var/log/lab-units"
+# in RUN_DIR (emptied at each boot): this boot's units fail to start, at boot and at every
+# later start until the next boot (the lab's `service_start` fault lasts the whole boot)
+UNITS_FAIL_FILE = "units-fail"
 
 
 def _unit(name):
@@ -68,7 +71,10 @@ def _pid_of(root, name):
 
 
 def _start_unit(root, name):
-    """Start the unit unless it runs; True when it runs afterwards."""
+    """Start the unit unless it runs; True when it runs afterwards. False without trying in a
+    boot with the `service_start` fault."""
+    if os.path.exists(_under(root, os.path.join(RUN_DIR, UNITS_FAIL_FILE))):
+        return False
     if _pid_of(root, name):
         return True
     service = _read_unit(root, name)
@@ -111,11 +117,15 @@ def _enabled_units(root):
 
 def _boot(root, start_units=True):
     """A boot: /run starts empty, then (as systemd does for multi-user.target) every enabled
-    unit starts; `start_units` False: they all fail to start (the lab's `service_start`
-    fault). Returns {unit: runs}."""
+    unit starts; `start_units` False: they all fail to start, and so does every start in this
+    boot (the lab's `service_start` fault). Returns {unit: runs}."""
     run_dir = _under(root, RUN_DIR)
     for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
         os.remove(os.path.join(run_dir, name))
+    if not start_units:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, UNITS_FAIL_FILE), "w") as handle:
+            handle.write("the service_start fault of this boot\n")
     return {name: start_units and _start_unit(root, name) for name in _enabled_units(root)}
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 from store_rollout.inventory import parse_inventory
-from tasks import virt
+from tasks import vm_domain as virt
 
 SDIST = Path(os.environ.get("STORE_ROLLOUT_SALT3006_SDIST",
                             REPO_ROOT / ".cache" / "salt-3006.0.tar.gz"))
@@ -42,7 +42,7 @@ def init_kwargs(network: str, hypervisor: str) -> dict[str, object]:
         "store_id": "s1", "erp": {"site_code": "S1"}, "vm": {"network": network},
         "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
     return virt.init_kwargs(store, hypervisor, "/srv/salt-images/s1/system.qcow2",
-                            "/srv/salt-images/s1/seed.iso")
+                            "/srv/salt-images/s1/seed.iso", "/srv/salt-images/s1/data.raw")
 
 
 @pytest.mark.parametrize("hypervisor", ["xen", "kvm"])

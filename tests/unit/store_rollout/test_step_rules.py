@@ -301,6 +301,8 @@ class FakeMaster:
                 "storevirt.ensure_base_image": {"path": base, "cached": True, "transferred": 0,
                                                 "seconds": 0, "resumed_from": None},
                 "storevirt.create_overlay": {"path": domain()["disk"]},
+                "storevirt.create_data_disk": {"path": f"/srv/images/{STORE.vm_name}/data.raw",
+                                               "created": True},
                 "storevirt.seed_path": f"/srv/images/{STORE.vm_name}/seed.iso"}.get(fun, True)
 
 

@@ -183,3 +183,61 @@ def test_an_update_waits_for_a_window_with_room_for_it() -> None:
 def test_finishing_a_crashed_update_needs_no_request_approval_or_window() -> None:
     done = authorize(Action.FINISH_UPDATE, Consent(policy="always"), None)
     assert done.go and "finishes what an approved run began" in done.record["approval"]
+
+
+# -- the flows ask the guard before their first change ------------------------------------------
+
+class Refused(Exception):
+    """The swapped guard's answer."""
+
+
+@pytest.mark.parametrize("flow_module", ["flows.image_update", "flows.image_revert"])
+def test_update_and_revert_refuse_when_the_guard_does(flow_module: str,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Any) -> None:
+    """With guard.authorize swapped for one that refuses, neither flow stages, shuts down,
+    switches, reverts or boots anything (a live store on v1 with a committed update record)."""
+    import importlib
+    import logging
+
+    from tasks import image_update as tasks_module
+    from tests.helpers import settings_with
+
+    asked: list[str] = []
+
+    def refuse(action: Action, *_: Any, **__: Any) -> Any:
+        asked.append(action.value)
+        raise Refused(action.value)
+
+    module = importlib.import_module(flow_module)
+    monkeypatch.setattr(guard, "authorize", refuse)
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text('stores: [{store_id: "0042", hypervisor: {hostname: hv.invalid, '
+                         'mac: "52:54:00:42:00:01"}, erp: {site_code: DE-0042}}]')
+    settings = settings_with(approval_policy="destructive", image_version="v1", image_versions={
+        "v1": ImageVersion(), "v2": ImageVersion()})
+    changed: list[str] = []
+    monkeypatch.setattr(module, "load_settings", lambda: settings)
+    for target in (module, importlib.import_module("flows.image_update")):
+        monkeypatch.setattr(target, "check_region", lambda *_: None, raising=False)
+        monkeypatch.setattr(target, "store_owner", lambda *_: __import__(
+            "contextlib").nullcontext(), raising=False)
+        monkeypatch.setattr(target, "get_run_logger", lambda: logging.getLogger("test"),
+                            raising=False)
+    monkeypatch.setattr(tasks_module, "get_run_logger", lambda: logging.getLogger("test"))
+    state = {"domain": domain(), "record": record("committed"), "key": "accepted",
+             "running_version": "v1"}
+    monkeypatch.setattr(module, "read_update_state", lambda *_: state)
+    monkeypatch.setattr(module, "ensure_image", lambda *_: {"key": V2_KEY}, raising=False)
+    for name in ("stage_update", "shutdown_vm", "switch_disk", "boot_vm", "revert_disk",
+                 "commit_update", "notify_erp_image_updated", "back_to_previous"):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, lambda *a, _n=name, **k: changed.append(_n))
+    flow = module.store_image_update if flow_module.endswith("update") \
+        else module.store_image_revert
+    args = ("0042", str(inventory), "v2") if flow_module.endswith("update") else (
+        "0042", str(inventory))
+    with pytest.raises(Refused):
+        flow.fn.__wrapped__(*args)  # no heartbeats
+    assert asked == ["update" if flow_module.endswith("update") else "revert"]
+    assert changed == []

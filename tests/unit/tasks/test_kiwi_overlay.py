@@ -14,6 +14,13 @@ import pytest
 import yaml
 from salt.exceptions import CommandExecutionError
 
+from store_rollout.contracts import (
+    BOOTSTRAP_CONF,
+    DATA_DISK_IDENTITY_DIR,
+    IDENTITY_DATA_DIR_ENV,
+    IDENTITY_SALT_DIR_ENV,
+    IDENTITY_SEED_DIR_ENV,
+)
 from tasks.kiwi import IDENTITY_SCRIPT
 from tests.helpers import load_salt_module
 from tests.kiwi_helpers import OVERLAY
@@ -96,3 +103,78 @@ def test_seed_refuses_what_the_guest_would(identity: dict[str, str], message: st
     with pytest.raises(CommandExecutionError, match=re.escape(message)):
         seed_iso.write_seed(str(tmp_path / "seed.iso"), identity)
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def _identity(seed: Path | None, salt: Path, data: Path) -> subprocess.CompletedProcess[str]:
+    """The image's store-identity with the seed's and the data disk's content at hand (as the
+    lab's simulator runs it); no seed dir: an empty one (the seed disk was ejected)."""
+    empty = salt.parent / "no-seed"
+    empty.mkdir(exist_ok=True)
+    env = {"PATH": os.environ["PATH"], IDENTITY_SALT_DIR_ENV: str(salt),
+           IDENTITY_SEED_DIR_ENV: str(seed or empty), IDENTITY_DATA_DIR_ENV: str(data)}
+    return subprocess.run([str(OVERLAY / IDENTITY_SCRIPT)], env=env, capture_output=True,
+                          text=True, check=False)
+
+
+def _image_salt_dir(path: Path) -> Path:
+    """/etc/salt as the image ships it: minion.d with the bootstrap file."""
+    (path / "minion.d").mkdir(parents=True)
+    for name in ("10-grains.conf", BOOTSTRAP_CONF):
+        (path / "minion.d" / name).write_text("# shipped\n")
+    return path
+
+
+def test_store_identity_keeps_a_seeded_identity_on_the_data_disk(tmp_path: Path) -> None:
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "identity.env").write_text(
+        "minion_id=store-0042-vm\nstore_id=0042\nautosign_token=tok-3f2c1c8e\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    kept = data / DATA_DISK_IDENTITY_DIR
+    salt = _image_salt_dir(tmp_path / "salt")
+    proc = _identity(seed, salt, data)
+    assert proc.returncode == 0, proc.stderr
+    assert (kept / "minion_id").read_text() == "store-0042-vm\n"
+    assert (kept / "store_id").read_text() == "0042\n"
+    assert kept.stat().st_mode & 0o777 == 0o700
+    assert "tok-3f2c1c8e" not in "".join(p.read_text() for p in kept.iterdir() if p.is_file())
+    assert (salt / "minion.d" / BOOTSTRAP_CONF).exists()  # a first boot runs firstboot
+    # a reboot during firstboot (seed still attached) keeps the minion's keys; a seed naming
+    # another minion (a new machine on an old data disk) drops them
+    (kept / "pki" / "minion").mkdir(parents=True)
+    (kept / "pki" / "minion" / "minion.pem").write_text("key")
+    assert _identity(seed, salt, data).returncode == 0
+    assert (kept / "pki" / "minion" / "minion.pem").exists()
+    (seed / "identity.env").write_text("minion_id=store-0043-vm\nstore_id=0043\n")
+    assert _identity(seed, salt, data).returncode == 0
+    assert not (kept / "pki").exists() and (kept / "minion_id").read_text() == "store-0043-vm\n"
+
+
+def test_store_identity_restores_the_data_disks_identity_without_a_seed(tmp_path: Path) -> None:
+    """An updated system disk (no seed, a fresh /etc/salt from the new image) boots as the
+    minion the data disk keeps, without firstboot."""
+    data = tmp_path / "data"
+    (data / DATA_DISK_IDENTITY_DIR).mkdir(parents=True)
+    (data / DATA_DISK_IDENTITY_DIR / "minion_id").write_text("store-0042-vm\n")
+    salt = _image_salt_dir(tmp_path / "salt")
+    proc = _identity(None, salt, data)
+    assert proc.returncode == 0, proc.stderr
+    assert "restored from the data disk" in proc.stdout
+    assert (salt / "minion_id").read_text() == "store-0042-vm\n"
+    assert not (salt / "minion.d" / BOOTSTRAP_CONF).exists()
+    assert (salt / "minion.d" / "10-grains.conf").exists()
+    # what the data disk keeps is data too: a value that would be code is refused
+    (data / DATA_DISK_IDENTITY_DIR / "minion_id").write_text("$(reboot)\n")
+    proc = _identity(None, _image_salt_dir(tmp_path / "salt2"), data)
+    assert proc.returncode == 1 and "refusing invalid minion_id" in proc.stderr
+
+
+def test_store_identity_without_seed_or_kept_identity_changes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    salt = _image_salt_dir(tmp_path / "salt")
+    proc = _identity(None, salt, data)
+    assert proc.returncode == 0 and "leaving identity unchanged" in proc.stdout
+    assert not (salt / "minion_id").exists() and (salt / "minion.d" / BOOTSTRAP_CONF).exists()
+    assert list(data.iterdir()) == []

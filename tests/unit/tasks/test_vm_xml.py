@@ -19,7 +19,7 @@ import pytest
 
 from lab.state import REPO_ROOT, VENV_BIN
 from store_rollout.inventory import parse_inventory
-from tasks.virt import DEVICE_MODELS, domain_xml
+from tasks.vm_domain import DEVICE_MODELS, domain_xml
 
 IMAGES = "/var/lib/store-rollout/images"
 INVENTORY = {"stores": [{
@@ -173,9 +173,11 @@ def test_vm_xml_validates_against_libvirts_schema(hypervisor: str, inventory: Pa
     cdroms = root.findall("./devices/disk[@device='cdrom']")
     assert [c.find("source").get("file") for c in cdroms] == [SEED]  # type: ignore[union-attr]
     assert root.find("sysinfo") is None and "oemStrings" not in proc.stdout
-    system = root.find("./devices/disk[@device='disk']")
-    assert system is not None
+    system, data = root.findall("./devices/disk[@device='disk']")
     assert system.find("source").get("file") == f"{IMAGES}/store-0042-vm/system.qcow2"  # type: ignore[union-attr]
+    # the data disk: raw, beside the system disk, kept across system disk switches
+    assert data.find("source").get("file") == f"{IMAGES}/store-0042-vm/data.raw"  # type: ignore[union-attr]
+    assert data.find("driver").get("type") == "raw"  # type: ignore[union-attr]
     assert root.find("./devices/graphics/listen").get("address") == "127.0.0.1"  # type: ignore[union-attr]
 
 
@@ -183,9 +185,10 @@ def test_xen_xml_follows_libxl_device_rules() -> None:
     xml = domain_xml(STORE, "xen", IMAGES)
     assert libxl_problems(xml) == []
     root = ET.fromstring(xml)
-    targets = {d.get("device"): d.find("target").attrib for d in _disks(root)}  # type: ignore[union-attr]
-    assert targets == {"disk": {"dev": "xvda", "bus": "xen"},
-                       "cdrom": {"dev": "xvdb", "bus": "xen"}}
+    targets = [(d.get("device"), d.find("target").attrib) for d in _disks(root)]  # type: ignore[union-attr]
+    assert targets == [("disk", {"dev": "xvda", "bus": "xen"}),
+                       ("disk", {"dev": "xvdb", "bus": "xen"}),
+                       ("cdrom", {"dev": "xvdc", "bus": "xen"})]
     models = [m.get("type") for m in root.iterfind("./devices/interface/model")]
     assert models == ["e1000"] and "virtio" not in xml
     assert [s.get("type") for s in root.iterfind("./devices/serial")] == ["pty"]
@@ -193,9 +196,10 @@ def test_xen_xml_follows_libxl_device_rules() -> None:
 
 def test_kvm_xml_uses_virtio() -> None:
     root = ET.fromstring(domain_xml(STORE, "kvm", IMAGES))
-    targets = {d.get("device"): d.find("target").attrib for d in _disks(root)}  # type: ignore[union-attr]
-    assert targets == {"disk": {"dev": "vda", "bus": "virtio"},
-                       "cdrom": {"dev": "sda", "bus": "sata"}}
+    targets = [(d.get("device"), d.find("target").attrib) for d in _disks(root)]  # type: ignore[union-attr]
+    assert targets == [("disk", {"dev": "vda", "bus": "virtio"}),
+                       ("disk", {"dev": "vdb", "bus": "virtio"}),
+                       ("cdrom", {"dev": "sda", "bus": "sata"})]
     assert [m.get("type") for m in root.iterfind("./devices/interface/model")] == ["virtio"]
 
 
@@ -205,7 +209,7 @@ def test_kvm_xml_uses_virtio() -> None:
     ("sysinfo", ("<devices>", "<sysinfo type='smbios'/><devices>"), "<sysinfo>"),
     ("tap-cdrom", ("<driver name='qemu' type='raw'", "<driver name='tap' type='raw'"),
      "disk driver tap"),
-    ("far-cdrom", ("dev='xvdb'", "dev='xvdf'"), "cdrom xvdf"),
+    ("far-cdrom", ("dev='xvdc'", "dev='xvdf'"), "cdrom xvdf"),
 ])
 def test_libxl_rules_catch_what_xen_refuses(case: str, change: tuple[str, str],
                                             problem: str) -> None:
