@@ -135,6 +135,8 @@ def batch(
     rerun_completed: Annotated[bool, typer.Option("--rerun-completed", help=(
         "roll out again the stores whose newest rollout run completed (left as they are "
         "otherwise)"))] = False,
+    image: Annotated[str | None, typer.Option("--image", help="update the stores to this image "
+                     "version instead, each in its window ('': its own); --stage-only: stage it")] = None,
 ) -> None:
     """Roll out a batch in waves (canary first) with a progress bar per store. Stores with a
     calendar are scheduled into their maintenance windows instead: each is a run of the
@@ -142,14 +144,15 @@ def batch(
     chain of regions each store is a run of its region's deployment, on its region's worker,
     and each region waves and halts on its own."""
     if stage_only:
-        stage(list(store or []), inventory=inventory, as_json=as_json)
+        stage(list(store or []), inventory=inventory, as_json=as_json, image=image or "")
         return
     validate_stores(list(store or []), inventory, dispatched=True)
     state = run_batch(inventory, list(store or []), show_progress=not as_json, canary=canary,
                       wave_size=wave_size, max_in_flight=max_in_flight,
                       max_in_flight_per_region=max_in_flight_per_region,
                       halt_failure_ratio=halt_threshold, ignore_windows=now,
-                      rerun_completed=rerun_completed)
+                      rerun_completed=rerun_completed, action="rollout" if image is None
+                      else "update", image_version=image or "")
     rows = state.result() if state.is_completed() else []
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
@@ -250,13 +253,15 @@ def stage(
         help="stores to stage (default: every store of the inventory)")] = None,
     *, inventory: RequiredInventory,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    image: Annotated[str, typer.Option("--image", help="this version (an upcoming update) "
+                                       "instead of each store's own")] = "",
 ) -> None:
-    """Put the base image on the stores' hypervisors ahead of the rollout window."""
+    """Put each store's base image on its hypervisor ahead of its rollout or update window."""
     validate_stores(store_ids or [], inventory)
     from flows.stage_images import stage_images
 
-    result = finished(stage_images(str(inventory), tuple(store_ids or ()), return_state=True),
-                      "staging")
+    result = finished(stage_images(str(inventory), tuple(store_ids or ()), image,
+                                   return_state=True), "staging")
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

@@ -44,6 +44,11 @@ def print_plan(result: dict[str, Any]) -> None:
                                                 f"{store['resumes_at']}" if todo else
                                                 "nothing to do"), show_lines=True)
         table.caption = "maintenance window: " + window_line(store.get("next_window"))
+        if store.get("image"):
+            image = store["image"]
+            table.caption += (f"\nimage: running {image['running'] or '?'}, disk "
+                              f"{image['disk'] or '?'}, target {image['target']}: "
+                              f"{image['would']}")
         for col in ("step", "to do", "action", "details"):
             table.add_column(col)
         for step in store["steps"]:
@@ -77,7 +82,8 @@ def print_staged(result: dict[str, Any]) -> None:
     out = Console(width=160)  # the result: stdout (`stage ... > out.txt` holds it)
     for sid, staged in result["stores"].items():
         out.print(
-            f"store {sid}: image {result['image_key'][:12]} on {staged['hypervisor']}: "
+            f"store {sid}: image {staged.get('image_version') or 'unversioned'} "
+            f"({staged['image_key'][:12]}) on {staged['hypervisor']}: "
             + (
                 "already there"
                 if staged["cached"]

@@ -5,7 +5,10 @@ Wiring only: each store is the `store-rollout` flow. When the stores have calend
 store's run is a run of the `store-rollout` deployment Scheduled for its store's next
 maintenance window (tasks/store_runs.py); when they span regions, each is a run of its
 region's copy of that deployment, in the region's work pool; otherwise, or with
-`ignore_windows`, a subflow run started at once.
+`ignore_windows`, a subflow run started at once. A batch of image updates (`action`
+"update", issue 47) makes each store a run of the `store-image-update` deployment (its
+region's copy), in its window, under the same waves, canary and halt: a reverted update ends
+Failed and counts as failed.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from flows.rollout import store_rollout
 from store_rollout import steps
 from store_rollout.approval_policy import UNAPPROVED_ENDS, tightened
 from store_rollout.batch_rows import RunTimer, StoreRow
+from store_rollout.image_versions import known
 from store_rollout.inventory import Store, load_inventory
 from store_rollout.regions import regional_deployment
 from store_rollout.settings import load_settings
 from store_rollout.settings_parts import CalendarSettings
 from store_rollout.waves import (
+    ROLLOUT,
+    UPDATE,
     BatchPlan,
     WaveDone,
     check_regions,
@@ -42,6 +48,7 @@ from tasks.run_health import beating
 from tasks.slots import fleet_slot, in_flight_slots, set_in_flight_limits
 from tasks.store_runs import (
     STORE_DEPLOYMENT,
+    UPDATE_DEPLOYMENT,
     rolled_out_stores,
     schedule_store_run,
     wait_for_store_runs,
@@ -72,13 +79,13 @@ def rollout_store(store_id: str, inventory: str, params: dict[str, Any],
 
 def run_wave(number: int, wave: list[str], *, plan: BatchPlan, stores: dict[str, Store],
              inventory: str, params: dict[str, Any], store_deployment: str,
-             calendar: CalendarSettings) -> list[StoreRow]:
+             calendar: CalendarSettings, action: str = ROLLOUT) -> list[StoreRow]:
     """One wave's stores, each a run of its own (of its region's copy of `store_deployment`)
     or the batch's subflow run; their rows once every one has ended."""
     if plan.as_deployment_runs:  # each run takes its in-flight slots itself when it starts
         scheduled = [schedule_store_run(stores[sid], inventory, params, calendar,
                                         regional_deployment(store_deployment, stores[sid].region),
-                                        plan.follow_windows) for sid in wave]
+                                        plan.follow_windows, action) for sid in wave]
         return wait_for_store_runs(scheduled, wave_name=f"wave-{number}")
     futures = [rollout_store.submit(sid, inventory, params, stores[sid].region) for sid in wave]
     return [future.result() for future in futures]
@@ -107,7 +114,8 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
                   ignore_windows: bool = False,
                   store_deployment: str = STORE_DEPLOYMENT,
                   approval_policy: str = "", max_in_flight_per_region: int = 0,
-                  rerun_completed: bool = False) -> list[dict[str, Any]]:
+                  rerun_completed: bool = False, action: str = ROLLOUT,
+                  image_version: str = "") -> list[dict[str, Any]]:
     """Per region, a canary wave, then waves of `wave_size`, the regions side by side; at most
     `max_in_flight` stores at once (chain-wide) and `max_in_flight_per_region` in a region; a
     region's remaining waves are skipped once its failed/finished > halt_failure_ratio. Stores
@@ -140,31 +148,55 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
             and Cobbler); 0: as max_in_flight.
         rerun_completed: Roll out again the stores whose newest rollout run Completed; without
             it they are left as they are (a rerun of a batch goes on with the rest).
+        action: "rollout", or "update": each store's store server updated to a new image
+            version, each store a run of the store-image-update deployment (its region's copy)
+            in its window; a store already on it ends Completed at once, a reverted one Failed.
+        image_version: The version an update batch moves every store to (settings
+            image_versions); empty: each store's own (its vm.image_version, else the chain's).
     """
     settings = load_settings()
     policy = tightened(settings.approval_policy, approval_policy)
     stores = load_inventory(inventory).select(list(store_ids))
     regions = settings.regions()
     check_regions(stores, regions)  # before any side effect: every store's region is known
-    done = {} if rerun_completed else rolled_out_stores(stores)
+    deployment = batch_deployment(action, image_version, store_deployment, settings)
+    done = {} if rerun_completed or action == UPDATE else rolled_out_stores(stores)
     plan = plan_batch(stores, done, regions, settings.region, approval_policy=policy,
-                      ignore_windows=ignore_windows, canary=canary, wave_size=wave_size)
+                      ignore_windows=ignore_windows, canary=canary, wave_size=wave_size,
+                      action=action)
     if plan.as_deployment_runs:  # before any side effect: each region's deployment has a worker
         for region in plan.in_regions:
-            check_deployment(regional_deployment(store_deployment, region))
+            check_deployment(regional_deployment(deployment, region))
     set_in_flight_limits(plan.in_regions, max_in_flight, max_in_flight_per_region)
     total = len(plan.selected)
     progress_id: Any = create_progress_artifact(progress=100.0 * len(done) / max(total, 1),
                                                 key="batch-progress", description=f"{total} stores")
     params = store_run_params(store_params, approval_policy, ignore_windows,
-                              run_of_its_own=plan.as_deployment_runs)
+                              run_of_its_own=plan.as_deployment_runs, image_version=image_version)
     rows = run_waves(plan.rounds, partial(
         run_wave, plan=plan, stores={s.store_id: s for s in stores}, inventory=inventory,
-        params=params, store_deployment=store_deployment,
+        params=params, store_deployment=deployment, action=action,
         calendar=CalendarSettings.of(settings)), halt_failure_ratio, done, total=total,
         on_wave=partial(wave_done, progress_id=progress_id, threshold=halt_failure_ratio))
     update_progress_artifact(artifact_id=progress_id, progress=100.0)
     table = [rows[sid].row() for sid in plan.selected]
     create_table_artifact(key="batch-stores", table=table,
-                          description=f"batch of {total} stores")
+                          description=f"batch of {total} stores"
+                          + (f", image update to {image_version or 'their versions'}"
+                             if action == UPDATE else ""))
     return table
+
+
+def batch_deployment(action: str, image_version: str, store_deployment: str,
+                     settings: Any) -> str:
+    """The deployment whose runs carry the batch's stores: `store_deployment` for a rollout,
+    store-image-update for an update (its `image_version` checked here, before any side
+    effect: a listed version, or empty for each store's own)."""
+    if action == UPDATE:
+        known(settings, image_version, "image_version")
+        return UPDATE_DEPLOYMENT
+    if image_version:
+        raise ValueError("image_version: only an update batch (action update) takes it; a "
+                         "rollout builds each store's own version (vm.image_version, else the "
+                         "chain's image_version)")
+    return store_deployment

@@ -14,6 +14,7 @@ from prefect.runtime import flow_run
 
 from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
 from store_rollout.fleet.render import plan_markdown
+from store_rollout.fleet.versions import StoreVersions, store_versions
 from store_rollout.guard import calendar_for
 from store_rollout.inventory import InventoryError, load_inventory
 from store_rollout.inventory.calendar_spec import next_window_of
@@ -38,7 +39,8 @@ def store_plan(store_ids: list[str], inventory: str,
                highstate_test: bool = True, recreate_vm: bool = False,
                reinstall_hypervisor: bool = False,
                replace_box: dict[str, Any] | None = None,
-               hypervisor_timeout: float = STEP_TIMEOUTS.hypervisor_timeout) -> dict[str, Any]:
+               hypervisor_timeout: float = STEP_TIMEOUTS.hypervisor_timeout,
+               image_version: str = "") -> dict[str, Any]:
     """What a rollout of each store started now would do, without changing anything: Cobbler
     record (field by field), netboot and power cycle, the hypervisor's states in test=True,
     keys, domain, image and ERP notice. Stores of other regions are planned by runs of their
@@ -60,6 +62,10 @@ def store_plan(store_ids: list[str], inventory: str,
         hypervisor_timeout: The hypervisor_timeout of the rollout planned, as its step 2 takes
             it: a host an earlier run powered on into its install less than this long ago is
             left to that install.
+        image_version: Plan an update of every store to this image version (settings
+            image_versions); empty: each store's own (its vm.image_version, else the chain's).
+            Each store's `image` says its running, disk and target versions, whether the
+            target is staged on its host, and what `store-rollout update` would do.
     """
     inv = load_inventory(inventory)
     stores = inv.select(store_ids)  # validated before any call
@@ -72,30 +78,50 @@ def store_plan(store_ids: list[str], inventory: str,
     remote = [run_in_region.submit("store-plan", region, {
         "store_ids": ids, "inventory": inventory, "highstate_test": highstate_test,
         "recreate_vm": recreate_vm, "reinstall_hypervisor": reinstall_hypervisor,
-        "replace_box": replace_box, "hypervisor_timeout": hypervisor_timeout})
+        "replace_box": replace_box, "hypervisor_timeout": hypervisor_timeout,
+        "image_version": image_version})
         for region, ids in others.items()]
     facts = (observe_stores(own, settings, highstate_test=highstate_test,
-                            install_seconds=hypervisor_timeout)
+                            install_seconds=hypervisor_timeout, image_version=image_version)
              if own else {})
     plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor, bool(replace_box))
              for sid, f in facts.items()}
-    # each store's platform as its own region's settings resolved it
+    # each store's platform and image versions as its own region's systems gave them
     platforms = {sid: f.platform for sid, f in facts.items()}
+    versions = {sid: store_versions(f) for sid, f in facts.items()}
     for part in remote:
         for sid, planned in part.result().items():
             plans[sid] = [StepPlan.model_validate(step) for step in planned["steps"]]
             platforms[sid] = planned.get("platform", "")
+            versions[sid] = StoreVersions.model_validate(planned["image"])
     plans = {store.store_id: plans[store.store_id] for store in stores}  # the inventory's order
-    create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(plans, platforms),
-                             description=f"rollout plan of {len(plans)} store(s)")
-    now = datetime.now(UTC)
-    calendars = {store.store_id: calendar_for(store, settings.default_calendar)
-                 for store in stores}
-    result = {sid: {"platform": platforms[sid], "todo": [p.step for p in plan if p.todo],
-                    "resumes_at": (first_todo(plan) or (None, None))[1],
-                    "destructive": [p.step for p in plan if p.destructive],
-                    "next_window": next_window_of(calendars[sid], now),
-                    "steps": [p.model_dump(mode="json") for p in plan]}
-              for sid, plan in plans.items()}
+    result = plan_result(plans, platforms, versions, {
+        store.store_id: calendar_for(store, settings.default_calendar) for store in stores})
     publish_result("store-plan", result)
     return result
+
+
+def plan_result(plans: dict[str, list[StepPlan]], platforms: dict[str, str],
+                versions: dict[str, StoreVersions], calendars: dict[str, Any]) -> dict[str, Any]:
+    """The plan's result per store (and its Markdown artifact): the steps, the platform, the
+    next window and the image versions (`image`: running, disk, target, staged, would)."""
+    now = datetime.now(UTC)
+    windows = {sid: next_window_of(calendars[sid], now) for sid in plans}
+    create_markdown_artifact(key=ARTIFACT_KEY, markdown=plan_markdown(
+        plans, platforms, versions, {sid: window_text(w) for sid, w in windows.items()}),
+        description=f"rollout plan of {len(plans)} store(s)")
+    return {sid: {"platform": platforms[sid], "todo": [p.step for p in plan if p.todo],
+                  "resumes_at": (first_todo(plan) or (None, None))[1],
+                  "destructive": [p.step for p in plan if p.destructive],
+                  "next_window": windows[sid], "image": versions[sid].model_dump(mode="json"),
+                  "steps": [p.model_dump(mode="json") for p in plan]}
+            for sid, plan in plans.items()}
+
+
+def window_text(window: dict[str, Any] | None) -> str:
+    """A store's next window in one line (the plan's versions table)."""
+    if window is None:
+        return "none (no calendar)"
+    if "none" in window:
+        return str(window["none"])
+    return ("open now: " if window.get("open_now") else "next: ") + str(window.get("text"))

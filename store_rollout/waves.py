@@ -7,11 +7,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from store_rollout.batch_rows import StoreRow
 from store_rollout.inventory import Store
 from store_rollout.regions import Regions, runs_in_region_pools
+
+# what a batch does to each store: roll it out, or update its store server's image (issue 47)
+ROLLOUT: Final = "rollout"
+UPDATE: Final = "update"
+ACTIONS: Final = (ROLLOUT, UPDATE)
 
 
 def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[list[str]]:
@@ -59,13 +64,15 @@ def regions_to_halt(rows: list[StoreRow], regions: list[str],
 
 
 def runs_of_their_own(approval_policy: str, ignore_windows: bool, calendars: bool,
-                      other_regions: bool = False) -> bool:
+                      other_regions: bool = False, action: str = ROLLOUT) -> bool:
     """Whether a batch's stores are runs of the store-rollout deployment instead of subflows of
     the batch: when they wait for their windows (`calendars`, not overridden), may ask for an
     approval before any change (a subflow inside the batch's task can neither pause nor be
     parked) or belong to other regions than the batch's process (`other_regions`: only a
-    worker of their region reaches their Salt master)."""
-    return (calendars and not ignore_windows) or approval_policy == "always" or other_regions
+    worker of their region reaches their Salt master). Image updates always are: each a run
+    of the store-image-update deployment."""
+    return ((calendars and not ignore_windows) or approval_policy == "always" or other_regions
+            or action == UPDATE)
 
 
 @dataclass(frozen=True)
@@ -91,9 +98,12 @@ def check_regions(stores: list[Store], regions: Regions) -> None:
 
 def plan_batch(stores: list[Store], done: Collection[str], regions: Regions, serving: str, *,
                approval_policy: str, ignore_windows: bool, canary: int,
-               wave_size: int) -> BatchPlan:
+               wave_size: int, action: str = ROLLOUT) -> BatchPlan:
     """The plan of a batch of `stores` served by a process of region `serving`; `done`: the
-    stores left as they are (rolled out before)."""
+    stores left as they are (rolled out before); `action`: rollout or update."""
+    if action not in ACTIONS:
+        raise ValueError(f"action: {action!r} is no batch action; use one of "
+                         f"{', '.join(ACTIONS)}")
     todo = [store for store in stores if store.store_id not in done]
     calendars = any(store.calendar for store in stores)
     in_regions = sorted({store.region for store in todo})
@@ -103,19 +113,22 @@ def plan_batch(stores: list[Store], done: Collection[str], regions: Regions, ser
         todo=[store.store_id for store in todo], in_regions=in_regions,
         follow_windows=calendars and not ignore_windows,
         as_deployment_runs=runs_of_their_own(approval_policy, ignore_windows, calendars,
-                                             other_regions=other_regions),
+                                             other_regions=other_regions, action=action),
         rounds=plan_region_waves({store.store_id: store.region for store in todo}, canary,
                                  wave_size))
 
 
 def store_run_params(store_params: dict[str, float], approval_policy: str,
-                     ignore_windows: bool, *, run_of_its_own: bool) -> dict[str, Any]:
-    """The parameters of each store's rollout in a batch: the step timeouts given, the
-    approval policy asked for (if any) and `ignore_windows`; a run of its own takes its
-    in-flight slots itself when it starts (`hold_fleet_slot`)."""
+                     ignore_windows: bool, *, run_of_its_own: bool,
+                     image_version: str = "") -> dict[str, Any]:
+    """The parameters of each store's rollout (or update) in a batch: the step timeouts given,
+    the approval policy asked for (if any) and `ignore_windows`; a run of its own takes its
+    in-flight slots itself when it starts (`hold_fleet_slot`); an update the image version
+    named (none: each store's own)."""
     asked = {"approval_policy": approval_policy} if approval_policy else {}
     slots = {"hold_fleet_slot": True} if run_of_its_own else {}
-    return {**store_params, **asked, **slots, "ignore_windows": ignore_windows}
+    version = {"image_version": image_version} if image_version else {}
+    return {**store_params, **asked, **slots, **version, "ignore_windows": ignore_windows}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@
   Blocks and the root password (blocks, root_password), retries and outside URLs (retry,
   transport), the store VM, its domain and its image's delivery (store_vm, vm_domain,
   image_delivery), Prefect's runs and the run's health (flow_runs, run_health), windows, slots,
-  notifications, approvers, audit.
+  notifications, approvers, audit, the stores' target images by version (image_targets).
 
 Steps stand side by side: a step module imports no other step module, and a client or a helper
 imports no step module (nor a client another client); what two steps share lives in a client or
@@ -32,6 +32,6 @@ STEP_MODULES = ("approvals", "data_export", "firstboot", "go_live", "image_updat
 CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "vm_domain",
-           "windows")
+           "windows", "image_targets")
 
 __all__ = ["CLIENTS", "HELPERS", "STEP_MODULES"]

@@ -22,8 +22,9 @@ from store_rollout.contracts import (
     FIRSTBOOT_STAGE_NEW,
     HARDWARE_SERIAL_GRAIN,
     HYPERVISOR_READY_GRAIN,
+    IMAGE_VERSION_GRAIN,
 )
-from store_rollout.fleet.facts import LastRun, StoreFacts
+from store_rollout.fleet.facts import LastRun, StoreFacts, base_key_of
 from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.inventory import Store
 from store_rollout.platforms import HOST_OS_GRAINS, host_platform
@@ -34,7 +35,7 @@ from tasks.bmc import BmcError, bmc_client
 from tasks.cobbler import CobblerError, cobbler_client, power_cycled_at, system_changes, system_spec
 from tasks.erp import ErpError, erp_client
 from tasks.flow_runs import newest_rollout_runs
-from tasks.kiwi import image_status
+from tasks.image_targets import target_images, version_of_key
 from tasks.run_health import HEARTBEAT_EVENT
 from tasks.salt import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
 
@@ -70,14 +71,16 @@ def _answers(master: SaltMasterClient, minions: list[str], fun: str, arg: list[A
 
 def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: bool = False,
             last_runs: bool = False,
-            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout) -> dict[str, StoreFacts]:
+            install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
+            image_version: str = "") -> dict[str, StoreFacts]:
     """The facts of each store, keyed by store id. `highstate_test`: also run each answering
     hypervisor's highstate in test=True (plan); `last_runs`: also read Prefect (reconcile);
     `install_seconds`: the hypervisor_timeout of the rollout planned (its step 2 leaves an
-    install that young alone)."""
+    install that young alone); `image_version`: the version every store is to run (an
+    upcoming update; default each store's own)."""
     master = master_client(settings.salt_master_config)
-    image = image_status(settings.image_description, settings.image_params,
-                         settings.image_cache_dir, settings.image_builder)
+    images = target_images(stores, settings, settings.image_cache_dir, settings.image_builder,
+                           image_version)
     keys = master.list_keys()
     hv_keys = {s.store_id: key_state_in(keys, s.hypervisor_minion_id) for s in stores}
     vm_keys = {s.store_id: key_state_in(keys, s.vm_minion_id) for s in stores}
@@ -87,12 +90,13 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
     # one job reads both minions' grains of every store
     grains, _ = _answers(master, hypervisors + vms, "grains.item",
                          [HYPERVISOR_READY_GRAIN, FIRSTBOOT_STAGE_GRAIN, HARDWARE_SERIAL_GRAIN,
-                          *HOST_OS_GRAINS])
+                          IMAGE_VERSION_GRAIN, *HOST_OS_GRAINS])
     ready = {hv: (grains[hv] or {}).get(HYPERVISOR_READY_GRAIN) for hv in hypervisors
              if hv in grains}
     stages = {vm: (grains[vm] or {}).get(FIRSTBOOT_STAGE_GRAIN) for vm in vms if vm in grains}
     answering = [hv for hv in hypervisors if hv in ready]
-    wanted = {s.hypervisor_minion_id: {"domains": [s.vm_name], "base_images": [image["key"]]}
+    wanted = {s.hypervisor_minion_id: {"domains": [s.vm_name],
+                                       "base_images": [images[s.store_id]["key"]]}
               for s in stores if s.hypervisor_minion_id in ready}
     inspected, inspect_failed = _answers(master, answering, "storevirt.inspect", [wanted],
                                          timeout=15)
@@ -123,6 +127,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             notices, erp_error = [], str(exc)
         found = inspected.get(hv) or {}
         domain = (found.get("domains") or {}).get(store.vm_name)
+        image = images[sid]
         note = None
         if hv in inspect_failed:
             note = f"storevirt.inspect failed on {hv}: {inspect_failed[hv]}"
@@ -137,6 +142,9 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             host_os=host_os(grains.get(hv)), hypervisor=hv, vm=vm, domain_name=store.vm_name,
             cobbler_system=store.cobbler_system, image_key=image["key"],
             image_cached=image["cached"], image_builder=image["builder"],
+            image_version=image["version"],
+            vm_image_version=str((grains.get(vm) or {}).get(IMAGE_VERSION_GRAIN) or "") or None,
+            disk_image_version=_disk_version(settings.image_cache_dir, domain),
             cobbler_record=record is not None,
             cobbler_netboot=None if record is None else bool(record.get("netboot_enabled")),
             cobbler_changes=changes, power_cycled_at=power_cycled_at(record),
@@ -154,6 +162,14 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             firstboot_stage=str(stages[vm] or FIRSTBOOT_STAGE_NEW) if vm in stages else None,
             erp_notices=notices, erp_error=erp_error, last_run=runs.get(sid))
     return facts
+
+
+def _disk_version(cache_dir: str, domain: dict[str, Any] | None) -> str | None:
+    """The version of the base image the domain's system disk is on (the host names its key)."""
+    if domain is None:
+        return None
+    key = str(domain.get("image_key") or "") or base_key_of(domain.get("backing"))
+    return version_of_key(cache_dir, key)
 
 
 def host_os(grains: dict[str, Any] | None) -> str | None:
@@ -230,12 +246,12 @@ def last_rollout_runs(store_ids: list[str]) -> dict[str, LastRun]:
 @task(name="observe_stores", task_run_name="observe-stores")
 def observe_stores(stores: list[Store], settings: RolloutSettings, highstate_test: bool = False,
                    last_runs: bool = False,
-                   install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout
-                   ) -> dict[str, StoreFacts]:
+                   install_seconds: float = STEP_TIMEOUTS.hypervisor_timeout,
+                   image_version: str = "") -> dict[str, StoreFacts]:
     """The read-only step of plan and reconcile: every store's facts, one call per kind (it
     reads every outside system: it takes all the settings)."""
     facts = observe(stores, settings, highstate_test=highstate_test, last_runs=last_runs,
-                    install_seconds=install_seconds)
+                    install_seconds=install_seconds, image_version=image_version)
     get_run_logger().info("observed %d stores", len(facts))
     return facts
 

@@ -31,15 +31,19 @@ from prefect.deployments import run_deployment
 from store_rollout.approval_policy import AWAITING_APPROVAL, UNAPPROVED_ENDS
 from store_rollout.batch_rows import StoreRow
 from store_rollout.contracts import STEP_PXE_INSTALL_HYPERVISOR
-from store_rollout.disruption import decide
+from store_rollout.disruption import WindowDecision, decide, decide_sequence
 from store_rollout.guard import Action, calendar_for, sequence_seconds
 from store_rollout.inventory import Store
 from store_rollout.inventory.calendar_spec import CalendarSpec
 from store_rollout.settings_parts import CalendarSettings
+from store_rollout.waves import ROLLOUT, UPDATE
 from tasks.flow_runs import newest_rollout_runs
 from tasks.run_health import this_flow_run
 
 STORE_DEPLOYMENT: Final = "store-rollout/store-rollout"  # prefect.yaml's store-rollout
+# a batch of image updates (issue 47): each store a run of prefect.yaml's store-image-update
+UPDATE_DEPLOYMENT: Final = "store-image-update/store-image-update"
+RUN_NAMES: Final = {ROLLOUT: "rollout-{}", UPDATE: "update-{}"}
 POLL_SECONDS: Final = 5.0  # how often the batch reads its scheduled runs' states
 # a run is due this long after its window opens: Prefect stamps a run's start with the time its
 # process asked to start, which can be milliseconds before the server let it (seen: 20 ms)
@@ -51,29 +55,52 @@ def start_time(store: Store, now: datetime, install_seconds: float,
     """When the store's run is to start (None: no window within the calendar's horizon, or no
     calendar at all) and why: now when its window (its own, else the chain's default) is open
     with time for step 2 left, else its next such window's start."""
-    decision = decide(STEP_PXE_INSTALL_HYPERVISOR, calendar_for(store, default_calendar), now,
-                      timedelta(seconds=install_seconds))
+    return _start_of(decide(STEP_PXE_INSTALL_HYPERVISOR, calendar_for(store, default_calendar),
+                            now, timedelta(seconds=install_seconds)), now)
+
+
+def _start_of(decision: WindowDecision, now: datetime) -> tuple[datetime | None, str]:
     if decision.go:
         return now, decision.reason
     return (decision.wait_until + START_MARGIN if decision.wait_until else None), decision.reason
 
 
+def update_start_time(store: Store, now: datetime, update_seconds: float,
+                      default_calendar: CalendarSpec | None = None
+                      ) -> tuple[datetime | None, str]:
+    """As `start_time`, for a store's image update: a window with `update_seconds` left (the
+    store server's restart on its new system disk, and a revert's: disruption_seconds'
+    image_update)."""
+    return _start_of(decide_sequence(
+        "image update", "restarts the store server on a new system disk",
+        calendar_for(store, default_calendar), now, timedelta(seconds=update_seconds)), now)
+
+
+def _when(store: Store, params: dict[str, Any], calendar: CalendarSettings, follow_windows: bool,
+          action: str) -> tuple[datetime | None, str]:
+    """When the store's run of `action` starts, and why."""
+    now = datetime.now(UTC)
+    if not follow_windows:
+        return now, "started now (" + ("ignore_windows" if params.get("ignore_windows") else
+                                       "no calendar to follow") + ")"
+    if action == UPDATE:  # the update's own disruption (and its revert's), as its guard asks
+        return update_start_time(store, now, sequence_seconds(Action.UPDATE_IMAGE,
+                                                              calendar.disruption_seconds),
+                                 calendar.default_calendar)
+    # room for steps 2 to 5, as step 2 itself asks (store_rollout/guard.py)
+    return start_time(store, now, sequence_seconds(Action.REINSTALL_HOST,
+                                                   calendar.disruption_seconds),
+                      calendar.default_calendar)
+
+
 @task(name="schedule_store_run", task_run_name="schedule-{store.store_id}")
 def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
                        calendar: CalendarSettings, deployment: str = STORE_DEPLOYMENT,
-                       follow_windows: bool = True) -> StoreRow:
-    """One store's rollout as a run of `deployment`, Scheduled for its window (now without
-    `follow_windows`); the batch row of a store that has no window is returned Failed, no run
-    created."""
-    now = datetime.now(UTC)
-    start: datetime | None = now
-    reason = "started now (" + ("ignore_windows" if params.get("ignore_windows") else
-                                "no calendar to follow") + ")"
-    if follow_windows:
-        # room for steps 2 to 5, as step 2 itself asks (store_rollout/guard.py)
-        start, reason = start_time(store, now, sequence_seconds(Action.REINSTALL_HOST,
-                                                                calendar.disruption_seconds),
-                                   calendar.default_calendar)
+                       follow_windows: bool = True, action: str = ROLLOUT) -> StoreRow:
+    """One store's rollout (or image update, `action`) as a run of `deployment`, Scheduled for
+    its window (now without `follow_windows`); the batch row of a store that has no window is
+    returned Failed, no run created."""
+    start, reason = _when(store, params, calendar, follow_windows, action)
     if start is None:
         return StoreRow(store_id=store.store_id, region=store.region, window=reason,
                         flow_run_id=None, scheduled_start=None, state="Failed", began=None,
@@ -82,8 +109,9 @@ def schedule_store_run(store: Store, inventory: str, params: dict[str, Any],
     # sync here (run_deployment also serves async callers)
     run = cast(FlowRun, run_deployment(
         deployment, parameters={"store_id": store.store_id, "inventory": inventory, **params},
-        scheduled_time=start, timeout=0, flow_run_name=f"rollout-{store.store_id}",
-        idempotency_key=f"batch-{batch}-store-{store.store_id}" if batch else None))
+        scheduled_time=start, timeout=0, flow_run_name=RUN_NAMES[action].format(store.store_id),
+        idempotency_key=(f"batch-{batch}-store-{store.store_id}" if action == ROLLOUT
+                         else f"batch-{batch}-{action}-{store.store_id}") if batch else None))
     get_run_logger().info("store %s: run %s of %s scheduled for %s UTC (%s)", store.store_id,
                           run.name, deployment, f"{start:%Y-%m-%d %H:%M:%S}", reason)
     return StoreRow(store_id=store.store_id, region=store.region, window=reason,

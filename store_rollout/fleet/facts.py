@@ -38,10 +38,19 @@ class StoreFacts(BaseModel):
     vm: str
     domain_name: str
     cobbler_system: str
-    # image step: the key a rollout would use, cached on the orchestrator or to be built
+    # image step: the key a rollout would use (the store's target version's), cached on the
+    # orchestrator or to be built
     image_key: str
     image_cached: bool
     image_builder: str
+    # image versions (store_rollout/fleet/versions.py): the version the store should run (the
+    # inventory's, else the chain's; "" unversioned: not read from a system), the one its VM's
+    # grain reports (None: not answering, or an image that reports none), and the one its
+    # system disk's base image was built as (the image cache's meta.json of the domain's image
+    # key; None: unknown)
+    image_version: str = ""
+    vm_image_version: str | None = None
+    disk_image_version: str | None = None
     # Cobbler
     cobbler_record: bool
     cobbler_netboot: bool | None = None
@@ -117,6 +126,14 @@ class StoreFacts(BaseModel):
     @property
     def domain_uuid(self) -> str | None:
         return None if self.domain is None else str(self.domain.get("uuid"))
+
+    @property
+    def disk_image_key(self) -> str | None:
+        """The key of the base image the domain's system disk is backed by (the host says it,
+        `image_key`, else its backing file's path does); None: no domain or not an overlay."""
+        if self.domain is None:
+            return None
+        return str(self.domain.get("image_key") or "") or base_key_of(self.domain.get("backing"))
 
     @property
     def decommissioned(self) -> bool:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 from store_rollout import step_rules
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
+from store_rollout.fleet.versions import StoreVersions, store_versions, version_mismatches
 from store_rollout.platforms import retired_since
 
 
@@ -24,6 +25,8 @@ class StoreStatus(BaseModel):
     last_run: str  # "rollout-0042 Completed" or "none"
     real: str  # one line: what the systems say
     mismatches: list[Mismatch] = Field(default_factory=list)
+    # the image version its VM runs (its grain), its disk's and the one expected (issue 47)
+    versions: StoreVersions | None = None
 
     def fingerprint(self) -> str:
         """What a later reconcile compares to decide that the store's state changed."""
@@ -189,8 +192,11 @@ def reconcile_store(f: StoreFacts, zombie_after: float) -> StoreStatus:
             fix="correct hypervisor.serial in the inventory if the box is the store's; else "
             "rack the store's own box and roll out again with its MAC"))
     mismatches += _platform_retired(f)
+    if status != "running":  # a rollout under way changes the version itself
+        mismatches += [Mismatch(code=code, what=what, fix=fix)
+                       for code, what, fix in version_mismatches(f)]
     if mismatches:
         status = "mismatch"
     return StoreStatus(store_id=f.store_id, platform=f.platform, status=status,
                        last_run=f"{run.name} {run.state}" if run else "none",
-                       real=real_summary(f), mismatches=mismatches)
+                       real=real_summary(f), mismatches=mismatches, versions=store_versions(f))

@@ -8,7 +8,8 @@ test_faults.py::test_vm_minion_not_back_after_first_reboot_then_rerun (plus the 
 of test_cancel.py and test_plan_reconcile.py's rollout killed in step 5), and
 bench_batch's batches of 1 and 2 are test_rollout_e2e.py::test_one_store_then_two_at_once and
 test_batch.py; bench_plan_reconcile's plan and reconcile after a rollout are
-test_plan_reconcile.py. Their JSON shape is still checked whenever they run.
+test_plan_reconcile.py; bench_update_downtime's one update is test_image_update.py's. Their
+JSON shape is still checked whenever they run.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ BENCHES = {
     "bench_regions.py": ["wall_seconds", "regions", "chain_cpu_seconds_per_store"],
     "bench_plan_reconcile.py": ["plan_seconds_median", "reconcile_seconds_median",
                                 "plan_salt_jobs", "reconcile_salt_jobs", "goals"],
+    "bench_update_downtime.py": ["downtime_seconds_median", "downtime_seconds",
+                                 "update_run_seconds_median", "outcomes"],
 }
 
 
 COVERED_BY_DEFAULT_TESTS = {"bench_resume.py", "bench_batch.py", "bench_plan_reconcile.py",
-                            "bench_overhead.py"}
+                            "bench_overhead.py", "bench_update_downtime.py"}
 # with the fleet tier (make test-fleet): key rotation waits past the master's 60-s maintenance
 # loop; the API burst's quick run is five more rollouts through the worker; regions brings up
 # the lab's second region (its master and worker) for two more rollouts

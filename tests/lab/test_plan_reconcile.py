@@ -31,7 +31,7 @@ import yaml
 
 from lab.manager import Lab
 from lab.prefect_access import api_session
-from lab.state import LabInfo
+from lab.state import LAB_IMAGE_VERSIONS, LabInfo
 from store_rollout.contracts import (
     LIBVIRT_CONNECTION_LOST,
     LIBVIRT_CONNECTION_RESTORED,
@@ -126,6 +126,34 @@ def prefect_name(tag: str) -> str:
     return "salt." + tag.replace("/", ".")
 
 
+def check_versions(env: dict[str, str], tmp_path: Path, inv: Path, store_id: str,
+                   image: dict[str, Any], versions: dict[str, Any]) -> None:
+    """Issue 47: the complete store's VM says it runs the chain's version (the lab's v1) and
+    its host's disk is on it; with the store's inventory naming v2 (listed, not staged there),
+    plan says what an update would do and reconcile flags the VM's version with its fix."""
+    assert {"v1", "v2"} <= set(LAB_IMAGE_VERSIONS)
+    # (the VM's grain: v1 once the lab's image reports it; until then its disk is the witness)
+    assert image["running"] in ("v1", None) and image["disk"] == image["target"] == "v1", image
+    assert image["would"] == "already on v1" and image["staged"] is True, image
+    assert versions["running"] == image["running"] and versions["disk"] == "v1", versions
+    raw = yaml.safe_load(inv.read_text())
+    raw["stores"][0].setdefault("vm", {})["image_version"] = "v2"
+    on_v2 = tmp_path / "inv-v2.yaml"
+    on_v2.write_text(yaml.safe_dump(raw))
+    plan = cli_in_process(env, "plan", store_id, "--inventory", str(on_v2), "--json",
+                          "--no-highstate-test")
+    assert plan.exit_code == 0, plan.stderr[-2000:]
+    image = json.loads(plan.stdout)[store_id]["image"]
+    assert image["target"] == "v2" and image["staged"] is False, image
+    assert image["would"].startswith("update v1 -> v2 (not staged"), image
+    found = cli_in_process(env, "reconcile", store_id, "--inventory", str(on_v2), "--json")
+    assert found.exit_code == 1, found.stderr[-2000:]
+    status = json.loads(found.stdout)["stores"][store_id]
+    assert [m["code"] for m in status["mismatches"]] == ["image-version-mismatch"], status
+    assert status["mismatches"][0]["what"].startswith(
+        f"VM store-{store_id}-vm runs image version v1, the inventory expects v2"), status
+
+
 def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str, str],
                                                 lab_dir: Path, tmp_path: Path) -> None:
     import libvirt
@@ -198,6 +226,7 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     assert status["platform"] == "sles15-xen"
     assert status["real"] == ("hypervisor ready (SLES 15.7); VM running, firstboot done; "
                               "ERP notified"), status
+    check_versions(lab_env, tmp_path, inv, done, after["image"], status["versions"])
 
     # (issue 46) the host still on Leap 15.6, as its grains say: flagged with the fix, no action
     hv_master = SaltMasterClient(lab.salt_master_config)
