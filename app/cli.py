@@ -1,8 +1,6 @@
-"""`store-rollout` command line: rollouts, batches, plan, reconcile, staging, status, rollback,
-decommission, replace (app/replace.py), update and revert (app/image_update.py), vm-xml. How
-they run flows: app/runner.py; what they show: app/live.py, app/views.py. Sub-commands other
-installs register are listed, and loaded only when run (app/commands.py).
-"""
+"""`store-rollout` command line; replace, update and revert live in app/replace.py and
+app/image_update.py, how commands run flows in app/runner.py, what they show in app/live.py and
+app/views.py; other installs' sub-commands load only when run (app/commands.py)."""
 
 from __future__ import annotations
 
@@ -57,8 +55,8 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
 app.command("vm-xml")(vm_xml)
 app.command("windows")(windows)
 app.command("replace")(replace)
-app.command("update")(update)
-app.command("revert")(revert)
+for name, command in (("update", update), ("revert", revert)):
+    app.command(name)(command)
 app.command("prefect-setup")(prefect_setup)
 app.add_typer(audit_app, name="audit")
 
