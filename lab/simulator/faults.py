@@ -8,9 +8,11 @@ import threading
 from typing import Any
 
 # old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6;
-# service_start: at a machine's next boot its enabled units fail to start, and so does every
-# start of a unit for the rest of that boot (counted per boot of a machine that has any: a store
-# VM's once its highstate enabled the store server's services)
+# service_start: at a machine's next boot its enabled units fail to start, and so does every start
+# of a unit for the rest of that boot (the step's own knob: taken at a boot of a machine that has
+# enabled units, a store VM's once its highstate enabled the store server's services; a machine's
+# own knob: at that machine's next boot whatever it has, e.g. an image update's boot of a new
+# system disk, whose update highstate then fails to start the store server's services)
 # A knob named `<step>@<machine>` (a minion id, or a domain's or store host's name) applies to
 # that machine only, and before the step's own knob: `service_start@store-0003-vm`.
 MACHINE_SEPARATOR = "@"
@@ -53,13 +55,14 @@ class FaultKnobs:
                 self.knobs.pop(step, None)
                 self.taken.pop(step, None)
 
-    def take(self, step: str, *machines: str) -> tuple[float, bool]:
+    def take(self, step: str, *machines: str, own_only: bool = False) -> tuple[float, bool]:
         """(delay, fails_now) for one use of `step` by the machine known by `machines` (its
-        names): the first `<step>@<machine>` knob set for one of them, else `step`'s own. Counted
-        in `taken` under the knob's name."""
+        names): the first `<step>@<machine>` knob set for one of them, else `step`'s own (not
+        with `own_only`). Counted in `taken` under the knob's name."""
         with self.lock:
             names = [f"{step}{MACHINE_SEPARATOR}{machine}" for machine in machines if machine]
-            step = next((name for name in names if self.knobs.get(name)), step)
+            step = next((name for name in names if self.knobs.get(name)),
+                        "" if own_only else step)
             knob = self.knobs.get(step)
             if not knob:
                 return 0.0, False

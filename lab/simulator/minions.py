@@ -222,12 +222,12 @@ class MinionManager:
         options = self.network().join_args(minion_id, self.address(minion_id))
         root = self.root_dir(minion_id)
         options += ["--boot-root", str(root)]
-        if (root / "etc" / "systemd" / "system" / "multi-user.target.wants").is_dir():
-            _, fails = self.faults.take("service_start", minion_id)
-            if fails:
-                log.warning("fault knob: %s's enabled units fail to start at this boot",
-                            minion_id)
-                options.append("--units-fail")
+        # the step's knob at a boot with enabled units; the machine's own at its next boot
+        has_units = (root / "etc" / "systemd" / "system" / "multi-user.target.wants").is_dir()
+        _, fails = self.faults.take("service_start", minion_id, own_only=not has_units)
+        if fails:
+            log.warning("fault knob: %s's units fail to start in this boot", minion_id)
+            options.append("--units-fail")
         unshare = ["unshare", "--net"]
         if (mdir / "store-host").exists():
             socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]

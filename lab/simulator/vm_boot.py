@@ -28,6 +28,7 @@ from lab.simulator.data_disk import (
 )
 from lab.simulator.faults import FaultKnobs
 from lab.simulator.minions import MinionManager
+from lab.simulator.system_disks import SystemDisks
 from lab.state import LAB_IMAGE_BUILDS_DIR, LabInfo, LabPaths
 from store_rollout.contracts import (
     DATA_DISK_IDENTITY_DIR,
@@ -62,6 +63,7 @@ class VmBoot:
         self.lock = threading.Lock()
         self.domain_locks: dict[str, threading.RLock] = {}  # a domain's events, one at a time
         self.mounts = DataDiskMounts(minions.minion_dir)
+        self.system_disks = SystemDisks(paths.simulator / "system-disks")
         self.host_names: set[str] = set()
         self.hosts: StoreHosts | None = None  # the firmware, once it exists
 
@@ -126,17 +128,28 @@ class VmBoot:
                 root = self.minions.root_dir(minion_id)
                 if identity and (not self.minions.installed(minion_id)
                                  or self._disk_changed(minion_id, xml)):
-                    # a new system disk: the image's minion.d as store-identity left it; the
-                    # minion's keys on the data disk (the image's 30-data-disk.conf, here
-                    # under the machine's root)
-                    extra = {} if data is None else {"pki_dir": str(
-                        mount_point(root) / DATA_DISK_IDENTITY_DIR / "pki" / "minion")}
-                    self.minions.install(minion_id, identity["minion.d"], extra)
-                    (self.minions.minion_dir(minion_id) / "disk").write_text(
-                        self._disk_identity(xml))
+                    self._system_disk(minion_id, xml, identity, data)
                 if staged is not None and data is not None:
                     self.mounts.mount(minion_id, root, data, staged)
                 self.minions.start(minion_id, f"domain {name} started")
+
+    def _system_disk(self, minion_id: str, xml: ET.Element, identity: dict[str, Any],
+                     data: Path | None) -> None:
+        """Another system disk boots (the machine's minion stopped): the root of the one it
+        leaves is kept; the disk's own root comes back if it booted here before (a revert), else
+        a fresh disk: the image's minion.d as store-identity left it, the minion's keys on the
+        data disk (the image's 30-data-disk.conf, here under the machine's root)."""
+        mdir, root = self.minions.minion_dir(minion_id), self.minions.root_dir(minion_id)
+        marker, disk = mdir / "disk", self._disk_identity(xml)
+        left = marker.read_text() if marker.exists() else ""
+        if self.minions.installed(minion_id) and left.split(" ")[0] == disk.split(" ")[0]:
+            # the same domain's other disk (a domain defined anew never boots the old one)
+            self.system_disks.leave(minion_id, left, mdir, root, data is not None)
+        if not self.system_disks.back(minion_id, disk, mdir, root):
+            extra = {} if data is None else {"pki_dir": str(
+                mount_point(root) / DATA_DISK_IDENTITY_DIR / "pki" / "minion")}
+            self.minions.install(minion_id, identity["minion.d"], extra)
+        marker.write_text(disk)
 
     def _domain_lock(self, name: str) -> threading.RLock:
         with self.lock:

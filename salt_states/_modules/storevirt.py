@@ -252,7 +252,12 @@ def shutdown(name, timeout=120):
             time.sleep(0.5)
         clean = not dom.isActive()
         if not clean:
-            dom.destroy()
+            try:
+                dom.destroy()
+            except libvirt.libvirtError:
+                if dom.isActive():
+                    raise
+                clean = True  # its OS powered it off as the cut came
     finally:
         conn.close()
     return {"was_running": True, "clean": clean,

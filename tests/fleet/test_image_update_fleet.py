@@ -1,8 +1,9 @@
 """Issue 47, a fleet of store servers updated to a new image in waves (opt-in, `-m fleet`):
-six stores rolled out on v1, then one batch of updates to v2 with a canary of 1. The go-live
-gate is made to fail on one store of the second wave (the per-machine fault knob
-`service_start@<vm>`): that store reverts by itself to v1, its gate passing within 300 s of
-the failed check, its data disk's file intact; the other five run v2, as their VMs' grains say
+six stores rolled out on v1, then one batch of updates to v2 with a canary of 1. The new
+version is made to fail on one store of the second wave (the per-machine fault knob
+`service_start@<vm>`: the store's services cannot start in its update boot, so its update
+highstate fails, as its go-live gate would): that store reverts by itself to v1, its gate
+passing within 300 s of the failed check, its data disk's file intact; the other five run v2, as their VMs' grains say
 (not the runs); the ERP has five `store-image-updated` notices and none for the reverted store.
 A second batch (back to v1) with two forced failures in one wave, above its halt threshold,
 stops the later wave: its stores are left on v2, no run made for them.
@@ -125,7 +126,10 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
     assert {sid: rows[sid]["state"] for sid in updated} == dict.fromkeys(updated, "Completed")
     failed = rows[REVERTED]
     assert failed["state"] == "Failed", failed  # 1 of 6 failed: no halt at 0.2
-    assert "go-live gate" in failed["error"] and "reverted to v1" in failed["error"], failed
+    # the knob's boot: the update highstate cannot start the store's services (nor could the
+    # gate find them running): the first check of the new version to fail is named
+    assert "failed on the new version: the update highstate (state.apply store_vm) failed" \
+        in failed["error"] and "reverted to v1 (its go-live gate passes)" in failed["error"], failed
 
     # the VMs say what they run, not the runs
     assert grain_versions(lab, STORES) == {**dict.fromkeys(updated, "v2"), REVERTED: "v1"}
@@ -133,9 +137,9 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
         assert vm_call(lab, sid, "file.read", markers[sid]) == f"till journal of {sid}", sid
     # back on v1, its gate passing, within 300 s of the failed check
     steps = task_runs(lab, str(failed["flow_run_id"]))
-    gate, regate = steps[f"go_live-{REVERTED}"], steps[f"revert_go_live-{REVERTED}"]
-    assert regate["state_type"] == "COMPLETED", regate
-    back_in = (ended(regate) - ended(gate)).total_seconds()
+    check, regate = steps[f"update_highstate-{REVERTED}"], steps[f"revert_go_live-{REVERTED}"]
+    assert (check["state_type"], regate["state_type"]) == ("FAILED", "COMPLETED"), (check, regate)
+    back_in = (ended(regate) - ended(check)).total_seconds()
     print(f"{REVERTED}: back on v1 with its gate passing {back_in:.0f} s after the failed check")
     assert back_in <= 300, back_in
     assert {sid: len(updated_notices(lab, sid)) for sid in STORES} == {

@@ -139,11 +139,6 @@ def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, lab_env: 
     assert domain_disk(lab, OK) == result["disk"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lab simulator (lab/simulator/vm_boot.py): the revert's boot of the previous system disk is "
-    "simulated as a new system disk (its root is wiped: no synced custom modules, no store "
-    "units), so the revert's gate fails with 'storegate.run is not available'; remove this mark "
-    "once the simulator keeps a system disk's root across a switch and back"))
 def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, lab_env: dict[str, str],
                                                       update: Any, tmp_path: Path) -> None:
     inv = live(lab, lab_env, write_inventory(tmp_path / "inv.yaml", ["u-gate"], "52:54:00:47:02",
