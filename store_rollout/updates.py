@@ -173,9 +173,10 @@ def failed_check(step: str | None, error: BaseException) -> str:
 
 
 def reverted_message(store_id: str, decision: UpdateDecision, check: str) -> str:
+    # the outcome first: a batch's row keeps the first 300 characters of the message
     return (f"store {store_id}: image update to {decision.to_version} failed on the new "
-            f"version: {check}; reverted to {decision.from_version} (its go-live gate passes); "
-            "the ERP was not notified")
+            f"version and was reverted to {decision.from_version} (its go-live gate passes; "
+            f"the ERP was not notified): {check}")
 
 
 def update_notice_key(store_id: str, version: str) -> str:

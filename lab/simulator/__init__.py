@@ -13,7 +13,9 @@
   whose disk holds a built image (the full lab) is left alone: QEMU boots it for real. The identity
   comes the way the guest gets it: the image's own store-identity script reads the domain's
   STORE_SEED seed disk (its CD-ROM's ISO file, as the guest would see it); a disk that booted
-  before keeps the identity it was given. Stopping the domain stops that minion.
+  before keeps the identity it was given. Stopping the domain stops that minion. A system disk
+  keeps its own root, as a qcow2 overlay keeps its content: a domain switched to another system
+  disk (an image update) and back (its revert) boots the old disk's root again.
 - Reboot: the `provisioning.reboot` Salt module asks for a reboot here; the simulator restarts
   that minion process (never the host).
 - Network: every machine's minion runs in a network namespace of its own on the lab's store
@@ -28,7 +30,8 @@
   `pxe` acts in the default lab only: the full lab's install is the real installer's.
 
 Modules: faults (the knobs), minions (salt-minion processes per machine), firmware (BMC
-power, PXE install, reboots), vm_boot (libvirt lifecycle events), http_api (the handler),
+power, PXE install, reboots), vm_boot (libvirt lifecycle events), data_disk and system_disks
+(a VM's data disk and the roots of its system disks), http_api (the handler),
 server (wiring and the entry point).
 
 Run: python -m lab.simulator --state-dir <lab> --port <port>

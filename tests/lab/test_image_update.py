@@ -157,8 +157,9 @@ def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, lab_env: dic
     actions.join()
     assert state.is_failed()
     message = str(state.message)
-    assert f"store {GATE}: image update to v2 failed on the new version: the go-live gate " \
-           "failed" in message, message
+    assert f"store {GATE}: image update to v2 failed on the new version and was reverted to " \
+           "v1 (its go-live gate passes; the ERP was not notified): the go-live gate failed" \
+           in message, message
     assert "service pos_gateway (store-pos-gateway) runs: not running" in message, message
     assert "reverted to v1" in message and "the ERP was not notified" in message, message
     # back on v1 by itself, its gate passing, its data intact; the ERP heard nothing
