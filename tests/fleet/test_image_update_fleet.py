@@ -116,6 +116,9 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
     for sid in STORES:  # the store's data, on its data disk, written by its VM's minion
         markers[sid] = str(vm_call(lab, sid, "provisioning.root_path", *MARKER))
         assert vm_call(lab, sid, "file.write", markers[sid], f"till journal of {sid}")
+    # file.write ends the file with a newline: what each reads now is what it must read after
+    written = {sid: vm_call(lab, sid, "file.read", markers[sid]) for sid in STORES}
+    assert written == {sid: f"till journal of {sid}\n" for sid in STORES}
 
     # the updates in the stores' windows (open all day: an update under ignore_windows needs a
     # person's approval, as the guard says), each a run of store-image-update in the worker
@@ -136,7 +139,7 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
     # the VMs say what they run, not the runs
     assert grain_versions(lab, STORES) == {**dict.fromkeys(updated, "v2"), REVERTED: "v1"}
     for sid in STORES:
-        assert vm_call(lab, sid, "file.read", markers[sid]) == f"till journal of {sid}", sid
+        assert vm_call(lab, sid, "file.read", markers[sid]) == written[sid], sid
     # back on v1, its gate passing, within 300 s of the failed check
     steps = task_runs(lab, str(failed["flow_run_id"]))
     check, regate = steps[f"update_highstate-{REVERTED}"], steps[f"revert_go_live-{REVERTED}"]
