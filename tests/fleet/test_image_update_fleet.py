@@ -99,6 +99,10 @@ def ended(run: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(str(run["end_time"]).replace("Z", "+00:00"))
 
 
+def started(run: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(run["start_time"]).replace("Z", "+00:00"))
+
+
 def updated_notices(lab: LabInfo, sid: str) -> list[dict[str, Any]]:
     return [n for n in created_erp_notices(lab, sid)
             if (n.get("payload") or {}).get("status") == ERP_STORE_IMAGE_UPDATED]
@@ -147,6 +151,11 @@ def test_a_fleet_updated_in_waves_one_store_reverting_by_itself(
     back_in = (ended(regate) - ended(check)).total_seconds()
     print(f"{REVERTED}: back on v1 with its gate passing {back_in:.0f} s after the failed check")
     assert back_in <= 300, back_in
+    for sid in updated:  # the lab's figure: from the shutdown to the minion back on v2
+        run = task_runs(lab, str(rows[sid]["flow_run_id"]))
+        down = ended(run[f"vm_back-{sid}"]) - started(run[f"shutdown-{sid}"])
+        print(f"{sid}: down {down.total_seconds():.1f} s for its update, run "
+              f"{rows[sid]['seconds']} s")
     assert {sid: len(updated_notices(lab, sid)) for sid in STORES} == {
         **dict.fromkeys(updated, 1), REVERTED: 0}
 
