@@ -19,7 +19,12 @@ from prefect import get_run_logger, task
 from prefect.runtime import flow_run
 
 from store_rollout import step_rules
-from store_rollout.contracts import IMAGE_VERSION_GRAIN, UNVERSIONED_IMAGE
+from store_rollout.contracts import (
+    FIRSTBOOT_STAGE_DONE,
+    FIRSTBOOT_STAGE_GRAIN,
+    IMAGE_VERSION_GRAIN,
+    UNVERSIONED_IMAGE,
+)
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.results import ImageRef
@@ -183,6 +188,10 @@ def update_highstate(store: Store, salt: SaltSettings) -> dict[str, Any]:
         master.cmd(store.vm_minion_id, "saltutil.sync_all", timeout=HIGHSTATE_TIMEOUT)
         states = master.cmd(store.vm_minion_id, "state.apply", [UPDATE_SLS],
                             timeout=HIGHSTATE_TIMEOUT)
+        # the grain lived on the old system disk: without it a rollout's rerun would wait in
+        # step 6 for a firstboot this provisioned store never runs again
+        master.cmd(store.vm_minion_id, "grains.setval",
+                   [FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_DONE])
     except SaltError as exc:
         raise UpdateCheckFailed(f"store {store.store_id}: saltutil.sync_all and state.apply "
                                 f"{UPDATE_SLS} on {store.vm_minion_id}: {exc}") from None
