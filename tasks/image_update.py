@@ -29,7 +29,7 @@ from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.results import ImageRef
 from store_rollout.settings_parts import CalendarSettings, ErpSettings, ImageSettings, SaltSettings
-from store_rollout.updates import StoreNotLive, not_live
+from store_rollout.updates import StoreNotLive, not_live, without_data_disk
 from tasks.erp import erp_client
 from tasks.image_delivery import deliver_image
 from tasks.retry import SALT_VIRT_RETRY, SALT_WAIT_RETRY
@@ -82,6 +82,9 @@ def read_update_state(store: Store, salt: SaltSettings, erp: ErpSettings) -> dic
         raise StoreNotLive(f"store {store.store_id}: no live store to update or revert: "
                            f"{problem}; nothing changed (roll it out: `store-rollout rollout "
                            f"{store.store_id}`)")
+    lacking = without_data_disk(store.store_id, domain)
+    if lacking:
+        raise StoreNotLive(lacking)
     get_run_logger().info("store %s: runs version %s on image %s; update record: %s",
                           store.store_id, state["running_version"],
                           str(domain.get("image_key"))[:12], record or "none")
