@@ -124,6 +124,18 @@ def not_live(erp_live: bool, domain: dict[str, Any] | None, key_state: str | Non
     return None
 
 
+def without_data_disk(store_id: str, domain: dict[str, Any]) -> str | None:
+    """Why a live store's VM cannot take a new system disk: without a data disk (a VM defined
+    before data disks existed) its identity, key and data live on the system disk, and the
+    image's minion waits for the data disk's mount (None: it has one)."""
+    if domain.get("data_disk"):
+        return None
+    return (f"store {store_id}: its VM {domain.get('name')} has no data disk (defined before "
+            "data disks existed): a new system disk would boot without its minion's identity "
+            "and the store's data; nothing changed. Give it a data disk first (recreate the VM "
+            "in its window after saving the store's data: docs/operations.md, Image updates)")
+
+
 def decide_update(record: dict[str, Any] | None, domain: dict[str, Any],
                   running_version: str | None, target_version: str,
                   target_key: str) -> UpdateDecision:

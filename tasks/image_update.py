@@ -19,12 +19,17 @@ from prefect import get_run_logger, task
 from prefect.runtime import flow_run
 
 from store_rollout import step_rules
-from store_rollout.contracts import IMAGE_VERSION_GRAIN, UNVERSIONED_IMAGE
+from store_rollout.contracts import (
+    FIRSTBOOT_STAGE_DONE,
+    FIRSTBOOT_STAGE_GRAIN,
+    IMAGE_VERSION_GRAIN,
+    UNVERSIONED_IMAGE,
+)
 from store_rollout.guard import Action, Consent
 from store_rollout.inventory import Store
 from store_rollout.results import ImageRef
 from store_rollout.settings_parts import CalendarSettings, ErpSettings, ImageSettings, SaltSettings
-from store_rollout.updates import StoreNotLive, not_live
+from store_rollout.updates import StoreNotLive, not_live, without_data_disk
 from tasks.erp import erp_client
 from tasks.image_delivery import deliver_image
 from tasks.retry import SALT_VIRT_RETRY, SALT_WAIT_RETRY
@@ -77,6 +82,9 @@ def read_update_state(store: Store, salt: SaltSettings, erp: ErpSettings) -> dic
         raise StoreNotLive(f"store {store.store_id}: no live store to update or revert: "
                            f"{problem}; nothing changed (roll it out: `store-rollout rollout "
                            f"{store.store_id}`)")
+    lacking = without_data_disk(store.store_id, domain)
+    if lacking:
+        raise StoreNotLive(lacking)
     get_run_logger().info("store %s: runs version %s on image %s; update record: %s",
                           store.store_id, state["running_version"],
                           str(domain.get("image_key"))[:12], record or "none")
@@ -183,6 +191,10 @@ def update_highstate(store: Store, salt: SaltSettings) -> dict[str, Any]:
         master.cmd(store.vm_minion_id, "saltutil.sync_all", timeout=HIGHSTATE_TIMEOUT)
         states = master.cmd(store.vm_minion_id, "state.apply", [UPDATE_SLS],
                             timeout=HIGHSTATE_TIMEOUT)
+        # the grain lived on the old system disk: without it a rollout's rerun would wait in
+        # step 6 for a firstboot this provisioned store never runs again
+        master.cmd(store.vm_minion_id, "grains.setval",
+                   [FIRSTBOOT_STAGE_GRAIN, FIRSTBOOT_STAGE_DONE])
     except SaltError as exc:
         raise UpdateCheckFailed(f"store {store.store_id}: saltutil.sync_all and state.apply "
                                 f"{UPDATE_SLS} on {store.vm_minion_id}: {exc}") from None

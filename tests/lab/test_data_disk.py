@@ -35,7 +35,7 @@ def accepted_key(lab: LabInfo, minion_id: str) -> str:
 
 def test_the_data_disk_keeps_the_stores_data_and_identity_across_a_new_system_disk(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
-    inventory = write_inventory(tmp_path / "inventory.yaml", ["dd1"], lab=lab)
+    inventory = write_inventory(tmp_path / "inventory.yaml", ["dd1"], "52:54:00:d4:00", lab=lab)
     result = finish(start_rollout(lab_env, "dd1", inventory))
     assert result["state"] == "Completed", result
     hv, vm = "store-dd1-hv", "store-dd1-vm"

@@ -23,7 +23,12 @@ import pytest
 
 from lab.prefect_access import PrefectAccess
 from lab.state import VENV_BIN, LabInfo, LabPaths
-from store_rollout.contracts import ERP_STORE_IMAGE_UPDATED, IMAGE_VERSION_GRAIN
+from store_rollout.contracts import (
+    ERP_STORE_IMAGE_UPDATED,
+    FIRSTBOOT_STAGE_DONE,
+    FIRSTBOOT_STAGE_GRAIN,
+    IMAGE_VERSION_GRAIN,
+)
 from tasks.salt import SaltMasterClient
 from tests.helpers import (
     Background,
@@ -128,6 +133,8 @@ def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, lab_env: 
     assert read_marker(master, OK, path) == written and "sale 1: 4.20 EUR" in written
     assert domain_disk(lab, OK) == result["disk"] and Path(result["disk"]).exists()
     assert (update_record(lab, OK) or {}).get("phase") == "committed"
+    # the new system disk knows its store is past firstboot: a rollout's rerun does not wait
+    assert master.cmd(vm(OK), "grains.get", [FIRSTBOOT_STAGE_GRAIN]) == FIRSTBOOT_STAGE_DONE
     assert {row["result"] for row in go_live_table(lab, OK)} == {"pass"}
     assert len(updated_notices(lab, OK)) == 1
     # run again: already there, nothing touched (no shutdown, no second notice)

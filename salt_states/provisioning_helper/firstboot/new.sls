@@ -6,12 +6,6 @@ provisioning-helper-firstboot-new-saltutil-sync-modules:
     - refresh: True
     - reload_modules: True
 
-# the custom states too (storedata.mounted, store_vm.data): firstboot runs its states with
-# state.sls, which syncs nothing by itself (a highstate's autoload_dynamic_modules does)
-provisioning-helper-firstboot-new-saltutil-sync-states:
-  saltutil.sync_states:
-    - refresh: False
-
 provisioning-helper-firstboot-new-event-send:
   event.send:
     - name: store/vm/firstboot/started
@@ -35,3 +29,9 @@ provisioning-helper-firstboot-new-module-run:
       - grains: provisioning-helper-firstboot-new-grains-present
       - saltutil: provisioning-helper-firstboot-new-saltutil-sync-modules
       - saltutil: provisioning-helper-firstboot-new-saltutil-sync-states
+
+# the custom states too (storedata.mounted, store_vm.data): firstboot runs its states with
+# state.sls, which syncs nothing by itself (a highstate's autoload_dynamic_modules does)
+provisioning-helper-firstboot-new-saltutil-sync-states:
+  saltutil.sync_states:
+    - refresh: False

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +39,6 @@ from store_rollout.contracts import (
     LIBVIRT_EVENT_TAG_PREFIX,
     STORE_EVENT_SIGNATURE,
 )
-from tasks.salt.extensions import served_extension_hashes
 from tests.helpers import load_salt_module
 
 HOST_PY36 = Path(os.environ.get("STORE_ROLLOUT_HOST_PY36_VENV",
@@ -110,18 +110,32 @@ def synced_extensions(extmods: Path) -> dict[str, str]:
     """Lay out `extmods` as saltutil.sync_utils/sync_modules leave it from salt_states (a
     compiled file beside them, which a sync never copies), and return what the master's file
     server says of the same files (tasks/salt/extensions.py, this process's Salt)."""
-    import salt.config
-    import salt.fileserver
-
     for form in HYPERVISOR_EXTENSION_FORMS:
         shutil.copytree(SALT_STATES_DIR / f"_{form}", extmods / form,
                         ignore=shutil.ignore_patterns("__pycache__"))
         (extmods / form / "__pycache__").mkdir()
         (extmods / form / "__pycache__" / "x.cpython-36.pyc").write_bytes(b"\0")
-    opts = salt.config.master_config(None)
-    opts.update({"file_roots": {"base": [str(SALT_STATES_DIR)]}, "fileserver_backend": ["roots"],
-                 "cachedir": str(extmods.parent / "master-cache")})
-    return served_extension_hashes(salt.fileserver.Fileserver(opts), "sha256")
+    # in a process of its own: Salt's loggers need Salt's logger class, which another test of
+    # this worker may have replaced before salt.fileserver was first imported ('Logger' object
+    # has no attribute 'trace', seen under xdist)
+    served = subprocess.run(
+        [sys.executable, "-c", MASTER_HASHES, str(SALT_STATES_DIR),
+         str(extmods.parent / "master-cache")],
+        capture_output=True, text=True, check=True, cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    hashes: dict[str, str] = json.loads(served.stdout)
+    return hashes
+
+
+MASTER_HASHES = """
+import json, sys
+import salt.config, salt.fileserver
+from tasks.salt.extensions import served_extension_hashes
+opts = salt.config.master_config(None)
+opts.update({"file_roots": {"base": [sys.argv[1]]}, "fileserver_backend": ["roots"],
+             "cachedir": sys.argv[2]})
+print(json.dumps(served_extension_hashes(salt.fileserver.Fileserver(opts), "sha256")))
+"""
 
 
 def domain_xml(disk: Path, seed: Path) -> str:

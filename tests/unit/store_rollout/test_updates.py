@@ -25,6 +25,7 @@ from store_rollout.updates import (
     seconds_of,
     target_version,
     update_notice_key,
+    without_data_disk,
 )
 from tasks.image_update import VmNotBack
 from tests.unit.store_rollout.test_step_rules import STORE
@@ -34,7 +35,8 @@ V1_KEY, V2_KEY = "a" * 64, "b" * 64
 
 
 def domain(disk: str = OLD, key: str = V1_KEY, active: bool = True) -> dict[str, Any]:
-    return {"name": "store-0042-vm", "disk": disk, "image_key": key, "active": active}
+    return {"name": "store-0042-vm", "disk": disk, "image_key": key, "active": active,
+            "data_disk": "/srv/salt-images/store-0042-vm/data.raw"}
 
 
 def record(phase: str, **more: Any) -> dict[str, Any]:
@@ -241,3 +243,12 @@ def test_update_and_revert_refuse_when_the_guard_does(flow_module: str,
         flow.fn.__wrapped__(*args)  # no heartbeats
     assert asked == ["update" if flow_module.endswith("update") else "revert"]
     assert changed == []
+
+
+def test_a_vm_without_a_data_disk_is_refused_naming_why() -> None:
+    """A VM defined before data disks: its key and data are on the system disk an update
+    replaces, and the new image's minion waits for the data disk's mount."""
+    assert without_data_disk("0042", domain()) is None
+    said = without_data_disk("0042", {**domain(), "data_disk": None})
+    assert said is not None and "store-0042-vm has no data disk" in said
+    assert "nothing changed" in said
