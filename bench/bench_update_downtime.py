@@ -36,8 +36,10 @@ def main() -> None:
             assert all(row["state"] == "Completed" for row in rolled), rolled
             for sid in ids:
                 started = time.perf_counter()
+                # in the store's window (the lab's chain: all day); going outside it would
+                # need a proven approver
                 state = store_image_update(sid, str(inv), image_version=args.version,
-                                           ignore_windows=True, return_state=True)
+                                           return_state=True)
                 runs.append(time.perf_counter() - started)
                 assert state.is_completed(), state.message
                 result = state.result()
