@@ -95,7 +95,7 @@ def serve_smbios(serial: str) -> None:
             out.write(serial + "\n")
 
 
-def boot_units(root: str, start: bool) -> None:
+def boot_units(root: str, start: bool, whole_boot: bool = False) -> None:
     """The machine's init for its systemd units (the lab's `service` module: the same code
     the minion's service.start runs), on the machine's network, before its minion starts."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "salt_overlay", "_modules",
@@ -106,7 +106,7 @@ def boot_units(root: str, start: bool) -> None:
     units = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(units)
     # _boot: private to Salt's loader (not a `service.*` function), this init's own entry
-    for unit, runs in units._boot(root, start).items():
+    for unit, runs in units._boot(root, start, whole_boot).items():
         print("host_namespace: unit {} {}".format(unit, "started" if runs else "failed to start"),
               flush=True)
 
@@ -124,6 +124,8 @@ def main() -> None:
     parser.add_argument("--smbios-serial", help="the serial the machine's firmware reports")
     parser.add_argument("--units-fail", action="store_true",
                         help="its enabled units fail to start at this boot (a lab fault)")
+    parser.add_argument("--units-fail-whole-boot", action="store_true",
+                        help="and every later start in this boot fails too")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -136,7 +138,8 @@ def main() -> None:
     if args.smbios_serial:
         serve_smbios(args.smbios_serial)
     if args.boot_root:
-        boot_units(args.boot_root, start=not args.units_fail)
+        boot_units(args.boot_root, start=not args.units_fail,
+                   whole_boot=args.units_fail_whole_boot)
     os.execvp(command[0], command)
 
 

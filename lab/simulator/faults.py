@@ -8,11 +8,11 @@ import threading
 from typing import Any
 
 # old_host_salt: the next installed host runs Leap 15.6's stock Salt 3006.0 on Python 3.6;
-# service_start: at a machine's next boot its enabled units fail to start, and so does every start
-# of a unit for the rest of that boot (the step's own knob: taken at a boot of a machine that has
-# enabled units, a store VM's once its highstate enabled the store server's services; a machine's
-# own knob: at that machine's next boot whatever it has, e.g. an image update's boot of a new
-# system disk, whose update highstate then fails to start the store server's services)
+# service_start: at a machine's next boot its enabled units fail to start (the step's own knob:
+# taken at a boot of a machine that has enabled units, a store VM's once its highstate enabled
+# the store server's services; a technician's later start works); a machine's own knob: at that
+# machine's next boot whatever it has, and every start of a unit fails for the rest of that boot
+# (e.g. an image update's boot of a new system disk, whose update highstate then fails)
 # A knob named `<step>@<machine>` (a minion id, or a domain's or store host's name) applies to
 # that machine only, and before the step's own knob: `service_start@store-0003-vm`.
 MACHINE_SEPARATOR = "@"
@@ -73,6 +73,12 @@ class FaultKnobs:
             counts["delayed"] += knob["delay"] > 0
             counts["failed"] += fails
             return knob["delay"], fails
+
+    def armed(self, step: str, machine: str) -> bool:
+        """A knob of this machine's own for `step` will fail its next use."""
+        with self.lock:
+            knob = self.knobs.get(f"{step}{MACHINE_SEPARATOR}{machine}")
+            return bool(knob and (knob["never"] or knob["fail"] > 0))
 
     def taken_snapshot(self) -> dict[str, dict[str, int]]:
         with self.lock:

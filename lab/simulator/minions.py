@@ -224,10 +224,12 @@ class MinionManager:
         options += ["--boot-root", str(root)]
         # the step's knob at a boot with enabled units; the machine's own at its next boot
         has_units = (root / "etc" / "systemd" / "system" / "multi-user.target.wants").is_dir()
+        own = self.faults.armed("service_start", minion_id)
         _, fails = self.faults.take("service_start", minion_id, own_only=not has_units)
         if fails:
-            log.warning("fault knob: %s's units fail to start in this boot", minion_id)
-            options.append("--units-fail")
+            log.warning("fault knob: %s's units fail to start in this boot%s", minion_id,
+                        ", and every start after" if own else "")
+            options += ["--units-fail", *(["--units-fail-whole-boot"] if own else [])]
         unshare = ["unshare", "--net"]
         if (mdir / "store-host").exists():
             socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]

@@ -115,13 +115,17 @@ def _enabled_units(root):
         return []
 
 
-def _boot(root, start_units=True):
+def _boot(root, start_units=True, whole_boot=False):
     """A boot: /run starts empty, then (as systemd does for multi-user.target) every enabled
-    unit starts; `start_units` False: they all fail to start, and so does every start in this
-    boot (the lab's `service_start` fault). Returns {unit: runs}."""
+    unit starts; `start_units` False: they all fail to start (the lab's `service_start` fault),
+    and with `whole_boot` so does every start in this boot (a machine's own knob: a new version
+    whose services cannot run; the step's knob leaves a technician's later start working).
+    Returns {unit: runs}."""
     run_dir = _under(root, RUN_DIR)
     for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
         os.remove(os.path.join(run_dir, name))
+    if not start_units and not whole_boot:
+        return {name: False for name in _enabled_units(root)}
     if not start_units:
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, UNITS_FAIL_FILE), "w") as handle:

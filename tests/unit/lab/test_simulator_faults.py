@@ -21,7 +21,10 @@ def test_a_machines_knob_applies_to_it_alone_and_first() -> None:
     faults = FaultKnobs()
     faults.set("service_start@store-0003-vm", {"fail": 1})
     assert faults.take("service_start", "store-0004-vm") == (0.0, False)
+    assert faults.armed("service_start", "store-0003-vm")
+    assert not faults.armed("service_start", "store-0004-vm")
     assert faults.take("service_start", "store-0003-vm") == (0.0, True)
+    assert not faults.armed("service_start", "store-0003-vm")  # used up
     assert faults.take("service_start", "store-0003-vm") == (0.0, False)  # counted down
     faults.set("vm_boot", {"fail": 1})
     faults.set("vm_boot@store-0003-vm", {"never": True})
@@ -53,15 +56,32 @@ def _lab_service() -> ModuleType:
     return module
 
 
-def test_a_service_start_fault_lasts_the_whole_boot(tmp_path: Path) -> None:
-    units = _lab_service()
-    unit_dir = tmp_path / units.UNIT_DIR
+def _pos_unit(units: ModuleType, root: Path) -> None:
+    unit_dir = root / units.UNIT_DIR
     unit_dir.mkdir(parents=True)
     (unit_dir / "pos.service").write_text("[Service]\nExecStart=/bin/sleep 30\n")
-    (tmp_path / units.WANTS_DIR).mkdir(parents=True)
-    (tmp_path / units.WANTS_DIR / "pos.service").symlink_to("../pos.service")
+    (root / units.WANTS_DIR).mkdir(parents=True)
+    (root / units.WANTS_DIR / "pos.service").symlink_to("../pos.service")
+
+
+def test_the_steps_service_start_fault_leaves_a_technicians_start_working(
+        tmp_path: Path) -> None:
+    """The step's knob (issue 30's test): the units fail at boot, a later start works."""
+    units = _lab_service()
+    _pos_unit(units, tmp_path)
     try:
         assert units._boot(str(tmp_path), False) == {"pos.service": False}
+        assert units._pid_of(str(tmp_path), "pos") is None
+        assert units._start_unit(str(tmp_path), "pos") is True
+    finally:
+        units._stop_unit(str(tmp_path), "pos")
+
+
+def test_a_machines_own_service_start_fault_lasts_the_whole_boot(tmp_path: Path) -> None:
+    units = _lab_service()
+    _pos_unit(units, tmp_path)
+    try:
+        assert units._boot(str(tmp_path), False, True) == {"pos.service": False}
         # a later start in the same boot (a highstate's service.running) fails too
         assert units._start_unit(str(tmp_path), "pos") is False
         assert units._pid_of(str(tmp_path), "pos") is None
