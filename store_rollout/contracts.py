@@ -198,6 +198,7 @@ ERP_STORE_SERVER_RUNNING: Final = "store-server-running"
 ERP_STORE_DECOMMISSIONED: Final = "store-decommissioned"
 ERP_STORE_HARDWARE_REPLACED: Final = "store-hardware-replaced"
 ERP_STORE_IMAGE_UPDATED: Final = "store-image-updated"
+ERP_STORE_HARDWARE_REFRESHED: Final = "store-hardware-refreshed"  # issue 48: moved, data kept
 
 # -- image versions and the data disk (issue 47) -----------------------------------------------
 # An image version is data (store_rollout/image_versions.py): its name goes into the build as
@@ -220,3 +221,21 @@ IDENTITY_DATA_DIR_ENV: Final = "STORE_IDENTITY_DATA_DIR"  # store-identity's dat
 # The hypervisor's record of a system-disk switch (storevirt), written before the switch: a
 # crashed orchestrator's rerun, and reconcile, read it there, not from anyone's memory.
 UPDATE_RECORD_FILE: Final = "update.json"
+
+# -- hardware refresh and backups (issue 48) ----------------------------------------------------
+# Hypervisors reach each other over libvirt's TLS transport only, with certificates the master's
+# libvirt CA signs (tasks/libvirt_tls.py): CN = the box's hypervisor minion id, O = LIBVIRT_TLS_ORG,
+# subjectAltName = the box's address. A box's libvirtd lets in only the DNs of its own store's
+# boxes (LIBVIRT_TLS_ALLOWED_DN % store id), so no other store's box can push or pull a VM.
+LIBVIRT_TLS_PORT: Final = 16514
+LIBVIRT_TLS_ORG: Final = "store-rollout"
+LIBVIRT_TLS_ALLOWED_DN: Final = "O=store-rollout,CN=store-%s-hv*"
+# A refreshed box's hypervisor minion id: the store's, then the last 6 hex digits of its MAC
+# (store-0042-hv-a1b2c3), so the new box signs in beside the old one with a key of its own.
+REFRESHED_HV_ID_RE: Final = r"store-[A-Za-z0-9_-]+-hv(-[0-9a-f]{6})?"
+# The hypervisor's record of a move of the store VM to another box (storevirt), written on the
+# old box before anything moves: a crashed run's rerun reads where the VM is from it.
+MOVE_RECORD_FILE: Final = "move.json"
+# What a store VM's backup leaves out of DATA_DISK_MOUNT: its identity (the minion's private
+# key never leaves the store).
+BACKUP_EXCLUDES: Final = (DATA_DISK_IDENTITY_DIR,)
