@@ -126,7 +126,7 @@ lint: setup
 	$(VENV)/bin/yamllint --strict .
 
 test: lint
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=40
 
 # tests/durations.json (the xdist order: longest first) from a run of the default suite
 test-durations: setup
