@@ -1,6 +1,7 @@
 """`store-rollout` command line; replace, refresh, update and revert live in app/replace.py,
 app/refresh.py and app/image_update.py, how commands run flows in app/runner.py, what they
-show in app/live.py and app/views.py; other installs' sub-commands load only when run (app/commands.py)."""
+show in app/live.py and app/views.py; other installs' sub-commands load only when run
+(app/commands.py)."""
 
 from __future__ import annotations
 

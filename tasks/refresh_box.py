@@ -72,7 +72,7 @@ def read_refresh_state(old: Store, new: Store, salt: SaltSettings, cobbler: Cobb
     master = master_client(salt.salt_master_config)
     keys = {"old": master.key_state(old.hypervisor_minion_id),
             "new": master.key_state(new.hypervisor_minion_id)}
-    found = {"old_key": keys["old"], "new_key": keys["new"],
+    found: dict[str, Any] = {"old_key": keys["old"], "new_key": keys["new"],
              "old_record": client.get_system(old.cobbler_system) is not None,
              "live": step_rules.store_live(erp_client(erp).notices(old.store_id)),
              "domain": domain_where(master, old, new, keys)}

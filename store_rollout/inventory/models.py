@@ -21,9 +21,13 @@ from store_rollout.contracts import IMAGE_VERSION_RE
 from store_rollout.inventory.addressing import check_addressing
 from store_rollout.inventory.bmc import bmc_identity
 from store_rollout.inventory.calendar_spec import CalendarSpec, with_default_calendar
-from store_rollout.inventory.fields import HOSTNAME_RE, checked_mac, minion_id_problem
-from store_rollout.inventory.fields import spelled as _spelled
-from store_rollout.inventory.fields import with_default_platform
+from store_rollout.inventory.fields import (
+    HOSTNAME_RE,
+    checked_mac,
+    minion_id_problem,
+    spelled,
+    with_default_platform,
+)
 from store_rollout.regions import DEFAULT_REGION, REGION_RE
 
 STORE_ID_RE = r"^[a-z0-9][a-z0-9-]{0,23}$"
@@ -49,25 +53,25 @@ class HypervisorSpec(_Strict):
         None, description="sles15-xen (SLES 15 SP7 + Xen) or sle16-kvm (SLES/Leap 16 + KVM)")
     cobbler_profile: str | None = Field(
         None, description="Cobbler profile (default: the platform's, store-hypervisor-<platform>)")
-    dom0_mem: Annotated[str | None, _spelled(
+    dom0_mem: Annotated[str | None, spelled(
         r"[0-9]+[KMG]?(,max:[0-9]+[KMG]?)?", "dom0_mem", "like 4096M,max:4096M")] = Field(
         None, description="Xen dom0's memory (sles15-xen only; default 4096M,max:4096M)")
     power_type: Literal["ipmi", "redfish"] | None = Field(
         None, description="the BMC's protocol, ipmi or redfish (default: settings power_type)")
-    power_address: Annotated[str | None, _spelled(
+    power_address: Annotated[str | None, spelled(
         r"(https?://)?[A-Za-z0-9._:\[\]-]+(/[^\s]*)?", "BMC address",
         "a host name or IP (IPMI), or https://host[:port] (Redfish)")] = Field(
         None, description="the BMC's address: host or IP (IPMI), URL or host (Redfish)")
     power_port: int | None = Field(None, ge=1, le=65535,
                                    description="the BMC's port (default: IPMI 623, Redfish 443)")
-    redfish_system_id: Annotated[str | None, _spelled(
+    redfish_system_id: Annotated[str | None, spelled(
         r"[A-Za-z0-9._-]{1,64}", "Redfish system id", "the id under /redfish/v1/Systems/")] = Field(
         None, description="the host's Redfish system (default: the BMC's only system)")
     bmc_credentials_block: str | None = Field(
         None, description="BMC Credentials Block of this host (default: settings)")
     ipmi_cipher_suite: int | None = Field(
         None, ge=0, le=17, description="IPMI cipher suite (default: the best the BMC offers)")
-    serial: Annotated[str | None, _spelled(
+    serial: Annotated[str | None, spelled(
         r"[A-Za-z0-9][A-Za-z0-9._/-]{0,63}", "serial number",
         "the SMBIOS serial on the host's label: letters, digits, '.', '_', '/', '-'")] = Field(
         None, description="the host's serial number (SMBIOS, as on its label): step 3 refuses "
@@ -134,7 +138,7 @@ class HypervisorSpec(_Strict):
 
 
 class VmSpec(_Strict):
-    name: Annotated[str | None, _spelled(r"[a-z0-9][a-z0-9-]{0,62}", "VM name",
+    name: Annotated[str | None, spelled(r"[a-z0-9][a-z0-9-]{0,62}", "VM name",
                                          "lowercase letters, digits and '-'")] = Field(
         None, description="libvirt domain name (default store-<id>-vm)")
     vcpus: int = Field(2, ge=1, le=64, description="virtual CPUs, 1..64")
@@ -145,16 +149,16 @@ class VmSpec(_Strict):
     data_disk_gib: int = Field(8, ge=1, le=4096, description="data disk size in GiB, 1..4096")
     # the image version the store should run (settings `image_versions`); none: the chain's
     # `image_version`
-    image_version: Annotated[str | None, _spelled(IMAGE_VERSION_RE, "image version",
+    image_version: Annotated[str | None, spelled(IMAGE_VERSION_RE, "image version",
                                                   "lowercase letters, digits, '.', '_', '-'")] = \
         Field(None, description="image version (settings image_versions), default the chain's")
-    network: Annotated[str, _spelled(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", "network",
+    network: Annotated[str, spelled(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", "network",
                                      "a bridge name like br0, or 'none'")] = Field(
         "br0", description="host bridge for the VM NIC, or 'none'")
 
 
 class ErpSpec(_Strict):
-    site_code: Annotated[str, _spelled(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", "ERP site code",
+    site_code: Annotated[str, spelled(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", "ERP site code",
                                        "letters, digits, '-' and '_'")] = Field(
         description="the store's site code in the ERP")
     cost_center: str | None = None
