@@ -14,7 +14,16 @@ from typing import Annotated, Any
 import typer
 
 from app.offline import Confirmed, Now, RequiredInventory
-from app.replace import new_box, replace
+from app.replace import (
+    BmcAddress,
+    BmcPort,
+    NewMac,
+    PowerType,
+    RedfishSystem,
+    Serial,
+    new_box,
+    replace,
+)
 from app.runner import console, refuse, refuse_settings
 from app.undo import Approver, Code, proven_at_terminal, terminal_person
 from store_rollout.guard import WHAT, Action
@@ -47,19 +56,13 @@ def validate_refresh(store_id: str, inventory: Path, box: dict[str, Any]) -> flo
 
 def refresh(
     store_id: str,
-    mac: Annotated[str, typer.Option("--mac", help="the new box's PXE NIC MAC")],
+    mac: NewMac,
     inventory: RequiredInventory,
-    power_type: Annotated[str | None, typer.Option(
-        "--power-type", help="the new box's BMC protocol, ipmi or redfish (default: the old "
-                             "box's)")] = None,
-    bmc_address: Annotated[str | None, typer.Option(
-        "--bmc-address", help="the new box's BMC address (its own: never the old box's)")] = None,
-    bmc_port: Annotated[int | None, typer.Option(
-        "--bmc-port", help="the new box's BMC port (default: the old box's)")] = None,
-    redfish_system_id: Annotated[str | None, typer.Option(
-        "--redfish-system-id", help="the new box's Redfish system (default: the old box's)")] = None,
-    serial: Annotated[str | None, typer.Option(
-        "--serial", help="the new box's serial number (checked in step 3)")] = None,
+    power_type: PowerType = None,
+    bmc_address: BmcAddress = None,
+    bmc_port: BmcPort = None,
+    redfish_system_id: RedfishSystem = None,
+    serial: Serial = None,
     ip: Annotated[str | None, typer.Option(
         "--ip", help="the new box's own static address (when the store's hypervisor has "
                      "one: the old box keeps it until it is retired)")] = None,
