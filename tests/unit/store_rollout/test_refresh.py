@@ -291,3 +291,44 @@ def test_the_cli_refuses_another_stores_box_before_anything(tmp_path: Path,
     assert result.exit_code == 2, text
     assert guard.WHAT[Action.REFRESH_HARDWARE] in text and "needs 30 min" in text
     assert "add --yes to go on" in text
+
+
+# -- the flow's order: the old box retired only after the new box's gate -----------------------
+@pytest.mark.parametrize("gate_fails", [True, False])
+def test_the_old_box_is_retired_only_after_the_gate_on_the_new_box(monkeypatch: Any,
+                                                                   gate_fails: bool) -> None:
+    from types import SimpleNamespace
+
+    import flows.hardware_refresh as module
+    from store_rollout.steps import StepClock
+
+    calls: list[Any] = []
+
+    def step(name: str, fails: bool = False) -> Any:
+        def run(*args: Any, **_: Any) -> dict[str, Any]:
+            calls.append((name, args[-1] if name == "move_store_vm" else None))
+            if fails:
+                raise RuntimeError(f"{name} failed: check pos")
+            return {"mode": "live", "downtime_seconds": 0.4}
+        return run
+
+    monkeypatch.setattr(module, "host_task", lambda _module, name: step(name))
+    monkeypatch.setattr(module, "wait_vm_back", step("vm_back"))
+    monkeypatch.setattr(module, "go_live_gate", step("gate", gate_fails))
+    monkeypatch.setattr(module, "retire", step("retire"))
+    monkeypatch.setattr(module, "new_box_ready", lambda *_: {"new": {"address": "10.0.9.5"}})
+    monkeypatch.setattr(module, "update_window", lambda *_: {"window": {"go": True},
+                                                             "authorization": {"go": True}})
+    monkeypatch.setattr(module, "run_in_window", lambda _store, go, slot=None: go())
+    old = INVENTORY.get("0001")
+    run = module.RefreshRun(old, refreshed_store(old, NEW), SimpleNamespace(salt=None, calendar=None),
+                            None, StepClock("0001"), lambda: Consent(asked=("refresh",)),
+                            {"vm_back_timeout": 5.0})  # type: ignore[arg-type]
+    done = module.refresh(run, {})
+    assert calls[0] == ("move_store_vm", "10.0.9.5")  # the new box's address from its TLS
+    if gate_fails:
+        assert done["outcome"] == "failed" and [c[0] for c in calls] == [
+            "move_store_vm", "vm_back", "gate"]
+        assert done["failed_check"] == "the go-live gate on the new box: gate failed: check pos"
+    else:
+        assert done["outcome"] == "refreshed" and calls[-1][0] == "retire"
