@@ -73,7 +73,7 @@ from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import wait_for_hypervisor
 from tasks.slots import store_owner
 from tasks.virt import stage_image
-from tasks.windows import run_in_window
+from tasks.windows import NoMaintenanceWindow, run_in_window
 
 
 def host_task(module: str, name: str) -> Any:
@@ -173,7 +173,10 @@ def refresh(run: RefreshRun, domain: dict[str, Any]) -> dict[str, Any]:
     """The guard asked first (a refusal installs nothing), the new box made ready ahead of
     the window, then in the window the move and its checks, and the old box retired."""
     consent = run.consent()
-    update_window(Action.REFRESH_HARDWARE, run.old, consent, run.parts.calendar)
+    first = update_window(Action.REFRESH_HARDWARE, run.old, consent, run.parts.calendar)
+    if not first["window"]["go"] and first["window"].get("wait_until") is None:
+        raise NoMaintenanceWindow(f"store {run.old.store_id}: {first['window']['reason']}; "
+                                  "nothing changed (the new box is not installed either)")
     tls = new_box_ready(run, consent, domain)
     allowed = run_in_window(run.old.store_id, lambda: update_window(
         Action.REFRESH_HARDWARE, run.old, consent, run.parts.calendar))
