@@ -40,21 +40,29 @@ def validate_replacement(store_id: str, inventory: Path, box: dict[str, Any]) ->
         refuse(str(exc))
 
 
+# the new box's options, as `replace` and `refresh` (app/refresh.py) take them
+NewMac = Annotated[str, typer.Option("--mac", help="the new box's PXE NIC MAC")]
+PowerType = Annotated[str | None, typer.Option(
+    "--power-type", help="the new box's BMC protocol, ipmi or redfish (default: the old box's)")]
+BmcAddress = Annotated[str | None, typer.Option(
+    "--bmc-address", help="the new box's BMC address (default: the old box's)")]
+BmcPort = Annotated[int | None, typer.Option(
+    "--bmc-port", help="the new box's BMC port (default: the old box's)")]
+RedfishSystem = Annotated[str | None, typer.Option(
+    "--redfish-system-id", help="the new box's Redfish system (default: the old box's)")]
+Serial = Annotated[str | None, typer.Option(
+    "--serial", help="the new box's serial number (checked in step 3)")]
+
+
 def replace(
     store_id: str,
-    mac: Annotated[str, typer.Option("--mac", help="the new box's PXE NIC MAC")],
+    mac: NewMac,
     inventory: RequiredInventory,
-    power_type: Annotated[str | None, typer.Option(
-        "--power-type", help="the new box's BMC protocol, ipmi or redfish (default: the old "
-                             "box's)")] = None,
-    bmc_address: Annotated[str | None, typer.Option(
-        "--bmc-address", help="the new box's BMC address (default: the old box's)")] = None,
-    bmc_port: Annotated[int | None, typer.Option(
-        "--bmc-port", help="the new box's BMC port (default: the old box's)")] = None,
-    redfish_system_id: Annotated[str | None, typer.Option(
-        "--redfish-system-id", help="the new box's Redfish system (default: the old box's)")] = None,
-    serial: Annotated[str | None, typer.Option(
-        "--serial", help="the new box's serial number (checked in step 3)")] = None,
+    power_type: PowerType = None,
+    bmc_address: BmcAddress = None,
+    bmc_port: BmcPort = None,
+    redfish_system_id: RedfishSystem = None,
+    serial: Serial = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     yes: Confirmed = False,
     now: Now = False,

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 # an image update's sequence (issue 47): shutdown, switch, boot, update highstate, go-live gate,
 # and a revert with its boot and gate when a check fails (store_rollout/guard.py)
 STEP_IMAGE_UPDATE: Final = "image_update"
+# a hardware refresh's move (issue 48): the store VM and its disks onto the new box, its
+# minion back there and its go-live gate (the new box is installed ahead, outside the window)
+STEP_HARDWARE_REFRESH: Final = "hardware_refresh"
 # what each disruptive step does to a running store (what a window check says)
 DISRUPTIVE_STEPS: Final = {
     STEP_PXE_INSTALL_HYPERVISOR: "power-cycles the store host and reinstalls it (the store "
@@ -30,9 +33,10 @@ DISRUPTIVE_STEPS: Final = {
 }
 # how long each disruption lasts, seconds: step 2 until the host is up again (PXE install, its
 # reboot into Xen, the first highstate), step 5 until firstboot's second reboot is done, an
-# image update until its gate passed, or failed and the revert's passed
+# image update until its gate passed, or failed and the revert's passed, a hardware refresh
+# from the move's start to the gate on the new box (an offline move's copy of the disks)
 DEFAULT_DISRUPTION_SECONDS: Final = {STEP_PXE_INSTALL_HYPERVISOR: 2700.0, STEP_CREATE_VM: 1200.0,
-                                     STEP_IMAGE_UPDATE: 1200.0}
+                                     STEP_IMAGE_UPDATE: 1200.0, STEP_HARDWARE_REFRESH: 1800.0}
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from store_rollout import disruption
 from store_rollout.contracts import STEP_CREATE_VM, STEP_PXE_INSTALL_HYPERVISOR
-from store_rollout.disruption import STEP_IMAGE_UPDATE
+from store_rollout.disruption import STEP_HARDWARE_REFRESH, STEP_IMAGE_UPDATE
 from store_rollout.inventory.calendar_spec import CalendarSpec
 from store_rollout.inventory.models import Store
 
@@ -51,6 +51,9 @@ class Action(StrEnum):
     # an update a crashed run left switched (recorded on the host) is finished by the rerun:
     # asked for and approved when that run began, in the window it began in
     FINISH_UPDATE = "finish_update"
+    # issue 48: the store server moved with its disks onto the store's new box, the old box
+    # retired (`store-rollout refresh`)
+    REFRESH_HARDWARE = "refresh"
 
 
 WHAT: Final = {
@@ -79,6 +82,9 @@ WHAT: Final = {
                          "disk (the version before its last image update)",
     Action.FINISH_UPDATE: "finishes an image update a crashed run left switched: boots the "
                           "store server if it is off, checks it, commits or reverts",
+    Action.REFRESH_HARDWARE: "moves the store server to the new box with its disks (live on "
+                             "KVM, shut down and copied on Xen), then powers the old box off "
+                             "and removes the store's VM and disks from it",
 }
 # actions that need neither a request, an approval nor a window, and why
 UNASKED: Final = {
@@ -106,6 +112,8 @@ def sequence_seconds(action: Action, disruption_seconds: dict[str, float]) -> fl
         return disruption_seconds[STEP_CREATE_VM]
     if action in KEEPS_WHAT_IT_REPLACES:
         return disruption_seconds[STEP_IMAGE_UPDATE]
+    if action is Action.REFRESH_HARDWARE:
+        return disruption_seconds[STEP_HARDWARE_REFRESH]
     return 0.0 if action in UNDISRUPTIVE else UNDO_SECONDS
 
 

@@ -6,7 +6,8 @@
   3 and 4, and the keys' removal), virt (step 5, staging), vm_removal (the VM's removal: rollback,
   decommission), data_export (a decommission's export of the data disk), firstboot (step 6),
   go_live (the go-live gate), image_update (an image update's and revert's changes, waits and
-  checks); retire_box (a replacement's first change), approvals (the
+  checks); retire_box (a replacement's first change), refresh_box (a hardware refresh's own
+  reads, the old box's retirement and its ERP notice), approvals (the
   approval before step 1), preflight (the checks before any side effect), observe (what plan,
   reconcile and an approval read), reconcile_events, store_runs (a batch's runs), region_runs
   (a chain-wide read's runs in other regions), undo (what a rollback or a decommission decides
@@ -27,8 +28,8 @@ breaks this, or on a module of tasks/ that is in none of the three lists.
 """
 
 STEP_MODULES = ("approvals", "data_export", "firstboot", "go_live", "image_update", "observe",
-                "preflight", "pxe_install", "reconcile_events", "region_runs", "retire_box",
-                "salt_master", "store_runs", "undo", "virt", "vm_removal")
+                "preflight", "pxe_install", "reconcile_events", "refresh_box", "region_runs",
+                "retire_box", "salt_master", "store_runs", "undo", "virt", "vm_removal")
 CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "vm_domain",

@@ -64,6 +64,7 @@ CSV_COLUMNS = {
     "hv_bmc_credentials_block": ("hypervisor", "bmc_credentials_block"),
     "hv_ipmi_cipher_suite": ("hypervisor", "ipmi_cipher_suite"),
     "hv_serial": ("hypervisor", "serial"),
+    "hypervisor_minion_id": ("hypervisor", "minion_id"),
     "vm_name": ("vm", "name"), "vm_vcpus": ("vm", "vcpus"), "vm_memory_mib": ("vm", "memory_mib"),
     "vm_disk_gib": ("vm", "disk_gib"), "vm_data_disk_gib": ("vm", "data_disk_gib"),
     "vm_image_version": ("vm", "image_version"), "vm_network": ("vm", "network"),

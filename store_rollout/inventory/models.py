@@ -5,15 +5,14 @@ the field and the fix."""
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -22,41 +21,20 @@ from store_rollout.contracts import IMAGE_VERSION_RE
 from store_rollout.inventory.addressing import check_addressing
 from store_rollout.inventory.bmc import bmc_identity
 from store_rollout.inventory.calendar_spec import CalendarSpec, with_default_calendar
+from store_rollout.inventory.fields import (
+    HOSTNAME_RE,
+    checked_mac,
+    minion_id_problem,
+    spelled,
+    with_default_platform,
+)
 from store_rollout.regions import DEFAULT_REGION, REGION_RE
 
 STORE_ID_RE = r"^[a-z0-9][a-z0-9-]{0,23}$"
-_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
-HOSTNAME_RE = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
-MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
 
 class InventoryError(ValueError):
     """The inventory or a parameter is invalid; the message names the field and the fix."""
-
-
-def _spelled(pattern: str, what: str, how: str) -> AfterValidator:
-    """A field whose value must match `pattern`; the error names it and how to write it."""
-    regex = re.compile(pattern)
-
-    def check(value: str | None) -> str | None:
-        if value is not None and not regex.fullmatch(value):
-            raise ValueError(f"invalid {what} {value!r}: {how}")
-        return value
-
-    return AfterValidator(check)
-
-
-def with_default_platform(raw: Any) -> Any:
-    """The raw inventory with `defaults.platform` as each store's hypervisor.platform where the
-    store names none (anything malformed is left for its own field's error)."""
-    defaults = raw.get("defaults") if isinstance(raw, dict) else None
-    given = defaults.get("platform") if isinstance(defaults, dict) else None
-    if not given or not isinstance(raw.get("stores"), list):
-        return raw
-    return {**raw, "stores": [
-        {**s, "hypervisor": {"platform": given, **s["hypervisor"]}}
-        if isinstance(s, dict) and isinstance(s.get("hypervisor"), dict) else s
-        for s in raw["stores"]]}
 
 
 class _Strict(BaseModel):
@@ -75,29 +53,33 @@ class HypervisorSpec(_Strict):
         None, description="sles15-xen (SLES 15 SP7 + Xen) or sle16-kvm (SLES/Leap 16 + KVM)")
     cobbler_profile: str | None = Field(
         None, description="Cobbler profile (default: the platform's, store-hypervisor-<platform>)")
-    dom0_mem: Annotated[str | None, _spelled(
+    dom0_mem: Annotated[str | None, spelled(
         r"[0-9]+[KMG]?(,max:[0-9]+[KMG]?)?", "dom0_mem", "like 4096M,max:4096M")] = Field(
         None, description="Xen dom0's memory (sles15-xen only; default 4096M,max:4096M)")
     power_type: Literal["ipmi", "redfish"] | None = Field(
         None, description="the BMC's protocol, ipmi or redfish (default: settings power_type)")
-    power_address: Annotated[str | None, _spelled(
+    power_address: Annotated[str | None, spelled(
         r"(https?://)?[A-Za-z0-9._:\[\]-]+(/[^\s]*)?", "BMC address",
         "a host name or IP (IPMI), or https://host[:port] (Redfish)")] = Field(
         None, description="the BMC's address: host or IP (IPMI), URL or host (Redfish)")
     power_port: int | None = Field(None, ge=1, le=65535,
                                    description="the BMC's port (default: IPMI 623, Redfish 443)")
-    redfish_system_id: Annotated[str | None, _spelled(
+    redfish_system_id: Annotated[str | None, spelled(
         r"[A-Za-z0-9._-]{1,64}", "Redfish system id", "the id under /redfish/v1/Systems/")] = Field(
         None, description="the host's Redfish system (default: the BMC's only system)")
     bmc_credentials_block: str | None = Field(
         None, description="BMC Credentials Block of this host (default: settings)")
     ipmi_cipher_suite: int | None = Field(
         None, ge=0, le=17, description="IPMI cipher suite (default: the best the BMC offers)")
-    serial: Annotated[str | None, _spelled(
+    serial: Annotated[str | None, spelled(
         r"[A-Za-z0-9][A-Za-z0-9._/-]{0,63}", "serial number",
         "the SMBIOS serial on the host's label: letters, digits, '.', '_', '/', '-'")] = Field(
         None, description="the host's serial number (SMBIOS, as on its label): step 3 refuses "
                           "a host that reports another, before anything is done on it")
+    # a refreshed box's own id (`store-rollout refresh` says what to write): store-<id>-hv-
+    # <last 6 hex digits of mac>; checked against the store by Store
+    minion_id: str | None = Field(None, description="the hypervisor's minion id when not "
+                                  "store-<id>-hv: a refreshed box's, store-<id>-hv-<mac suffix>")
 
     @model_validator(mode="before")
     @classmethod
@@ -124,22 +106,7 @@ class HypervisorSpec(_Strict):
     @field_validator("mac")
     @classmethod
     def _mac(cls, v: str) -> str:
-        norm = v.strip().lower()
-        if not MAC_RE.fullmatch(norm):
-            raise ValueError(f"invalid MAC {v!r}: use six hex pairs like 52:54:00:12:34:56")
-        norm = norm.replace("-", ":")
-        # Cobbler and DHCP key the host on this MAC: an address no NIC sends from would leave
-        # the PXE boot unanswered (or answer every machine)
-        if norm == "00:00:00:00:00:00":
-            raise ValueError(f"MAC {v!r} is all zeros (an empty ERP field or a placeholder): "
-                             "use the MAC printed on the hypervisor's PXE NIC")
-        if norm == "ff:ff:ff:ff:ff:ff":
-            raise ValueError(f"MAC {v!r} is the broadcast address, not a NIC's: use the MAC "
-                             "printed on the hypervisor's PXE NIC")
-        if int(norm[:2], 16) & 1:
-            raise ValueError(f"MAC {v!r} is a multicast address (the low bit of its first octet "
-                             "is set; no NIC has one): use the NIC's unicast MAC")
-        return norm
+        return checked_mac(v)
 
     @field_validator("ip")
     @classmethod
@@ -164,7 +131,6 @@ class HypervisorSpec(_Strict):
         except ValueError:
             raise ValueError(f"invalid IPv4 address {v!r}: write a.b.c.d") from None
 
-
     @model_validator(mode="after")
     def _addressing(self) -> HypervisorSpec:
         check_addressing(self.ip, self.netmask, self.gateway)
@@ -172,7 +138,7 @@ class HypervisorSpec(_Strict):
 
 
 class VmSpec(_Strict):
-    name: Annotated[str | None, _spelled(r"[a-z0-9][a-z0-9-]{0,62}", "VM name",
+    name: Annotated[str | None, spelled(r"[a-z0-9][a-z0-9-]{0,62}", "VM name",
                                          "lowercase letters, digits and '-'")] = Field(
         None, description="libvirt domain name (default store-<id>-vm)")
     vcpus: int = Field(2, ge=1, le=64, description="virtual CPUs, 1..64")
@@ -183,16 +149,16 @@ class VmSpec(_Strict):
     data_disk_gib: int = Field(8, ge=1, le=4096, description="data disk size in GiB, 1..4096")
     # the image version the store should run (settings `image_versions`); none: the chain's
     # `image_version`
-    image_version: Annotated[str | None, _spelled(IMAGE_VERSION_RE, "image version",
+    image_version: Annotated[str | None, spelled(IMAGE_VERSION_RE, "image version",
                                                   "lowercase letters, digits, '.', '_', '-'")] = \
         Field(None, description="image version (settings image_versions), default the chain's")
-    network: Annotated[str, _spelled(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", "network",
+    network: Annotated[str, spelled(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}", "network",
                                      "a bridge name like br0, or 'none'")] = Field(
         "br0", description="host bridge for the VM NIC, or 'none'")
 
 
 class ErpSpec(_Strict):
-    site_code: Annotated[str, _spelled(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", "ERP site code",
+    site_code: Annotated[str, spelled(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", "ERP site code",
                                        "letters, digits, '-' and '_'")] = Field(
         description="the store's site code in the ERP")
     cost_center: str | None = None
@@ -219,9 +185,19 @@ class Store(_Strict):
             raise ValueError(f"{names} missing: set it for the store or in defaults.calendar")
         return value
 
+    @field_validator("hypervisor")
+    @classmethod
+    def _own_minion_id(cls, value: HypervisorSpec, info: ValidationInfo) -> HypervisorSpec:
+        store_id = info.data.get("store_id")
+        problem = value.minion_id and store_id and minion_id_problem(value.minion_id, store_id,
+                                                                     value.mac)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @property
     def hypervisor_minion_id(self) -> str:
-        return f"store-{self.store_id}-hv"
+        return self.hypervisor.minion_id or f"store-{self.store_id}-hv"
 
     @property
     def vm_minion_id(self) -> str:
