@@ -89,7 +89,10 @@ def replace(
                       + (f"\n{result.get('error')}" if result.get("error") else ""))
     if result["state"] != "Completed":
         raise typer.Exit(1)
-    fields = ", ".join(f"hypervisor.{k}: {v}" for k, v in box.items())
+    # a refreshed store's new box has an id of its own (store_rollout/inventory/fields.py)
+    hypervisor = str(result.get("hypervisor") or "")
+    written = {**box, **({"minion_id": hypervisor} if "-hv-" in hypervisor else {})}
+    fields = ", ".join(f"hypervisor.{k}: {v}" for k, v in written.items())
     console.print(f"store {store_id} runs on the new box: write {fields} into the inventory "
                   "(a rollout with the old box's MAC would move the record back)",
                   soft_wrap=True)

@@ -49,7 +49,9 @@ import salt.utils.event
 import salt.utils.verify
 
 log = logging.getLogger(__name__)
-STORE_MINION = re.compile(r"^store-(?P<store>[a-z0-9-]+)-(?:hv|vm)$")
+# a refreshed box's hypervisor is store-<id>-hv-<6 hex digits of its MAC> (issue 48)
+STORE_MINION = re.compile(r"^store-(?P<store>[a-z0-9-]+?)-(?:hv|vm|hv-[0-9a-f]{6})$")
+STORE_HYPERVISOR = r"store-%s-hv(?:-[0-9a-f]{6})?"
 STORE_DOMAIN = re.compile(r"^store-(?P<store>[a-z0-9-]+)-vm$")
 # the hypervisors' libvirt_events tag_prefix (store_rollout.contracts.LIBVIRT_EVENT_TAG_PREFIX)
 LIBVIRT_EVENT_PREFIX = "store/libvirt"
@@ -132,7 +134,8 @@ def _domain_event(data):
     body = data.get("data") if isinstance(data.get("data"), dict) else {}
     domain = body.get("domain") or {}
     match = STORE_DOMAIN.match(str(domain.get("name") or ""))
-    if not match or hypervisor != f"store-{match.group('store')}-hv":
+    if not match or not re.fullmatch(STORE_HYPERVISOR % re.escape(match.group("store")),
+                                     hypervisor):
         return None
     store = match.group("store")
     event = str(body.get("event") or "unknown").lower()

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from store_rollout.inventory.bmc import bmc_identity
+from store_rollout.inventory.fields import refreshed_minion_id
 from store_rollout.inventory.models import HypervisorSpec, Inventory, InventoryError, Store
 
 # what a replacement gives of its new box
@@ -28,6 +29,9 @@ def with_new_box(inventory: Inventory, store_id: str, box: dict[str, Any]) -> St
             f"(store {store_id}); give the new box's mac and, where they differ from the old "
             f"box's, {', '.join(BOX_FIELDS[1:])}")
     fields = {**store.hypervisor.model_dump(exclude_none=True, exclude={"serial"}), **box}
+    if store.hypervisor.minion_id and box.get("mac"):
+        # a refreshed box's id ends in its MAC's digits: the replacement's in its own
+        fields["minion_id"] = refreshed_minion_id(store_id, str(box["mac"]))
     try:
         hypervisor = HypervisorSpec.model_validate(fields)
     except ValidationError as exc:

@@ -484,3 +484,20 @@ def test_lost_and_restored_reach_prefect_related_to_the_hypervisors_store(forwar
                                        {"id": "lab-host", "data": {"uri": URI, "reason": "eof"}})
     assert lost["event"] == "salt.store.libvirt.connection.lost" and lost["related"] == []
     assert forwarder._connection_event(PREFIX + "domain/lifecycle", data) is None
+
+
+def test_a_refreshed_boxs_domain_events_reach_prefect_and_another_stores_box_does_not(
+        forwarder: Any) -> None:
+    # issue 48: the store's new box signs in as store-<id>-hv-<its MAC's last 6 hex digits>
+    def lifecycle(hypervisor: str) -> Any:
+        return forwarder._domain_event({"id": hypervisor, "data": {
+            "domain": {"name": "store-0042-vm"}, "event": "started"}})
+
+    for own in ("store-0042-hv", "store-0042-hv-a1b2c3"):
+        assert lifecycle(own)["resource"]["store.id"] == "0042", own
+    for other in ("store-0043-hv", "store-0043-hv-a1b2c3", "store-0042-hv-xyz", "store-0042-vm"):
+        assert lifecycle(other) is None, other
+    restored = forwarder._connection_event(PREFIX + LIBVIRT_CONNECTION_RESTORED, {
+        "id": "store-0042-hv-a1b2c3", "data": {"uri": URI, "domains": {"store-0042-vm": "running"}}})
+    assert restored["resource"]["store.id"] == "0042"
+    assert restored["payload"]["domains"] == {"store-0042-vm": "running"}

@@ -163,6 +163,18 @@ def test_a_new_box_is_checked_like_the_inventory_and_keeps_what_it_does_not_chan
             with_new_box(inv, "s1", box)
 
 
+def test_a_refreshed_boxs_replacement_gets_an_id_of_its_own_mac() -> None:
+    # a refreshed box signs in as store-<id>-hv-<its MAC's last 6 hex digits>; the box that
+    # replaces it does too, so the inventory written back after the replacement loads
+    raw = inventory(minion_id="store-s1-hv-000001")
+    moved = with_new_box(parse_inventory(raw), "s1", {"mac": "52:54:00:ab:cd:ef"})
+    assert moved.hypervisor_minion_id == "store-s1-hv-abcdef"
+    raw["stores"][0]["hypervisor"].update(mac="52:54:00:ab:cd:ef", minion_id="store-s1-hv-abcdef")
+    assert parse_inventory(raw).get("s1").hypervisor_minion_id == "store-s1-hv-abcdef"
+    plain = with_new_box(parse_inventory(inventory()), "s1", {"mac": "52:54:00:ab:cd:ef"})
+    assert plain.hypervisor_minion_id == "store-s1-hv"  # a box never refreshed keeps its id
+
+
 def test_spreadsheet_leftovers_are_ignored_or_named(tmp_path: Path) -> None:
     # a cleared row stays behind as a row of empty cells; a formatted empty column as ';;'
     rows = [[*CSV_ROWS[0], "", ""], ["", "", "", "", "", "", ""]]
