@@ -5,7 +5,8 @@
   or one job of a flow, composing clients and helpers: pxe_install (step 2), salt_master (steps
   3 and 4, and the keys' removal), virt (step 5, staging), vm_removal (the VM's removal: rollback,
   decommission), data_export (a decommission's export of the data disk), firstboot (step 6),
-  go_live (the go-live gate), image_update (an image update's and revert's changes, waits and
+  go_live (the go-live gate), box_move (a refresh's move of the store VM to the new box),
+  image_update (an image update's and revert's changes, waits and
   checks); retire_box (a replacement's first change), refresh_box (a hardware refresh's own
   reads, the old box's retirement and its ERP notice), approvals (the
   approval before step 1), preflight (the checks before any side effect), observe (what plan,
@@ -19,7 +20,8 @@
   Blocks and the root password (blocks, root_password), retries and outside URLs (retry,
   transport), the store VM, its domain and its image's delivery (store_vm, vm_domain,
   image_delivery), Prefect's runs and the run's health (flow_runs, run_health), windows, slots,
-  notifications, approvers, audit, the stores' target images by version (image_targets).
+  notifications, approvers, audit, the stores' target images by version (image_targets), the
+  hypervisors' libvirt TLS CA (libvirt_tls).
 
 Steps stand side by side: a step module imports no other step module, and a client or a helper
 imports no step module (nor a client another client); what two steps share lives in a client or
@@ -29,10 +31,11 @@ breaks this, or on a module of tasks/ that is in none of the three lists.
 
 STEP_MODULES = ("approvals", "data_export", "firstboot", "go_live", "image_update", "observe",
                 "preflight", "pxe_install", "reconcile_events", "refresh_box", "region_runs",
-                "retire_box", "salt_master", "store_runs", "undo", "virt", "vm_removal")
+                "retire_box", "salt_master", "store_runs", "undo", "virt", "vm_removal",
+                "box_move")
 CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "vm_domain",
-           "windows", "image_targets")
+           "windows", "image_targets", "libvirt_tls")
 
 __all__ = ["CLIENTS", "HELPERS", "STEP_MODULES"]

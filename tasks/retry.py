@@ -71,6 +71,10 @@ SALT_KEYS_RETRY: Final = RetryPolicy(2, (2, 5))
 # - SALT_VIRT_RETRY: libvirt through a hypervisor's minion (define, start, remove a domain),
 #   busy for longer after a domain's change: retried twice, further apart.
 SALT_VIRT_RETRY: Final = RetryPolicy(2, (3, 10))
+# - BOX_MOVE_RETRY: a store VM's move between two boxes (a refresh): long calls that the hosts
+#   record before they act, so a retry reads where the VM is and goes on; once, after a pause
+#   that lets a minion that went silent come back.
+BOX_MOVE_RETRY: Final = RetryPolicy(1, (30,))
 
 
 class OutsideCallFailed(Exception):

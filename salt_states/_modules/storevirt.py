@@ -445,3 +445,324 @@ def remove_vm(name, keep_data=True):
     removed["disk_dir"], removed["data_kept"] = __utils__["store_vm_disks.remove_vm_files"](
         _images_dir(), name, keep_data)
     return removed
+
+
+# -- libvirt TLS between the store's boxes (issue 48): the master's CA signs each box's key ----
+
+TLS_RELOAD = ["virt-admin", "server-update-tls", "libvirtd"]
+
+
+def _pki_dir():
+    return __salt__["config.get"]("storevirt:pki_dir", "/etc/pki")
+
+
+def tls_request():
+    """A CSR for this host's libvirt key (made once here with `openssl`, 0600, it never leaves
+    the host), subject O=store-rollout, CN=<minion id>, and the host's address toward the
+    master (the source address of its route there; minion config storevirt:address says it
+    where the route cannot).
+
+    CLI Example: salt hv storevirt.tls_request
+    """
+    address = __salt__["config.get"]("storevirt:address", None) or __utils__[
+        "store_libvirt_tls.address_toward"](__opts__["master"])
+    return __utils__["store_libvirt_tls.request"](_pki_dir(), __opts__["id"], address)
+
+
+def tls_install(ca_pem, cert_pem):
+    """Install the certificate the master's CA signed for this host's key (refused when it is
+    for another key or not signed by `ca_pem`) as libvirt's server and client certificate, with
+    the CA, and have libvirtd reread them (minion config storevirt:tls_reload, default
+    `virt-admin server-update-tls libvirtd`) when anything changed.
+
+    CLI Example: salt hv storevirt.tls_install "$(cat ca.pem)" "$(cat hv.pem)"
+    """
+    changed = __utils__["store_libvirt_tls.install"](_pki_dir(), ca_pem, cert_pem)
+    if changed:
+        __utils__["store_libvirt_tls.reload"](
+            __salt__["config.get"]("storevirt:tls_reload", None) or TLS_RELOAD)
+    return {"changed": changed, "reloaded": changed}
+
+
+def tls_status():
+    """This host's libvirt certificate: subject CN, SANs, not_after (UTC), the sha256 of the CA
+    beside it and whether that CA verifies it; None when it has none.
+
+    CLI Example: salt hv storevirt.tls_status
+    """
+    return __utils__["store_libvirt_tls.status"](_pki_dir())
+
+
+# -- the store VM's move to the store's new box (issue 48) ------------------------------------
+
+
+def _move_record_path(name):
+    return __utils__["store_vm_move.record_path"](_images_dir(), name)
+
+
+def _write_move_record(name, record):
+    path = _move_record_path(name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return __utils__["store_vm_disks.write_json"](path, record)
+
+
+def _inactive_root(dom):
+    import libvirt
+
+    return ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+
+
+def move_state(name):
+    """Where domain `name` stands on this host for a move: defined, running, the move record
+    (<images>/<name>/move.json) and its disks (path, format, virtual size, backing file).
+
+    CLI Example: salt hv storevirt.move_state store-0001-vm
+    """
+    conn = _connect()
+    try:
+        dom = __utils__["store_domain_inspect.lookup"](conn, name)
+        paths = __utils__["store_vm_move.disks_of"](_inactive_root(dom)) if dom else []
+        state = {"defined": dom is not None, "running": bool(dom and dom.isActive())}
+    finally:
+        conn.close()
+    state["record"] = __utils__["store_vm_disks.read_json"](_move_record_path(name))
+    state["disks"] = [__utils__["store_vm_move.disk_info"](p) for p in paths if os.path.exists(p)]
+    return state
+
+
+def prepare_incoming(name, disks):
+    """The new box, before a live migration: each of `disks` (move_state's on the old box)
+    made at the same path (qcow2 on the same backing file, which must be here; raw sparse of
+    the same size). Refused when a domain `name` is here already. Idempotent.
+
+    CLI Example: salt new-hv storevirt.prepare_incoming store-0001-vm '[{path: ..., ...}]'
+    """
+    conn = _connect()
+    try:
+        if __utils__["store_domain_inspect.lookup"](conn, name) is not None:
+            raise CommandExecutionError(
+                "prepare_incoming {}: a domain of that name is defined on this host already "
+                "(the VM is here: see storevirt.move_state); nothing written".format(name))
+    finally:
+        conn.close()
+    for disk in disks:
+        __utils__["store_vm_move.check_disk_path"](_images_dir(), name, disk["path"],
+                                                   "prepare_incoming")
+    created = [disk["path"] for disk in disks if __utils__["store_vm_move.precreate"](disk)]
+    return {"created": created}
+
+
+def migrate_live(name, target_address, target_id, timeout=1800):
+    """The old box (KVM): live-migrate running domain `name` with its disks' content to the
+    store's new box `target_id` at `target_address` (libvirt peer-to-peer over TLS, the
+    destination persistent, the source undefined; the new box's disks precreated by
+    prepare_incoming). The move record says so before anything moves; phase "moved" after.
+    Aborted after `timeout` seconds (the VM stays here, running).
+
+    CLI Example: salt hv storevirt.migrate_live store-0001-vm 10.0.1.12 store-0001-hv-a1b2c3
+    """
+    import libvirt
+
+    flags = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
+             | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+             | libvirt.VIR_MIGRATE_NON_SHARED_INC)
+    uri = __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), False)
+    conn = _connect()
+    try:
+        dom = _domain(conn, name)
+        if not dom.isActive():
+            raise CommandExecutionError(
+                "migrate_live {}: the domain is not running; a live migration moves a running "
+                "VM (a stopped one moves with storevirt.send_disks)".format(name))
+        record = _write_move_record(name, {
+            "to": target_id, "address": target_address, "mode": "live", "phase": "migrating",
+            "started_at": time.time()})
+        try:
+            result = __utils__["store_vm_move.migrate"](dom, uri, flags, float(timeout))
+        except (libvirt.libvirtError, CommandExecutionError) as exc:
+            record.update(phase="failed", error=str(exc)[:500])
+            _write_move_record(name, record)
+            raise CommandExecutionError("migrate_live {} to {} ({}): {}".format(
+                name, target_id, target_address, exc))
+    finally:
+        conn.close()
+    record.update(phase="moved", moved_at=time.time(), **result)
+    _write_move_record(name, record)
+    return result
+
+
+def send_disks(name, target_address, target_id, limit_bytes=None):
+    """The old box, offline (Xen: libxl has no storage migration): copy shut-off domain
+    `name`'s disks into the same paths on the store's new box `target_id` (its libvirtd over
+    TLS, a storage volume upload), resumable: the move record keeps each disk's offset and a
+    rerun goes on from there; holes and all-zero chunks are skipped. `limit_bytes`: send at
+    most about that much now (the rest in a later call). Returns each disk's bytes sent now and
+    the sha256 of its source file (compare storevirt.disks_sha256 on the new box).
+
+    CLI Example: salt hv storevirt.send_disks store-0001-vm 10.0.1.12 store-0001-hv-a1b2c3
+    """
+    import libvirt
+
+    started = time.monotonic()
+    conn = _connect()
+    try:
+        dom = _domain(conn, name)
+        __utils__["store_vm_disks.inactive_domain"](dom, name, "send_disks")
+        paths = __utils__["store_vm_move.disks_of"](_inactive_root(dom))
+    finally:
+        conn.close()
+    record = __utils__["store_vm_disks.read_json"](_move_record_path(name)) or {}
+    if record.get("to") != target_id or record.get("mode") != "offline":
+        record = {"to": target_id, "mode": "offline", "started_at": time.time(), "disks": {}}
+    record.update(address=target_address, phase="copying")
+    for path in paths:
+        size = os.path.getsize(path)
+        entry = record["disks"].setdefault(path, {"offset": 0, "size": size})
+        if entry["size"] != size:
+            entry.update(offset=0, size=size)
+    _write_move_record(name, record)
+    uri = __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), True)
+    try:
+        target = libvirt.open(uri)
+    except libvirt.libvirtError as exc:
+        raise CommandExecutionError("send_disks {}: cannot reach {} at {}: {}".format(
+            name, target_id, uri, exc))
+    budget = None if limit_bytes is None else int(limit_bytes)
+    sent = []
+    try:
+        pool = __utils__["store_vm_move.storage_pool"](
+            target, os.path.join(_images_dir(), name))
+        for path in paths:
+            entry = record["disks"][path]
+            now = __utils__["store_vm_move.send_file"](
+                target, pool, path, entry, None if budget is None else max(budget, 0),
+                lambda: _write_move_record(name, record))
+            budget = None if budget is None else budget - now
+            sent.append({"path": path, "bytes_sent": now, "offset": entry["offset"],
+                         "sha256": __utils__["store_vm_move.file_sha256"](path)})
+            if entry["offset"] < entry["size"]:
+                break
+    except libvirt.libvirtError as exc:
+        raise CommandExecutionError("send_disks {} to {}: {} (a rerun goes on from the "
+                                    "record's offsets)".format(name, target_id, exc))
+    finally:
+        target.close()
+    complete = all(e["offset"] >= e["size"] for e in record["disks"].values())
+    if complete:
+        record.update(phase="copied", copied_at=time.time())
+        _write_move_record(name, record)
+    return {"disks": sent, "complete": complete,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def disks_sha256(name, paths=None):
+    """The new box: {path: sha256} of VM `name`'s disks here (`paths`, else its data disk and
+    system disks in <images>/<name>).
+
+    CLI Example: salt new-hv storevirt.disks_sha256 store-0001-vm
+    """
+    if paths is None:
+        paths = __utils__["store_vm_disks.disk_files"](_images_dir(), name)
+    return {path: __utils__["store_vm_move.file_sha256"](path) for path in paths
+            if os.path.isfile(path)}
+
+
+def domain_xml(name):
+    """The old box: domain `name`'s inactive definition (no secrets), for define_incoming.
+
+    CLI Example: salt hv storevirt.domain_xml store-0001-vm
+    """
+    conn = _connect()
+    try:
+        return ET.tostring(_inactive_root(_domain(conn, name)), encoding="unicode")
+    finally:
+        conn.close()
+
+
+def define_incoming(name, xml):
+    """The new box, offline path: define domain `name` from the old box's `xml` unchanged (same
+    UUID, MAC, disk paths; each disk must be here), autostart on, not started. Idempotent; a
+    domain of that name with another UUID is refused.
+
+    CLI Example: salt new-hv storevirt.define_incoming store-0001-vm "$(cat vm.xml)"
+    """
+    root = ET.fromstring(xml)
+    if root.findtext("name") != name:
+        raise CommandExecutionError("define_incoming {}: the XML defines {!r}; nothing "
+                                    "defined".format(name, root.findtext("name")))
+    missing = [p for p in __utils__["store_vm_move.disks_of"](root) if not os.path.exists(p)]
+    if missing:
+        raise CommandExecutionError("define_incoming {}: disk(s) not on this host: {}; send "
+                                    "them first (storevirt.send_disks on the old box)".format(
+                                        name, ", ".join(missing)))
+    conn = _connect()
+    try:
+        dom = __utils__["store_domain_inspect.lookup"](conn, name)
+        if dom is not None and dom.UUIDString() != root.findtext("uuid"):
+            raise CommandExecutionError(
+                "define_incoming {}: a domain of that name with another UUID ({}) is defined "
+                "here; nothing defined".format(name, dom.UUIDString()))
+        if dom is None:
+            dom = conn.defineXML(xml)
+        dom.setAutostart(1)
+    finally:
+        conn.close()
+    return domain_summary(name)
+
+
+def _finished_move(name, what, phases):
+    record = __utils__["store_vm_disks.read_json"](_move_record_path(name))
+    if not record or record.get("phase") not in phases:
+        raise CommandExecutionError(
+            "{} {}: the move record ({}) says {}; only a VM whose move got that far is "
+            "{}".format(what, name, _move_record_path(name),
+                        "phase " + repr(record.get("phase")) if record else "nothing",
+                        "undefined here" if what == "release_moved" else "forgotten here"))
+    return record
+
+
+def release_moved(name):
+    """The old box, offline path, once the VM runs on the new box: shut-off domain `name`
+    undefined here (so this box never starts it again), its disks kept until forget_moved;
+    the record's phase "moved". Idempotent.
+
+    CLI Example: salt hv storevirt.release_moved store-0001-vm
+    """
+    record = _finished_move(name, "release_moved", ("copied", "moved"))
+    conn = _connect()
+    try:
+        dom = __utils__["store_domain_inspect.lookup"](conn, name)
+        if dom is not None:
+            __utils__["store_vm_disks.inactive_domain"](dom, name, "release_moved")
+            dom.undefine()
+    finally:
+        conn.close()
+    if record["phase"] != "moved":
+        record.update(phase="moved", moved_at=time.time())
+        _write_move_record(name, record)
+    return record
+
+
+def forget_moved(name):
+    """The old box, after the new box's gate passed: domain `name` undefined if still defined
+    (never a running one), its disk files and the move record removed: the data lives on the
+    new box now. Refused unless the record says the move finished. Idempotent.
+
+    CLI Example: salt hv storevirt.forget_moved store-0001-vm
+    """
+    path = _move_record_path(name)
+    if not os.path.exists(path) and not os.path.isdir(os.path.dirname(path)):
+        return {"undefined": False, "removed": False}
+    _finished_move(name, "forget_moved", ("moved",))
+    conn = _connect()
+    undefined = False
+    try:
+        dom = __utils__["store_domain_inspect.lookup"](conn, name)
+        if dom is not None:
+            __utils__["store_vm_disks.inactive_domain"](dom, name, "forget_moved")
+            dom.undefine()
+            undefined = True
+    finally:
+        conn.close()
+    removed, _data = __utils__["store_vm_disks.remove_vm_files"](_images_dir(), name, False)
+    return {"undefined": undefined, "removed": removed}

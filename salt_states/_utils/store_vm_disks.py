@@ -141,17 +141,24 @@ def stage_system_disk(images_dir, name, base, current):
     return {"path": path, "created": created}
 
 
-def read_record(images_dir, name):
+def disk_files(images_dir, name):
+    """VM `name`'s data disk and system disks in its dir (sorted paths)."""
+    path = vm_dir(images_dir, name)
+    names = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    return [os.path.join(path, f) for f in names
+            if f == DATA_DISK_FILE or SYSTEM_DISK_RE.match(f)]
+
+
+def read_json(path):
     try:
-        with open(record_path(images_dir, name)) as handle:
+        with open(path) as handle:
             return json.load(handle)
     except OSError:
         return None
 
 
-def write_record(images_dir, name, record):
+def write_json(path, record):
     """Atomic: a crash leaves the old record or the new one, never half of one."""
-    path = record_path(images_dir, name)
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
         json.dump(record, handle, indent=1, sort_keys=True)
@@ -159,6 +166,14 @@ def write_record(images_dir, name, record):
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     return record
+
+
+def read_record(images_dir, name):
+    return read_json(record_path(images_dir, name))
+
+
+def write_record(images_dir, name, record):
+    return write_json(record_path(images_dir, name), record)
 
 
 def system_disk_element(root):

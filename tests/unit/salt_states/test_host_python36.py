@@ -50,9 +50,11 @@ HV = "store-0036-hv"
 
 
 def run_on_host_python(tmp: Path, calls: list[dict[str, Any]], define: tuple[str, ...] = (),
+                       extra_opts: dict[str, Any] | None = None, argv_prefix: tuple[str, ...] = (),
                        **harness: list[str]) -> list[dict[str, Any]]:
     """Each call's result, made by Salt 3006.0's loader under Python 3.6; `harness`: the
-    runner's `start` and `stop_during_listing` (tests/host36/run_host_calls.py)."""
+    runner's `start` and `stop_during_listing` (tests/host36/run_host_calls.py); `extra_opts`
+    over the minion config below; `argv_prefix`: what the runner runs under (a namespace)."""
     if not HOST_PY36.exists():
         pytest.fail(f"{HOST_PY36} missing: `make setup` builds it (needs CPython 3.6, README)")
     root = tmp / "minion-root"
@@ -67,8 +69,9 @@ def run_on_host_python(tmp: Path, calls: list[dict[str, Any]], define: tuple[str
         "virt": {"connection": {"uri": URI}, "images": str(tmp / "images")},
         "extension_modules": str(tmp / "extmods"),
         "test": False,
+        **(extra_opts or {}),
     }
-    proc = subprocess.run([str(HOST_PY36), str(RUNNER)], input=json.dumps(
+    proc = subprocess.run([*argv_prefix, str(HOST_PY36), str(RUNNER)], input=json.dumps(
         {"opts": opts, "calls": calls, "define": list(define), **harness}),
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
