@@ -114,12 +114,13 @@ class Firmware:
         domains marked autostart."""
         box = self._box(system_name)
         if box is not None:
-            started = power_on(box, network=self.minions.network(), minion_id=minion_id,
-                               address=self.minions.address(minion_id),
-                               simulator_url=self.minions.network().url(
-                                   self.minions.simulator_port),
-                               logs=self.paths.logs)
-            self.vms.box_on(box, fresh=started)
+            with self.vms.box_power(box):
+                started = power_on(box, network=self.minions.network(), minion_id=minion_id,
+                                   address=self.minions.address(minion_id),
+                                   simulator_url=self.minions.network().url(
+                                       self.minions.simulator_port),
+                                   logs=self.paths.logs)
+                self.vms.box_on(box, fresh=started)
         self.minions.start(minion_id, reason)
         if autostart:
             self._autostart_domains(system_name)
@@ -135,8 +136,9 @@ class Firmware:
             self.minions.stop(minion_id, f"power off {system_name}", grace=0.0)
         box = self._box(system_name)
         if box is not None:  # its VMs' minions at once, no write-back; then its libvirtd
-            self.vms.box_off(box)
-            power_cut(box)
+            with self.vms.box_power(box):
+                self.vms.box_off(box)
+                power_cut(box)
             log.info("power off %s: its libvirtd and domains stop", system_name)
             return
         for dom in self._host_domains(system_name, active=True):

@@ -15,10 +15,11 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from lab.boxes import Box
+from lab.boxes import Box, all_boxes
 from lab.hardware import host_of
 from lab.simulator.data_disk import (
     MOUNTED_MARKER,
@@ -73,6 +74,7 @@ class VmBoot:
         self.box_stops: dict[str, threading.Event] = {}
         self.home: dict[str, str | None] = {}
         self.booted: set[tuple[str, str, int]] = set()  # (box, domain, its run's id) handled
+        self.box_busy: set[str] = set()  # boxes the firmware is powering on or off right now
 
     # -- boxes with a libvirtd of their own ----------------------------------------------
     def box_on(self, box: Box, fresh: bool) -> None:
@@ -85,6 +87,29 @@ class VmBoot:
             self.boxes[box.name], self.box_stops[box.name] = box, stop
         threading.Thread(target=self._watch, args=(box.uri, box, stop, fresh), daemon=True,
                          name=f"libvirt-events-{box.name}").start()
+
+    @contextlib.contextmanager
+    def box_power(self, box: Box) -> Iterator[None]:
+        """The firmware powers `box` on or off: the scan for running boxes leaves it alone."""
+        with self.lock:
+            self.box_busy.add(box.name)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.box_busy.discard(box.name)
+
+    def _follow_boxes(self) -> None:
+        """Every box libvirtd that runs is followed, whoever started it: the simulator's
+        firmware at a box's boot, a simulator before this one, a test's bench."""
+        while not self.stopping.is_set():
+            with contextlib.suppress(Exception):
+                for box in all_boxes(self.paths.root, self.info.vm_images_dir):
+                    with self.lock:
+                        skip = box.name in self.box_busy or box.name in self.boxes
+                    if not skip and box.running():
+                        self.box_on(box, fresh=False)
+            self.stopping.wait(1.0)
 
     def box_off(self, box: Box) -> None:
         """A box's power cut: its events are no longer followed; the VMs it ran stop at once,
@@ -488,6 +513,7 @@ class VmBoot:
 
         libvirt.virEventRegisterDefaultImpl()
         threading.Thread(target=self._event_loop, daemon=True, name="libvirt-loop").start()
+        threading.Thread(target=self._follow_boxes, daemon=True, name="box-libvirtds").start()
         self._watch(self.info.libvirt_uri, None, self.stopping, False)
 
     def _watch(self, uri: str, box: Box | None, stop: threading.Event, fresh: bool) -> None:
@@ -499,6 +525,12 @@ class VmBoot:
             try:
                 conn = libvirt.openReadOnly(uri)
             except libvirt.libvirtError:
+                if box is not None and not box.running():  # stopped by someone else
+                    with self.lock:
+                        if self.box_stops.get(box.name) is stop:
+                            self.boxes.pop(box.name, None)
+                            self.box_stops.pop(box.name, None)
+                    return
                 time.sleep(1)
                 continue
             closed = threading.Event()
