@@ -166,10 +166,14 @@ def approver_code(name: Annotated[str, typer.Argument(help="a lab approver (ana 
 @lab_app.command("rack")
 def rack(inventory: Annotated[Path, typer.Argument(help="inventory file (YAML)", exists=True,
                                                     dir_okay=False)],
-         state_dir: StateDir = None) -> None:
+         state_dir: StateDir = None,
+         own_libvirt: Annotated[bool, typer.Option(
+             "--own-libvirt", help="each host runs a libvirtd of its own while its OS is up "
+             "(TLS on its address, its own VM images and PKI: a refresh's migration between "
+             "two boxes), instead of driving the lab's shared libvirtd")] = False) -> None:
     """Rack the inventory's store hosts in the lab (a domain and its IPMI or Redfish BMC each)
     and write a copy of the inventory with their BMC fields into the lab's state dir."""
-    console.print(str(_racked_copy(inventory, state_dir_from_env(state_dir))))
+    console.print(str(_racked_copy(inventory, state_dir_from_env(state_dir), own_libvirt)))
 
 
 def _racked(info: LabInfo | None) -> list[dict[str, Any]]:
@@ -178,16 +182,17 @@ def _racked(info: LabInfo | None) -> list[dict[str, Any]]:
     return racked_hosts(info) if info is not None else []
 
 
-def _racked_copy(inventory: Path, lab_dir: Path) -> Path:
+def _racked_copy(inventory: Path, lab_dir: Path, own_libvirt: bool = False) -> Path:
     import shutil
 
     from lab.hardware import rack_inventory
 
     copy = lab_dir / f"racked-{inventory.name}"
     shutil.copyfile(inventory, copy)
-    for host in rack_inventory(load_lab_info(lab_dir), copy):
+    for host in rack_inventory(load_lab_info(lab_dir), copy, own_libvirt=own_libvirt):
         console.print(f"racked {host.system}: {host.power_type} BMC {host.power_address}"
-                      + (f" port {host.power_port}" if host.power_port else ""))
+                      + (f" port {host.power_port}" if host.power_port else "")
+                      + (", its own libvirtd" if own_libvirt else ""))
     return copy
 
 

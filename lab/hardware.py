@@ -143,15 +143,25 @@ def host_of(dom_xml: str) -> dict[str, str] | None:
 
 
 def rack(info: LabInfo, store_id: str, mac: str, power_type: str,
-         name: str | None = None) -> RackedHost:
+         name: str | None = None, own_libvirt: bool = False) -> RackedHost:
     """The store's host, defined (off) with its BMC; racking it again changes nothing. `name`:
-    the box's own name for a second box of the store (a replacement; default: the store's
-    host name, which is also its Cobbler system and minion id)."""
+    the box's own name for a second box of the store (a replacement, a refresh's new box;
+    default: the store's host name, which is also its Cobbler system and minion id);
+    `own_libvirt`: the box runs a libvirtd of its own while its OS is up (lab/boxes.py: TLS on
+    the box's address, its own images and PKI; `box_info` finds them), instead of driving the
+    lab's shared one. Racking a box again with it adds it (from the box's next boot)."""
     import libvirt
 
     if power_type not in POWER_TYPES:
         raise ValueError(f"power_type {power_type!r}: use one of {', '.join(POWER_TYPES)}")
     name = name or host_name(store_id)
+    if own_libvirt:
+        if info.full:
+            raise ValueError("own_libvirt: the full lab's store hosts drive the shared "
+                             "libvirtd only; rack it in the default lab")
+        from lab.boxes import mark
+
+        mark(info.state_dir, name, store_id)
     conn = libvirt.open(info.libvirt_uri)
     try:
         # asked by listing: a failed lookup has libvirt print an error on stderr
@@ -178,6 +188,48 @@ def rack(info: LabInfo, store_id: str, mac: str, power_type: str,
         _wait_answering(info, store_id, port)
     return RackedHost(store_id, name, mac, power_type, BMC_ADDRESS, power_port=port,
                       serial=serial)
+
+
+@dataclass(frozen=True)
+class BoxInfo:
+    """A box racked with its own libvirtd, as a test reaches it: `uri` (its unix socket, from
+    the lab's own namespace), `tls_uri` (its TLS listener at its address on the store network,
+    from another box's namespace; None until its OS first ran), its images and PKI dirs,
+    its minion id and whether its libvirtd runs."""
+
+    name: str
+    store_id: str
+    dir: Path
+    uri: str
+    admin_uri: str
+    images_dir: Path
+    pki_dir: Path
+    address: str | None
+    minion_id: str | None
+    running: bool
+    netns_pid: int | None
+
+    @property
+    def tls_uri(self) -> str | None:
+        return f"qemu+tls://{self.address}/system" if self.address else None
+
+
+def box_info(info: LabInfo, name: str) -> BoxInfo | None:
+    """The box `name` racked with `own_libvirt`, else None."""
+    from lab import box_libvirt
+    from lab.boxes import own_box
+
+    box = own_box(info.state_dir, name, info.vm_images_dir)
+    if box is None:
+        return None
+    processes = box.processes()
+    running = box.running()
+    holder = box.record("netns")
+    return BoxInfo(name=name, store_id=box.store_id, dir=box.dir, uri=box.uri,
+                   admin_uri=box_libvirt.admin_uri(box.dir), images_dir=box.images,
+                   pki_dir=box.pki, address=processes.get("address"),
+                   minion_id=processes.get("minion_id"), running=running,
+                   netns_pid=holder.pid if running and holder is not None else None)
 
 
 def store_domains(info: LabInfo, store_id: str, active: bool) -> list[Any]:
@@ -221,7 +273,13 @@ def unrack(info: LabInfo, store_id: str, name: str | None = None) -> None:
     VMs on its disk go with it; nothing left is an error)."""
     import libvirt
 
+    from lab.boxes import own_box, power_cut
+
     name = name or host_name(store_id)
+    box = own_box(info.state_dir, name, info.vm_images_dir)
+    if box is not None:  # its VMs are on its own libvirtd, their disks in its dir
+        power_cut(box)
+        shutil.rmtree(box.dir, ignore_errors=True)
     for dom in store_domains(info, store_id, active=False):
         remove_domain(info, dom)
     if vbmc_port(info, name) is not None:
@@ -239,11 +297,12 @@ def unrack(info: LabInfo, store_id: str, name: str | None = None) -> None:
     shutil.rmtree(host_files(info, name).disk.parent, ignore_errors=True)
 
 
-def rack_inventory(info: LabInfo, path: Path) -> list[RackedHost]:
+def rack_inventory(info: LabInfo, path: Path, own_libvirt: bool = False) -> list[RackedHost]:
     """Rack every store of a YAML inventory and write each host's BMC fields into its entry, as
     a technician records them. A host's protocol: its entry's `power_type`, else by its place
     in the file: the 1st, 3rd... behind IPMI, the 2nd, 4th... behind Redfish (so any inventory
-    of two stores or more drives both)."""
+    of two stores or more drives both). `own_libvirt`: every host with a libvirtd of its
+    own (`rack`)."""
     import yaml
 
     raw = yaml.safe_load(path.read_text())
@@ -251,7 +310,7 @@ def rack_inventory(info: LabInfo, path: Path) -> list[RackedHost]:
     for n, entry in enumerate(raw["stores"]):
         hv = entry["hypervisor"]
         host = rack(info, str(entry["store_id"]), hv["mac"],
-                    hv.get("power_type") or POWER_TYPES[n % 2])
+                    hv.get("power_type") or POWER_TYPES[n % 2], own_libvirt=own_libvirt)
         hv.update(host.inventory_fields())
         racked.append(host)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -3,11 +3,13 @@
 address the lab gave it) and, for a store host, in a mount namespace in which the lab's state
 dir (the orchestrator's image cache, master config, lab.json, credentials) is not there: a
 store host has none of it. Only what the host would have is bound back (its own disk, the
-libvirt socket, the VM images dir that libvirtd shares with it).
+libvirt socket, the VM images dir that libvirtd shares with it; a box with a libvirtd of its own:
+that libvirtd's socket and PKI dir, and its own images dir bound over the common images path).
 
 Run under `unshare --net [--mount --propagation private]` (nothing reaches the host):
     python host_namespace.py [--network-pid P --network-inode I --bridge B --link L
-                              --address A/N] [--hide <lab dir> --keep <path>...] -- <command>...
+                              --address A/N] [--hide <lab dir> --keep <path>...
+                              --bind <source> <target>...] -- <command>...
 Standard library only: it runs with the machine's Python (the Salt 3006 venv for hosts, Python
 3.6 for a Leap 15.6 host's Salt 3006.0), so it stays 3.6 syntax (`make lint` checks).
 """
@@ -49,14 +51,27 @@ def join_network(args: argparse.Namespace) -> None:
     os.close(gateway)
 
 
-def hide(lab_dir: str, keep: List[str]) -> None:
-    # hold the kept directories open: after the tmpfs covers their path, /proc/self/fd/N still
-    # reaches them and the kernel binds them back (a path string would name the empty tmpfs)
-    kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+def bind_plan(keep: List[str], binds: List[List[str]]) -> List[Tuple[str, str]]:
+    """(source, target) of each bind made after the lab dir is hidden: a kept path over itself,
+    then each `--bind SOURCE TARGET` (a box's own images dir over the lab's common VM images
+    path); a target given twice is refused (the later bind would cover the earlier one)."""
+    plan = [(path, path) for path in keep] + [(src, dst) for src, dst in binds]
+    targets = [os.path.normpath(dst) for _src, dst in plan]
+    doubled = sorted({t for t in targets if targets.count(t) > 1})
+    if doubled:
+        raise SystemExit("host_namespace: bound twice: {}".format(", ".join(doubled)))
+    return plan
+
+
+def hide(lab_dir: str, keep: List[str], binds: List[List[str]]) -> None:
+    # hold the sources open: after the tmpfs covers their path, /proc/self/fd/N still reaches
+    # them and the kernel binds them (a path string would name the empty tmpfs)
+    plan = bind_plan(keep, binds)
+    kept = [(os.open(src, os.O_PATH | os.O_DIRECTORY), dst) for src, dst in plan]
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "store-host-hidden",
                     lab_dir], check=True)
     libc = ctypes.CDLL(None, use_errno=True)
-    for path, fd in kept.items():
+    for fd, path in kept:
         os.makedirs(path, exist_ok=True)
         if libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND, None) != 0:
             errno = ctypes.get_errno()
@@ -120,6 +135,10 @@ def main() -> None:
     parser.add_argument("--address", help="this machine's address/prefix")
     parser.add_argument("--hide", help="directory to replace by an empty tmpfs")
     parser.add_argument("--keep", action="append", default=[], help="path under it to keep")
+    parser.add_argument("--bind", action="append", default=[], nargs=2,
+                        metavar=("SOURCE", "TARGET"),
+                        help="after hiding: bind directory SOURCE over TARGET (a box's own "
+                             "images dir over the common VM images path)")
     parser.add_argument("--boot-root", help="the machine's root: start its enabled units")
     parser.add_argument("--smbios-serial", help="the serial the machine's firmware reports")
     parser.add_argument("--units-fail", action="store_true",
@@ -134,7 +153,7 @@ def main() -> None:
     if args.network_pid is not None:
         join_network(args)
     if args.hide:
-        hide(args.hide, args.keep)
+        hide(args.hide, args.keep, args.bind)
     if args.smbios_serial:
         serve_smbios(args.smbios_serial)
     if args.boot_root:

@@ -24,6 +24,7 @@ import requests
 
 from lab import (
     bmc_service,
+    boxes,
     cobbler_dhcp,
     cobbler_service,
     libvirt_service,
@@ -441,6 +442,9 @@ class Lab:
     # -- down ----------------------------------------------------------------------------
     def down(self, purge: bool = False) -> None:
         services = self.recorded_services()
+        info = self.paths.load_info()
+        if info is not None:  # the boxes' own libvirtds (the simulator started them) by PID
+            boxes.power_cut_all(self.paths.root, info.vm_images_dir)
         self._destroy_domains(services)
         # in tiers, each stopped side by side (one grace period per tier, not per service):
         # the services, then the database the Prefect server used, then the network they all sat on

@@ -72,6 +72,20 @@ class DataDiskMounts:
         (self.minion_dir(minion_id) / MOUNTED_MARKER).write_text(str(disk))
         log.info("%s: data disk %s mounted at %s", minion_id, disk, target)
 
+    def moved(self, minion_id: str, disk: Path) -> None:
+        """The machine's data disk is `disk` now (a live migration: the same disk, copied to
+        the new box); its next stop writes back there."""
+        (self.minion_dir(minion_id) / MOUNTED_MARKER).write_text(str(disk))
+        log.info("%s: data disk now %s", minion_id, disk)
+
+    def discard(self, minion_id: str) -> None:
+        """A power cut: what the machine wrote since it booted never reaches the disk."""
+        marker = self.minion_dir(minion_id) / MOUNTED_MARKER
+        if marker.exists():
+            log.info("%s: power cut, data disk %s not written back", minion_id,
+                     marker.read_text())
+        marker.unlink(missing_ok=True)
+
     def unmount(self, minion_id: str, root: Path) -> Path | None:
         """Write the machine's <root>/srv/store back into the data disk it came from; the disk,
         or None when none is mounted. The machine's minion must be stopped."""

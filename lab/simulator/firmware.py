@@ -22,7 +22,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from lab import box_libvirt
 from lab.agama import parse_profile
+from lab.boxes import Box, own_box, power_cut, power_on, wipe
 from lab.hardware import host_of, remove_domain, smbios_serial, store_domains
 from lab.netboot import DISK_BOOT_MARKER, INSTALL_ID_FILE, host_files, read_install
 from lab.simulator.faults import FaultKnobs
@@ -49,6 +51,30 @@ _FETCH = ("import sys, urllib.request\n"
           "    sys.stdout.write(r.read().decode())")
 
 
+def box_minion_d(files: dict[str, str], shared_uri: str, box_uri: str) -> dict[str, str]:
+    """A box's minion.d as its install wrote it, with its own libvirtd's URI where the profile
+    named the lab's shared one (the `virt` connection and the libvirt events engine), as
+    Cobbler would have rendered it with the box's URI."""
+    return {name: text.replace(shared_uri, box_uri) for name, text in files.items()}
+
+
+def box_minion_config(box: Box) -> dict[str, Any]:
+    """What a box's minion config adds: its libvirtd, and storevirt's PKI dir (the box's, as
+    its minion sees it) and how the box's libvirtd rereads its TLS files."""
+    return {"virt": {"connection": {"uri": box.uri}},
+            "storevirt": {"pki_dir": str(box.pki),
+                          "tls_reload": box_libvirt.reload_tls_argv(box.dir)}}
+
+
+def box_domains(box: Box, active: bool) -> list[Any]:
+    """Every domain of a box's own libvirtd (`active`: the running ones)."""
+    import libvirt
+
+    conn = libvirt.open(box.uri)
+    flag = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE if active else 0
+    return list(conn.listAllDomains(flag))
+
+
 class Firmware:
     """The store hosts' firmware, and every machine's reboot."""
 
@@ -72,10 +98,32 @@ class Firmware:
         self._stop_system(system_name)
 
     def host_running(self, system_name: str) -> None:
-        """A host found on when the simulator starts: its installed OS runs on (no boot)."""
+        """A host found on when the simulator starts: its installed OS runs on (no boot; a box
+        whose own libvirtd is gone boots it again)."""
         minion_id = self._system_minion(system_name)
         if minion_id and self.minions.installed(minion_id):
-            self.minions.start(minion_id, f"{system_name} is on")
+            self._os_up(system_name, minion_id, f"{system_name} is on", autostart=False)
+
+    def _box(self, system_name: str) -> Box | None:
+        """The host's own libvirtd box (racked `own_libvirt`), else None: the lab's shared one."""
+        return own_box(self.paths.root, system_name, self.info.vm_images_dir)
+
+    def _os_up(self, system_name: str, minion_id: str, reason: str, autostart: bool) -> None:
+        """The installed OS runs: a box's own libvirtd first (in the box's network namespace,
+        which its minion joins), then its minion; `autostart`: a boot, whose libvirt starts the
+        domains marked autostart."""
+        box = self._box(system_name)
+        if box is not None:
+            with self.vms.box_power(box):
+                started = power_on(box, network=self.minions.network(), minion_id=minion_id,
+                                   address=self.minions.address(minion_id),
+                                   simulator_url=self.minions.network().url(
+                                       self.minions.simulator_port),
+                                   logs=self.paths.logs)
+                self.vms.box_on(box, fresh=started)
+        self.minions.start(minion_id, reason)
+        if autostart:
+            self._autostart_domains(system_name)
 
     def _system_minion(self, system_name: str) -> str | None:
         marker = self.paths.simulator / "systems" / f"{system_name}.minion"
@@ -86,14 +134,24 @@ class Firmware:
         minion_id = self._system_minion(system_name)
         if minion_id:
             self.minions.stop(minion_id, f"power off {system_name}", grace=0.0)
+        box = self._box(system_name)
+        if box is not None:  # its VMs' minions at once, no write-back; then its libvirtd
+            with self.vms.box_power(box):
+                self.vms.box_off(box)
+                power_cut(box)
+            log.info("power off %s: its libvirtd and domains stop", system_name)
+            return
         for dom in self._host_domains(system_name, active=True):
             with contextlib.suppress(Exception):  # gone meanwhile: nothing left to stop
                 dom.destroy()
                 log.info("power off %s: its domain %s stops", system_name, dom.name())
 
     def _host_domains(self, system_name: str, active: bool) -> list[Any]:
-        """The domains that run on this store host (the lab's one libvirtd holds every host's):
-        those seeded with its store's identity."""
+        """The domains that run on this store host: a box's own libvirtd's (none while the box
+        is off), else those of the lab's shared libvirtd seeded with its store's identity."""
+        box = self._box(system_name)
+        if box is not None:
+            return box_domains(box, active) if box.running() else []
         marker = self.paths.simulator / "systems" / f"{system_name}.store"
         if not marker.exists():
             return []
@@ -101,7 +159,13 @@ class Firmware:
 
     def _wipe_disk(self, system_name: str) -> None:
         """An install formats the host's disk: the store VMs defined on it and their disks are
-        gone (the base images in the lab's shared images dir are every host's: kept)."""
+        gone (the base images in the lab's shared images dir are every host's: kept; a box
+        with its own libvirtd loses its images, libvirt state and keys)."""
+        box = self._box(system_name)
+        if box is not None:
+            wipe(box)
+            log.info("install of %s wipes its disk: its libvirt, images and keys", system_name)
+            return
         for dom in self._host_domains(system_name, active=False):
             log.info("install of %s wipes its disk: domain %s and %d disk files gone",
                      system_name, *remove_domain(self.info, dom))
@@ -180,8 +244,7 @@ class Firmware:
             record.write_text(install_id)
         minion_id = self._system_minion(system_name)
         if minion_id:
-            self.minions.start(minion_id, f"{system_name} boots from disk")
-            self._autostart_domains(system_name)
+            self._os_up(system_name, minion_id, f"{system_name} boots from disk", autostart=True)
 
     def _boot_system(self, system_name: str) -> None:
         try:
@@ -194,8 +257,8 @@ class Firmware:
             else:
                 minion_id = self._system_minion(system_name)
                 if minion_id and self.minions.installed(minion_id):
-                    self.minions.start(minion_id, f"{system_name} boots from disk")
-                    self._autostart_domains(system_name)
+                    self._os_up(system_name, minion_id, f"{system_name} boots from disk",
+                                autostart=True)
                 else:
                     log.warning("%s: no PXE config and no installed OS", system_name)
         except Exception:
@@ -215,7 +278,8 @@ class Firmware:
         # URL is the one Cobbler rendered (the profile's http_server carries the port)
         if rendered.nopxe_url:
             self._nopxe(rendered.nopxe_url)
-        self.minions.start(minion_id, f"{system_name} installed from {profile_url}")
+        self._os_up(system_name, minion_id, f"{system_name} installed from {profile_url}",
+                    autostart=False)
 
     def _lay_down(self, system_name: str, files: dict[str, str],
                   installer: str | None = None) -> str:
@@ -251,10 +315,15 @@ class Firmware:
             salt_bin = HOST_PY36_SALT_BIN
         log.info("%s: a %s host, its minion %s runs %s", system_name, host.platform, minion_id,
                  salt_bin)
-        self.minions.install(minion_id, host.minion_d, extra, salt_bin=salt_bin,
+        box = self._box(system_name)
+        minion_d = host.minion_d
+        if box is not None:
+            minion_d = box_minion_d(minion_d, self.info.libvirt_uri, box.uri)
+            extra.update(box_minion_config(box))
+        self.minions.install(minion_id, minion_d, extra, salt_bin=salt_bin,
                              store_host=True, disk_files=host.extmods,
                              smbios_serial=self._smbios_serial(system_name),
-                             os_grains=PLATFORM_OS_GRAINS.get(host.platform))
+                             os_grains=PLATFORM_OS_GRAINS.get(host.platform), box=box)
         return minion_id
 
     def _box_mac(self, system_name: str) -> str:

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 import psutil
 import yaml
 
+from lab.boxes import Box, netns_pid
 from lab.procs import ProcessRecord, spawn, stop
 from lab.regions import publish_port_of
 from lab.salt_master import daemon_paths
@@ -29,6 +30,8 @@ UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 SALT_LONGEST_SOCKET_NAME = "minion_event_0123456789_pull.ipc"  # salt: sha256(id)[:10]
 # beside a store host's disk: what its firmware's SMBIOS says (lab/host_namespace.py serves it)
 SMBIOS_SERIAL_FILE = "smbios-serial"
+# beside a store host's disk: the dir of the box's own libvirtd (lab/boxes.py), when it has one
+BOX_FILE = "own-libvirt-box"
 
 
 def clear_stale_pidfiles(root: Path) -> None:
@@ -94,11 +97,12 @@ class MinionManager:
                 salt_bin: Path = VENV_BIN, store_host: bool = False,
                 disk_files: dict[str, str] | None = None,
                 smbios_serial: str | None = None,
-                os_grains: dict[str, str] | None = None) -> Path:
+                os_grains: dict[str, str] | None = None, box: Box | None = None) -> Path:
         """Lay down a fresh system disk: config dir with the given minion.d files, and the Salt
         installed on it (`salt_bin`: the bin dir of that Salt's venv); `disk_files`: other files
         by their absolute path on a real machine, under the machine's root_dir (its "/");
-        `smbios_serial`: the serial the machine's firmware reports (a store host's)."""
+        `smbios_serial`: the serial the machine's firmware reports (a store host's); `box`: a
+        store host's own libvirtd (lab/boxes.py), whose namespace its minion joins."""
         if not (salt_bin / "salt-minion").exists():
             raise FileNotFoundError(f"{salt_bin / 'salt-minion'} missing: run `make setup`")
         with self.machine_lock(minion_id):
@@ -126,6 +130,8 @@ class MinionManager:
                 (mdir / "store-host").write_text("runs in a mount namespace without the lab\n")
             if smbios_serial:
                 (mdir / SMBIOS_SERIAL_FILE).write_text(smbios_serial)
+            if box is not None:
+                (mdir / BOX_FILE).write_text(str(box.dir))
             return mdir
 
     def _write_hardware_config(self, minion_id: str, root: Path, extra: dict[str, Any],
@@ -219,7 +225,13 @@ class MinionManager:
         also in a mount namespace that has none of the lab's state (the orchestrator's image
         cache, master config, lab.json): only its own disk, the libvirt socket and the VM
         images dir."""
-        options = self.network().join_args(minion_id, self.address(minion_id))
+        box = self.box_of(minion_id)
+        if box is not None:  # the box's network namespace, which its libvirtd shares
+            unshare = ["nsenter", f"--net=/proc/{netns_pid(box)}/ns/net", "--", "unshare"]
+            options: list[str] = []
+        else:
+            unshare = ["unshare", "--net"]
+            options = self.network().join_args(minion_id, self.address(minion_id))
         root = self.root_dir(minion_id)
         options += ["--boot-root", str(root)]
         # the step's knob at a boot with enabled units; the machine's own at its next boot
@@ -230,17 +242,28 @@ class MinionManager:
             log.warning("fault knob: %s's units fail to start in this boot%s", minion_id,
                         ", and every start after" if own else "")
             options += ["--units-fail", *(["--units-fail-whole-boot"] if own else [])]
-        unshare = ["unshare", "--net"]
         if (mdir / "store-host").exists():
-            socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]
-            keep = [mdir, self.root_dir(minion_id), Path(socket).parent,
-                    Path(self.info.vm_images_dir)]
+            keep = [mdir, self.root_dir(minion_id)]
+            if box is None:
+                socket = parse_qs(urlparse(self.info.libvirt_uri).query)["socket"][0]
+                keep += [Path(socket).parent, Path(self.info.vm_images_dir)]
+            else:  # its own libvirtd's socket and PKI dir, its images at the common path
+                keep += [box.sock_dir, box.pki]
+                options += ["--bind", str(box.images), str(box.common_images)]
             unshare += ["--mount", "--propagation", "private"]
             options += ["--hide", str(self.paths.root), *[f"--keep={path}" for path in keep]]
             if (mdir / SMBIOS_SERIAL_FILE).exists():
                 options += ["--smbios-serial", (mdir / SMBIOS_SERIAL_FILE).read_text()]
         return [*unshare, "--", str(salt_bin / "python"),
                 str(REPO_ROOT / "lab" / "host_namespace.py"), *options, "--", *argv]
+
+    def box_of(self, minion_id: str) -> Box | None:
+        """The own libvirtd box a store host's minion runs on (lab/boxes.py), else None."""
+        marker = self.minion_dir(minion_id) / BOX_FILE
+        if not marker.exists():
+            return None
+        path = Path(marker.read_text())
+        return Box(path.name, path, Path(self.info.vm_images_dir))
 
     def stop(self, minion_id: str, reason: str = "", grace: float = 1.0) -> None:
         with self.machine_lock(minion_id):

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from lab.simulator.data_disk import mount_point
@@ -36,8 +37,12 @@ def file_stamp(path: Path) -> list[int]:
 class SystemDisks:
     """The roots of the system disks a machine is not running, under `base`/<minion id>/."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path,
+                 resolve: Callable[[str, Path], Path] = lambda _minion, path: path) -> None:
+        """`resolve`: a disk file as the simulator reaches it, for the machine (a box with its
+        own libvirtd names the common images path; its files are in the box's dir)."""
         self.base = base
+        self.resolve = resolve
 
     def _slot(self, minion_id: str, identity: str) -> Path:
         return self.base / minion_id / hashlib.sha256(identity.encode()).hexdigest()[:16]
@@ -48,7 +53,7 @@ class SystemDisks:
         disk written back): `root` without /srv/store when that is a data disk's, and the
         config dir. Stashes of disks whose file is gone are dropped."""
         self.prune(minion_id)
-        disk = file_of(identity)
+        disk = self.resolve(minion_id, file_of(identity))
         if not disk.exists() or not root.is_dir():
             return
         slot = self._slot(minion_id, identity)
@@ -71,7 +76,7 @@ class SystemDisks:
         if not (record.exists() and (slot / "root").is_dir() and (slot / CONFIG_DIR).is_dir()):
             return False
         kept = json.loads(record.read_text())
-        disk = file_of(identity)
+        disk = self.resolve(minion_id, file_of(identity))
         if kept.get("identity") != identity or not disk.exists() \
                 or kept.get("stamp") != file_stamp(disk):
             log.info("%s: system disk %s was made anew since its root was kept: a fresh disk",
@@ -91,7 +96,8 @@ class SystemDisks:
         """Drop what is kept of disks whose file was deleted (a pruned overlay, a removed VM)."""
         for record in sorted((self.base / minion_id).glob(f"*/{FILE_RECORD}")):
             try:
-                gone = not file_of(json.loads(record.read_text())["identity"]).exists()
+                gone = not self.resolve(minion_id, file_of(
+                    json.loads(record.read_text())["identity"])).exists()
             except (OSError, ValueError, KeyError):
                 gone = True
             if gone:
