@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from app.audit import audit_app
+from app.backup import backup
 from app.commands import PluginGroup
 from app.image_update import revert, update
 from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
@@ -54,8 +55,7 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
 # commands that only read the inventory (and settings) and print
 app.command("vm-xml")(vm_xml)
 app.command("windows")(windows)
-app.command("replace")(replace)
-for name, command in (("update", update), ("revert", revert)):
+for name, command in (("replace", replace), ("update", update), ("revert", revert), ("backup", backup)):
     app.command(name)(command)
 app.command("prefect-setup")(prefect_setup)
 app.add_typer(audit_app, name="audit")

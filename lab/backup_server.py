@@ -25,7 +25,6 @@ import argparse
 import ctypes
 import ctypes.util
 import datetime
-import os
 import secrets
 import signal
 import subprocess

@@ -59,7 +59,7 @@ class BackupCredentials(CredentialsBlock):
     admin_user: str = Field(title="Admin user", description="the admin endpoint's login")
     admin_password: SecretStr = Field(title="Admin password", description="never logged")
 
-    def get_client(self, ca_file: str = "") -> ResticAdmin:  # type: ignore[override]
+    def get_client(self, ca_file: str = "") -> ResticAdmin:
         return ResticAdmin(self.admin_url, self.admin_user, self.admin_password, self.key,
                            ca_file)
 
@@ -203,3 +203,25 @@ def apply_retention(minion_id: str, settings: BackupPart) -> dict[str, Any]:
     """`restic forget --prune` with the settings' backup_keep_daily and backup_keep_weekly."""
     return backup_admin(settings).forget(minion_id, settings.backup_keep_daily,
                                          settings.backup_keep_weekly)
+
+
+def read_backups(minion_ids: list[str], settings: BackupPart) -> dict[str, dict[str, Any]]:
+    """Per VM minion id, what plan and reconcile know of its backups (StoreFacts' fields
+    backups_configured, last_backup, backup_error, backup_max_age_hours); nothing is read when
+    backups are not configured, and a server that cannot be read is said, never taken for
+    "no backup"."""
+    base: dict[str, Any] = {"backups_configured": bool(settings.backup_url),
+                            "backup_max_age_hours": settings.backup_max_age_hours}
+    if not settings.backup_url or not minion_ids:
+        return {minion: base for minion in minion_ids}
+    try:
+        admin = backup_admin(settings)
+    except ValueError as exc:  # the Block is missing or malformed
+        return {minion: {**base, "backup_error": str(exc)} for minion in minion_ids}
+    found: dict[str, dict[str, Any]] = {}
+    for minion in minion_ids:
+        try:
+            found[minion] = {**base, "last_backup": last_backup(admin, minion)}
+        except BackupError as exc:
+            found[minion] = {**base, "backup_error": str(exc)}
+    return found

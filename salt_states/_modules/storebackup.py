@@ -165,10 +165,30 @@ def snapshots():
     return restic.snapshots()
 
 
+def _record_file():
+    work = os.path.join(__opts__.get("cachedir", tempfile.gettempdir()), "storebackup")
+    return os.path.join(work, "restored.json")
+
+
+def restored():
+    """The restore this VM already had ({"snapshot", "at"}), or None. Kept on the system disk
+    (the minion's cachedir): a rerun of a replacement never restores over a live store's newer
+    data.
+
+    CLI Example: salt 'store-0001-vm' storebackup.restored
+    """
+    try:
+        with open(_record_file()) as handle:
+            return json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+
+
 def restore(snapshot_id):
-    """Restore snapshot `snapshot_id` (its id or short id) into the data disk's mount: its
-    files written over the ones there, the VM's identity untouched (never in a snapshot, and
-    excluded here too). Returns {"snapshot", "target", "seconds"}.
+    """Restore snapshot `snapshot_id` (its id or short id) into the data disk's mount, once per
+    VM: its files written over the ones there, the VM's identity untouched (never in a
+    snapshot, and excluded here too). A VM that had a restore already returns that one,
+    restoring nothing. Returns {"snapshot", "target", "seconds", "already"}.
 
     CLI Example: salt 'store-0001-vm' storebackup.restore 1a2b3c4d
     """
@@ -176,6 +196,10 @@ def restore(snapshot_id):
     if not SNAPSHOT_ID.match(snapshot_id):
         raise CommandExecutionError("snapshot {!r}: expected a restic snapshot id (hex)".format(
             snapshot_id))
+    earlier = restored()
+    if earlier:
+        return {"snapshot": earlier["snapshot"], "target": DATA_DISK_MOUNT, "seconds": 0,
+                "already": True}
     started = time.monotonic()
     mount = _mount()
     if not os.path.isdir(mount):
@@ -185,5 +209,9 @@ def restore(snapshot_id):
     for name in BACKUP_EXCLUDES:
         args += ["--exclude", "/" + name]
     restic.run(args, timeout=BACKUP_TIMEOUT)
+    record = _record_file()
+    with open(record + ".part", "w") as handle:
+        json.dump({"snapshot": snapshot_id, "at": time.time()}, handle)
+    os.rename(record + ".part", record)
     return {"snapshot": snapshot_id, "target": DATA_DISK_MOUNT,
-            "seconds": round(time.monotonic() - started, 3)}
+            "seconds": round(time.monotonic() - started, 3), "already": False}

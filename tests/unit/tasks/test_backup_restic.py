@@ -19,8 +19,8 @@ import requests
 from pydantic import SecretStr
 
 from lab.backup_server import ADMIN_USER, BackupFiles, issue_certificate, rclone_argv, write_htpasswd
-from lab.prefect_access import ensure_tls
 from lab.ports import choose
+from lab.prefect_access import ensure_tls
 from store_rollout.backup_secrets import REST_PASSWORD, derive
 from tasks.backup import BackupError, ResticAdmin, age_hours
 from tests.helpers import load_salt_module
@@ -118,6 +118,11 @@ def test_a_store_backs_up_and_the_admin_side_verifies_prunes_and_a_new_vm_restor
     assert restored["snapshot"] == second["snapshot"]
     assert (new_mount / "pos" / "sales.db").read_text() == "queued sale 1\nqueued sale 2\n"
     assert (new_mount / ".identity" / "minion.pem").read_text() == "the key of new-vm\n"
+    # once per VM: a rerun never restores over what the store wrote since
+    (new_mount / "pos" / "sales.db").write_text("live again\n")
+    again = store_vm(target, VM, target.root / "new-vm").restore(first["snapshot"])
+    assert again["already"] is True and again["snapshot"] == second["snapshot"]
+    assert (new_mount / "pos" / "sales.db").read_text() == "live again\n"
 
 
 def test_a_store_cannot_delete_its_backups_nor_reach_another_stores(target: Target) -> None:
