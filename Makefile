@@ -35,7 +35,7 @@ PYTHON36 ?= $(shell for p in "$$(pyenv prefix 3.6 2>/dev/null)/bin/python3.6" py
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
-	xorriso libxml2-utils dnsmasq-base ipmitool curl systemd dmidecode
+	xorriso libxml2-utils dnsmasq-base ipmitool curl systemd dmidecode rclone restic
 
 .PHONY: setup demo test test-durations test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
 

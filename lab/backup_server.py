@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from pathlib import Path
 
-from lab.prefect_access import TlsFiles, write_private
+from lab.prefect_access import PrefectAccess, TlsFiles, write_private
+from lab.procs import ProcessRecord, spawn
 from lab.store_network import GATEWAY
 from store_rollout.backup_secrets import REST_PASSWORD, derive, is_store_vm
 
@@ -184,6 +185,30 @@ def serve(files: BackupFiles, ca: TlsFiles, port: int, admin_port: int,
     finally:
         for child in children:
             child.terminate()
+
+
+def save_backup_block(access: PrefectAccess, name: str, admin_url: str,
+                      files: BackupFiles) -> None:
+    """The Backup Credentials Block the flows read (as `lab up` saves `lab-bmc`)."""
+    from pydantic import SecretStr
+
+    from tasks.backup import BackupCredentials
+
+    key, admin_password = files.ensure_secrets()
+    with access.settings():
+        BackupCredentials(key=SecretStr(key), admin_url=admin_url, admin_user=ADMIN_USER,
+                          admin_password=SecretStr(admin_password)).save(name, overwrite=True)
+
+
+def start(state_dir: Path, port: int, admin_port: int, log: Path) -> ProcessRecord:
+    return spawn([sys.executable, "-m", "lab.backup_server", "--state-dir", str(state_dir),
+                  "--port", str(port), "--admin-port", str(admin_port)], log,
+                 cwd=Path(__file__).resolve().parent.parent)
+
+
+def ext_pillar_config(state_dir: Path, url: str, ca_file: str) -> dict[str, str]:
+    """The master's store_backup ext_pillar options: the key file, the stores' URL, the CA."""
+    return {"key_file": str(BackupFiles.of(state_dir).key), "url": url, "ca_file": ca_file}
 
 
 def main() -> None:

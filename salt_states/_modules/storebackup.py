@@ -39,10 +39,20 @@ def _mount():
     return os.path.join(__opts__.get("root_dir", "/"), DATA_DISK_MOUNT.lstrip("/"))
 
 
+def _fresh_pillar():
+    """The minion's pillar as the master compiles it now (pillar.items' way, without the
+    output masking newer Salt applies to its return: the values are used here, not shown)."""
+    import salt.pillar  # pylint: disable=import-outside-toplevel
+
+    return salt.pillar.get_pillar(
+        __opts__, __grains__, __opts__["id"], saltenv=__opts__.get("saltenv"),
+        pillarenv=__opts__.get("pillarenv")).compile_pillar()
+
+
 def _settings():
     """The VM's `store_backup` pillar, compiled by the master now (a rotated key applies at
     once); an error naming what is missing otherwise."""
-    found = __salt__["pillar.items"]().get("store_backup") or {}
+    found = _fresh_pillar().get("store_backup") or {}
     missing = [name for name in ("url", "user", "rest_password", "repository_password")
                if not found.get(name)]
     if missing:
