@@ -5,7 +5,8 @@ on a new box with its data disk's content from that backup: the file the store w
 the run's result names the snapshot and its age, `plan` said so before, and reconcile shows the
 store's last backup.
 
-Its store and MACs are its own (tests/structure/test_lab_tests_isolated.py)."""
+The lab's boxes share one libvirtd, so the dead box is also unracked (its VM's domain and
+disks removed), as tests/lab/test_rollout_e2e.py's destroyed box is. Its store and MACs are its own (tests/structure/test_lab_tests_isolated.py)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ def test_a_dead_boxs_store_comes_back_from_its_last_backup(lab: LabInfo, lab_env
     master = SaltMasterClient(lab.salt_master_config)
     written = "sale 1001: 3 x bread\n"
     assert master.cmd(VM, "file.write", [on_data_disk(master, JOURNAL), written])
+    on_disk = master.cmd(VM, "file.read", [on_data_disk(master, JOURNAL)])
+    assert on_disk.startswith(written)  # (file.write ends it with a newline of its own)
     before = reconcile(lab_env, inventory)
     assert [m["code"] for m in before["mismatches"]] == ["backup-missing"], before
     assert before["last_backup"] == "none"
@@ -75,10 +78,15 @@ def test_a_dead_boxs_store_comes_back_from_its_last_backup(lab: LabInfo, lab_env
     assert (after["status"], after["mismatches"]) == ("ok", []), after
     assert after["last_backup"].startswith(backup["short_id"]), after
 
-    # the box dies: off through its BMC, and never back
+    # the box dies: off through its BMC, and never back; then out of the rack (the lab's one
+    # libvirtd holds every box's domains: the dead box's VM and its data disk go with it, as
+    # they would with its disk, so nothing of the old data disk can reach the new box)
     bmc_power(lab, HV, "off")
     wait_for(lambda: not master.ping(VM, timeout=2), timeout=60, what=f"{VM} down with its box")
-    from lab.hardware import rack
+    from lab.hardware import rack, unrack
+
+    unrack(lab, STORE)
+    assert not (Path(lab.vm_images_dir) / VM / "data.raw").exists()
 
     box = rack(lab, STORE, NEW_MAC, "redfish", name=f"{HV}-new")
     fields = {"mac": NEW_MAC, **box.inventory_fields()}
@@ -103,7 +111,7 @@ def test_a_dead_boxs_store_comes_back_from_its_last_backup(lab: LabInfo, lab_env
     restored = result["restored_backup"]
     assert (restored["snapshot"], restored["already"]) == (backup["snapshot"], False), restored
     assert 0 <= restored["age_hours"] < 1
-    assert master.cmd(VM, "file.read", [on_data_disk(master, JOURNAL)]) == written
+    assert master.cmd(VM, "file.read", [on_data_disk(master, JOURNAL)]) == on_disk
 
     raw = yaml.safe_load(inventory.read_text())
     raw["stores"][0]["hypervisor"].update(fields)
