@@ -6,7 +6,8 @@ the run's result names the snapshot and its age, `plan` said so before, and reco
 store's last backup.
 
 The lab's boxes share one libvirtd, so the dead box is also unracked (its VM's domain and
-disks removed), as tests/lab/test_rollout_e2e.py's destroyed box is. Its store and MACs are its own (tests/structure/test_lab_tests_isolated.py)."""
+disks removed), as tests/lab/test_rollout_e2e.py's destroyed box is. Its store and MACs are
+its own (tests/structure/test_lab_tests_isolated.py)."""
 
 from __future__ import annotations
 

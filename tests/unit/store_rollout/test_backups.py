@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from store_rollout.backups import BackupNotVerified, backup_window, verified
-from store_rollout.inventory.calendar_spec import CalendarSpec
 from store_rollout.contracts import STEP_FIRSTBOOT
 from store_rollout.fleet.backups import EMPTY_DATA_DISK, backup_line, with_restore
 from store_rollout.fleet.plan import plan_store
 from store_rollout.fleet.reconcile import reconcile_store
+from store_rollout.inventory.calendar_spec import CalendarSpec
 from tests.unit.store_rollout.test_fleet_state import ZOMBIE, fresh, rolled_out
 
 SNAP = {"id": "c0ffee" + "0" * 58, "short_id": "c0ffee00", "time": "2026-11-27T01:30:00Z",
