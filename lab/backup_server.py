@@ -16,12 +16,11 @@ Files under `<lab>/backup/`: `key` (0600, the Block's key; the master's ext_pill
 `admin-password` (0600), `data/` (the repositories), `tls/` (server cert and key), `htpasswd`,
 `htpasswd-admin`.
 
-Run (by `lab up`): python -m lab.backup_server --state-dir <lab> --port P --admin-port A
+Run (by `lab up`): python -m lab.backup_server <lab state dir> <port> <admin port>
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import ctypes.util
 import datetime
@@ -30,7 +29,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from ipaddress import IPv4Address
 from pathlib import Path
 
@@ -46,41 +44,19 @@ SYNC_SECONDS = 1.0  # how often accepted store VM keys are looked for
 BCRYPT_COST = 4
 
 
-@dataclass(frozen=True)
 class BackupFiles:
-    root: Path
+    """The backup target's files in the lab's state dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.key, self.admin_password = root / "key", root / "admin-password"
+        self.data, self.htpasswd, self.htpasswd_admin = (
+            root / "data", root / "htpasswd", root / "htpasswd-admin")
+        self.cert, self.cert_key = root / "tls" / "server.pem", root / "tls" / "server.key"
 
     @classmethod
     def of(cls, state_dir: Path) -> BackupFiles:
         return cls(state_dir / "backup")
-
-    @property
-    def key(self) -> Path:
-        return self.root / "key"
-
-    @property
-    def admin_password(self) -> Path:
-        return self.root / "admin-password"
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def cert(self) -> Path:
-        return self.root / "tls" / "server.pem"
-
-    @property
-    def cert_key(self) -> Path:
-        return self.root / "tls" / "server.key"
-
-    @property
-    def htpasswd(self) -> Path:
-        return self.root / "htpasswd"
-
-    @property
-    def htpasswd_admin(self) -> Path:
-        return self.root / "htpasswd-admin"
 
     def ensure_secrets(self) -> tuple[str, str]:
         """(key, admin password), each made once (random) and kept 0600."""
@@ -201,8 +177,8 @@ def save_backup_block(access: PrefectAccess, name: str, admin_url: str,
 
 
 def start(state_dir: Path, port: int, admin_port: int, log: Path) -> ProcessRecord:
-    return spawn([sys.executable, "-m", "lab.backup_server", "--state-dir", str(state_dir),
-                  "--port", str(port), "--admin-port", str(admin_port)], log,
+    return spawn([sys.executable, "-m", "lab.backup_server", str(state_dir), str(port),
+                  str(admin_port)], log,
                  cwd=Path(__file__).resolve().parent.parent)
 
 
@@ -211,17 +187,14 @@ def ext_pillar_config(state_dir: Path, url: str, ca_file: str) -> dict[str, str]
     return {"key_file": str(BackupFiles.of(state_dir).key), "url": url, "ca_file": ca_file}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--state-dir", type=Path, required=True)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--admin-port", type=int, required=True)
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    """`python -m lab.backup_server <lab state dir> <stores' port> <admin port>`."""
     from lab.state import LabPaths
 
-    paths = LabPaths(args.state_dir)
-    sys.exit(serve(BackupFiles.of(args.state_dir), TlsFiles.at(paths.prefect_tls), args.port,
-                   args.admin_port, paths.salt / "root" / "master" / "pki"))
+    state_dir, port, admin_port = argv or sys.argv[1:]
+    paths = LabPaths(Path(state_dir))
+    sys.exit(serve(BackupFiles.of(paths.root), TlsFiles.at(paths.prefect_tls), int(port),
+                   int(admin_port), paths.salt / "root" / "master" / "pki"))
 
 
 if __name__ == "__main__":
