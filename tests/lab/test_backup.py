@@ -46,9 +46,12 @@ def on_data_disk(master: SaltMasterClient, name: str) -> str:
     return str(master.cmd(VM, "provisioning.root_path", ["srv/store", name]))
 
 
-def reconcile(lab_env: dict[str, str], inventory: Path) -> dict[str, Any]:
+def reconcile(lab_env: dict[str, str], inventory: Path,
+              max_age_hours: str = "") -> dict[str, Any]:
     """The store's reconcile status (the command exits 1 when it finds a mismatch)."""
-    done = cli_in_process(lab_env, "reconcile", STORE, "--inventory", str(inventory), "--json")
+    done = cli_in_process(lab_env, "reconcile", STORE, "--inventory", str(inventory), "--json",
+                          settings={"STORE_ROLLOUT_BACKUP_MAX_AGE_HOURS": max_age_hours}
+                          if max_age_hours else None)
     status = dict(json.loads(done.stdout)["stores"][STORE])
     assert done.exit_code == (1 if status["mismatches"] else 0), (
         done.exception, done.stdout[-3000:] + done.stderr[-3000:])
@@ -64,7 +67,9 @@ def test_a_dead_boxs_store_comes_back_from_its_last_backup(lab: LabInfo, lab_env
     assert master.cmd(VM, "file.write", [on_data_disk(master, JOURNAL), written])
     on_disk = master.cmd(VM, "file.read", [on_data_disk(master, JOURNAL)])
     assert on_disk.startswith(written)  # (file.write ends it with a newline of its own)
-    before = reconcile(lab_env, inventory)
+    # a store live for less than backup_max_age_hours is not missing its first backup yet
+    assert reconcile(lab_env, inventory)["mismatches"] == []
+    before = reconcile(lab_env, inventory, max_age_hours="0.0001")
     assert [m["code"] for m in before["mismatches"]] == ["backup-missing"], before
     assert before["last_backup"] == "none"
 
@@ -78,6 +83,8 @@ def test_a_dead_boxs_store_comes_back_from_its_last_backup(lab: LabInfo, lab_env
     after = reconcile(lab_env, inventory)
     assert (after["status"], after["mismatches"]) == ("ok", []), after
     assert after["last_backup"].startswith(backup["short_id"]), after
+    stale = reconcile(lab_env, inventory, max_age_hours="0.0001")
+    assert [m["code"] for m in stale["mismatches"]] == ["backup-stale"], stale
 
     # the box dies: off through its BMC, and never back; then out of the rack (the lab's one
     # libvirtd holds every box's domains: the dead box's VM and its data disk go with it, as

@@ -14,7 +14,7 @@ from store_rollout.fleet.backups import EMPTY_DATA_DISK, backup_line, with_resto
 from store_rollout.fleet.plan import plan_store
 from store_rollout.fleet.reconcile import reconcile_store
 from store_rollout.inventory.calendar_spec import CalendarSpec
-from tests.unit.store_rollout.test_fleet_state import ZOMBIE, fresh, rolled_out
+from tests.unit.store_rollout.test_fleet_state import UUID, ZOMBIE, fresh, rolled_out
 
 SNAP = {"id": "c0ffee" + "0" * 58, "short_id": "c0ffee00", "time": "2026-11-27T01:30:00Z",
         "age_hours": 3.0}
@@ -36,6 +36,20 @@ def test_reconcile_flags_a_missing_or_stale_backup_only_when_backups_are_configu
     assert status.status == "mismatch" and "49.5 h old" in status.mismatches[0].what
     assert status.last_backup == "c0ffee00 at 2026-11-27T01:30:00Z (49.5 h old)"
     assert "store-rollout backup 0042" in status.mismatches[0].fix
+
+
+def test_a_store_live_for_less_than_the_bound_is_not_missing_its_backup_yet() -> None:
+    def live_since(hours: float, form: str) -> list[dict[str, Any]]:
+        at = datetime.now(UTC).timestamp() - hours * 3600
+        received = at if form == "epoch" else datetime.fromtimestamp(at, UTC).isoformat()
+        return [{"id": "ERP-1", "idempotency_key": "k", "vm_uuid": UUID, "received": received}]
+
+    for form in ("epoch", "iso"):
+        assert codes(backups_configured=True, erp_notices=live_since(2, form)) == []
+        assert codes(backups_configured=True, erp_notices=live_since(50, form)) == [
+            "backup-missing"]
+    # not live (no notice of this VM): other mismatches say so, not this one
+    assert "backup-missing" not in codes(backups_configured=True, erp_notices=[])
 
 
 def test_an_unreadable_server_is_never_taken_for_a_missing_backup() -> None:
