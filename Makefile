@@ -35,7 +35,7 @@ PYTHON36 ?= $(shell for p in "$$(pyenv prefix 3.6 2>/dev/null)/bin/python3.6" py
 APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-dev pkg-config \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
-	xorriso libxml2-utils dnsmasq-base ipmitool curl systemd dmidecode
+	xorriso libxml2-utils dnsmasq-base ipmitool curl systemd dmidecode rclone restic
 
 .PHONY: setup demo test test-durations test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
 
@@ -116,7 +116,7 @@ demo: setup
 # what runs on a store host under its Python 3.6 (the master's engines run on the master: not
 # here; the hypervisor's libvirt events engine does). The store VM (image_builds/leap16-jeos) loads
 # the same _modules (provisioning, storegate) under the Salt Bundle's Python 3.11: 3.6 stays the floor
-HOST_PYTHON_PATHS := salt_states/_modules lab/salt_overlay/_modules salt_states/_states salt_states/_utils salt_states/_engines/store_libvirt_events.py tests/host36 lab/host_namespace.py
+HOST_PYTHON_PATHS := salt_states/_modules salt_states/_pillar lab/salt_overlay/_modules salt_states/_states salt_states/_utils salt_states/_engines/store_libvirt_events.py tests/host36 lab/host_namespace.py
 
 lint: setup
 	$(VENV)/bin/vermin -q -t=3.6- --violations --no-tips $(HOST_PYTHON_PATHS)

@@ -1,7 +1,7 @@
-"""`store-rollout` command line; replace, refresh, update and revert live in app/replace.py,
-app/refresh.py and app/image_update.py, how commands run flows in app/runner.py, what they
-show in app/live.py and app/views.py; other installs' sub-commands load only when run
-(app/commands.py)."""
+"""`store-rollout` command line; replace, refresh, update, revert and backup live in
+app/replace.py, app/refresh.py, app/image_update.py and app/backup.py, how commands run flows
+in app/runner.py, what they show in app/live.py and app/views.py; other installs'
+sub-commands load only when run (app/commands.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.console import Console
 
 from app.audit import audit_app
 from app.commands import PluginGroup
-from app.image_update import revert, update
+from app.image_update import IMAGE_COMMANDS
 from app.offline import INVENTORY, Confirmed, Inventory, Now, RequiredInventory, vm_xml, windows
 from app.refresh import BOX_COMMANDS
 from app.runner import (
@@ -55,7 +55,7 @@ def _prefect_of_the_settings_file(ctx: typer.Context) -> None:
 # commands that only read the inventory (and settings) and print
 app.command("vm-xml")(vm_xml)
 app.command("windows")(windows)
-for name, command in (*BOX_COMMANDS, ("update", update), ("revert", revert)):
+for name, command in (*BOX_COMMANDS, *IMAGE_COMMANDS):
     app.command(name)(command)
 app.command("prefect-setup")(prefect_setup)
 app.add_typer(audit_app, name="audit")

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from app.backup import backup
 from app.offline import Confirmed, Now, RequiredInventory
 from app.runner import console, refuse, refuse_settings
 from app.undo import Approver, Code, proven_at_terminal, terminal_person
@@ -112,3 +113,7 @@ def revert(store_id: str, inventory: RequiredInventory, yes: Confirmed = False,
     store's maintenance window; `--now` outside it, with --approver NAME --code CODE)."""
     confirmed_run(Action.REVERT_IMAGE, store_id, inventory, f"revert of store {store_id}",
                   yes=yes, now=now, approver=approver, code=code)
+
+
+# registered by app/cli.py (with the data disk's backup, which a store's update keeps)
+IMAGE_COMMANDS = (("update", update), ("revert", revert), ("backup", backup))

@@ -12,6 +12,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
+from store_rollout.fleet.backups import with_restore
 from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
 from store_rollout.fleet.render import plan_markdown
 from store_rollout.fleet.versions import StoreVersions, store_versions
@@ -84,7 +85,8 @@ def store_plan(store_ids: list[str], inventory: str,
     facts = (observe_stores(own, settings, highstate_test=highstate_test,
                             install_seconds=hypervisor_timeout, image_version=image_version)
              if own else {})
-    plans = {sid: plan_store(f, recreate_vm, reinstall_hypervisor, bool(replace_box))
+    plans = {sid: with_restore(plan_store(f, recreate_vm, reinstall_hypervisor,
+                                          bool(replace_box)), f, bool(replace_box))
              for sid, f in facts.items()}
     # each store's platform and image versions as its own region's systems gave them
     platforms = {sid: f.platform for sid, f in facts.items()}

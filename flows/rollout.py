@@ -31,6 +31,7 @@ from store_rollout.inventory import load_inventory
 from store_rollout.inventory.replacement import with_new_box
 from store_rollout.results import rollout_result
 from store_rollout.settings import load_settings
+from store_rollout.settings_backup import BackupPart
 from store_rollout.settings_parts import ApprovalSettings, SettingsParts
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from store_rollout.steps import StepClock, markdown_report
@@ -48,6 +49,7 @@ from tasks.retire_box import retire_old_box
 from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import prepare_vm_keys, wait_for_hypervisor
 from tasks.slots import ReleasableSlot, in_flight_slots, store_owner
+from tasks.store_backup import restore_newest_backup
 from tasks.virt import create_vm
 from tasks.windows import run_in_window
 
@@ -124,7 +126,10 @@ def store_rollout(store_id: str, inventory: str,
             `redfish_system_id`, `bmc_credentials_block`, `ipmi_cipher_suite`, `serial`. The
             old box is powered off and the store's keys deleted, the Cobbler record moves to
             the new MAC, the new box is installed and the store VM created on it from the
-            image; the ERP gets the new VM's notice and a "replaced" one. Destructive, so
+            image, its data disk restored from the store's newest backup after firstboot
+            (when backups are configured; none: it starts empty; the result's
+            `restored_backup` says which and how old); the ERP gets the new VM's notice and a
+            "replaced" one. Destructive, so
             approved first like reinstall_hypervisor. Then write the new box into the
             inventory.
         approver: The approver who confirmed a destructive run at a terminal (`store-rollout
@@ -219,13 +224,17 @@ def _steps(store: Any, old_box: Any, settings: Any, clock: StepClock, consent: A
     booted = clock.run(STEP_FIRSTBOOT, firstboot, store, parts.salt, images,
                        timeout=firstboot_timeout, stall_timeout=vm_stall_timeout,
                        contact_timeout=vm_contact_timeout)
+    # a replacement's data disk: the store's newest backup, before the gate checks the store
+    restored = (restore_newest_backup(store, parts.salt, BackupPart.of(settings))
+                if replace_box else None)
     go_live = clock.run(STEP_GO_LIVE, go_live_gate, store, parts.salt)
     erp = clock.run(STEP_NOTIFY_ERP, notify_erp, store, vm, parts.erp)
     replaced = (notify_erp_replaced(store, old_box.hypervisor.mac, parts.erp) if replace_box
                 else None)
-    return rollout_result(store, image=image, install=install, retired=retired, hv_wait=hv_wait,
-                          keys=keys, vm=vm, booted=booted, go_live=go_live, erp=erp,
-                          replaced=replaced, approval=approval, step_seconds=clock.seconds)
+    return {**rollout_result(store, image=image, install=install, retired=retired,
+                             hv_wait=hv_wait, keys=keys, vm=vm, booted=booted, go_live=go_live,
+                             erp=erp, replaced=replaced, approval=approval,
+                             step_seconds=clock.seconds), "restored_backup": restored}
 
 
 if __name__ == "__main__":

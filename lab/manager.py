@@ -23,6 +23,7 @@ from typing import Any
 import requests
 
 from lab import (
+    backup_server,
     bmc_service,
     boxes,
     cobbler_dhcp,
@@ -63,7 +64,7 @@ from store_rollout.private_files import write_private
 SERVICE_ORDER = ["store-network", "postgres", "prefect-server", "salt-master",
                  lab_regions.SECOND_MASTER, "libvirtd", "cobblerd", "cobbler-http",
                  "cobbler-dnsmasq", "erp-receiver", "webhook-receiver", "vbmcd", "redfish-bmc",
-                 "simulator", "prefect-worker", lab_regions.SECOND_WORKER]
+                 "backup-server", "simulator", "prefect-worker", lab_regions.SECOND_WORKER]
 
 
 @dataclass
@@ -129,6 +130,9 @@ class Lab:
             image_server_url=f"http://127.0.0.1:{p.image_server}",
             store_network_state=str(self.paths.store_network / "state.json"),
             vm_images_dir=str(self.paths.libvirt / "images"),
+            backup_url=f"https://{GATEWAY}:{p.backup}",
+            backup_admin_url=f"https://127.0.0.1:{p.backup_admin}",
+            backup_ca_file=str(access.ca_file),
             services=services,
         )
 
@@ -196,7 +200,11 @@ class Lab:
                    "store network"))
         # independent daemons start together; readiness is awaited after all have spawned
         postgres.prepare(self.paths.postgres, self.secrets.postgres_password)
-        salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret, prefect=access)
+        backups = backup_server.BackupFiles.of(self.paths.root)
+        backups.ensure_secrets()  # the key the master's ext_pillar reads
+        salt_master.write_config(self.paths.salt, p.salt_publish, p.salt_ret, prefect=access,
+                                 backup_pillar=backup_server.ext_pillar_config(
+                                     self.paths.root, info.backup_url, info.backup_ca_file))
         if regions == 2:
             salt_master.write_config(self.paths.salt_region2, p.region2_salt_publish,
                                      p.region2_salt_ret, prefect=access,
@@ -262,6 +270,12 @@ class Lab:
                    "--root", str(self.paths.image_cache), "--port", str(p.image_server))
         lab_server("webhook-receiver", f"http://127.0.0.1:{p.webhook}", "lab.webhook_receiver",
                    "/_lab/health", "--port", str(p.webhook), "--log", info.notify_log)
+        ensure("backup-server", f"{info.backup_url} (stores), {info.backup_admin_url} (admin)",
+               lambda: backup_server.start(self.paths.root, p.backup, p.backup_admin,
+                                           logs / "backup-server.log"),
+               lambda: wait_until(lambda: listens_on(services["backup-server"].record, p.backup)
+                                  and listens_on(services["backup-server"].record,
+                                                 p.backup_admin), 20, "backup server"))
         libvirt_service.wait_ready(self.paths.libvirt)
         bmc = self.bmc_config()
         bmc_service.prepare(bmc)
@@ -314,11 +328,11 @@ class Lab:
     def _forwarded(self) -> list[int]:
         """The orchestrator's ports a store host reaches (at the gateway): the master, Cobbler's
         HTTP side (profiles, nopxe), the image server, the simulated hardware's API (the
-        lab's stand-in for a reboot) and the second region's master (in any lab: a second
-        region then comes up without a new gateway)."""
+        lab's stand-in for a reboot), the second region's master (in any lab: a second
+        region then comes up without a new gateway) and the backup target's stores' endpoint."""
         p = self.ports
         return [p.salt_publish, p.salt_ret, p.cobbler_http, p.image_server, p.simulator,
-                p.region2_salt_publish, p.region2_salt_ret]
+                p.region2_salt_publish, p.region2_salt_ret, p.backup]
 
     def _prefect_setup(self, info: LabInfo) -> None:
         """Server-side objects the flows rely on (idempotent): the Cobbler sync limit and the
@@ -341,6 +355,8 @@ class Lab:
         prefect_server.save_notification_block(access, info.notify_block,
                                                info.notify_url)
         save_approvers_block(access)
+        backup_server.save_backup_block(access, info.backup_block, info.backup_admin_url,
+                                        backup_server.BackupFiles.of(self.paths.root))
         # side by side with the deployments (each is seconds of CLI start and Prefect import)
         setup = subprocess.Popen([str(VENV_BIN / "store-rollout"), "prefect-setup"], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

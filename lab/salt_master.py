@@ -40,7 +40,10 @@ def reactor_config() -> list[dict[str, list[str]]]:
 
 
 def write_config(salt_dir: Path, publish_port: int, ret_port: int,
-                 prefect: PrefectAccess | None = None, master_id: str = "lab-master") -> Path:
+                 prefect: PrefectAccess | None = None, master_id: str = "lab-master",
+                 backup_pillar: dict[str, str] | None = None) -> Path:
+    """`backup_pillar`: the store_backup ext_pillar's options (lab/backup_server.py): each store
+    VM's backup credentials in its own pillar (issue 48)."""
     root = salt_dir / "root" / "master"
     conf_dir = salt_dir / "etc" / "master"
     pillar = salt_dir / "pillar"
@@ -95,6 +98,9 @@ def write_config(salt_dir: Path, publish_port: int, ret_port: int,
         "file_recv_max_size": 1024,
         "engines_dirs": [str(SALT_STATES_DIR / "_engines")],
         "engines": engines,
+        # salt_states/_pillar/ (production: saltutil.sync_pillar into extension_modules)
+        **({"pillar_dirs": [str(SALT_STATES_DIR / "_pillar")],
+            "ext_pillar": [{"store_backup": backup_pillar}]} if backup_pillar else {}),
     }
     path = conf_dir / "master"
     path.write_text(yaml.safe_dump(config, sort_keys=True))

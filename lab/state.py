@@ -95,6 +95,10 @@ class LabPorts(BaseModel):
     # store network, in every lab, so a second region comes up without a new gateway
     region2_salt_publish: int = 0
     region2_salt_ret: int = 0
+    # the region's backup target (lab/backup_server.py): the stores' endpoint (forwarded to the
+    # store network) and the admin one (loopback only)
+    backup: int = 0
+    backup_admin: int = 0
 
 
 class LabSecrets(BaseModel):
@@ -168,6 +172,12 @@ class LabInfo(BaseModel):
     region2_salt_master_config: str = ""
     region2_salt_publish_port: int = 0
     region2_salt_ret_port: int = 0
+    # the backup target (issue 48, lab/backup_server.py): the stores' URL (at the gateway), the
+    # admin one (loopback), the CA that verifies both, and the Backup Credentials Block's name
+    backup_url: str = ""
+    backup_admin_url: str = ""
+    backup_ca_file: str = ""
+    backup_block: str = "lab-backup"
     services: dict[str, ServiceInfo] = Field(default_factory=dict)
 
 
@@ -335,6 +345,11 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         # the lab's regions (a second one with `lab up --regions 2`); a process serves the
         # default region unless its STORE_ROLLOUT_REGION names another
         **({"STORE_ROLLOUT_REGIONS_FILE": info.regions_file} if info.regions_file else {}),
+        # the region's backup target (lab/backup_server.py); its secrets in the Block
+        **({"STORE_ROLLOUT_BACKUP_URL": info.backup_url,
+            "STORE_ROLLOUT_BACKUP_CA_FILE": info.backup_ca_file,
+            "STORE_ROLLOUT_BACKUP_CREDENTIALS_BLOCK": info.backup_block}
+           if info.backup_url else {}),
     }
 
 

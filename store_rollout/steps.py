@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from store_rollout.backups import restored_line
 from store_rollout.contracts import STEPS
 
 T = TypeVar("T")
@@ -97,6 +98,7 @@ def markdown_report(store_id: str, result: dict[str, Any]) -> str:
         f"- VM: `{vm.get('domain')}` (uuid `{vm.get('uuid')}`), minion `{result.get('vm_minion')}`\n"
         f"- VM disk: `{vm.get('disk')}` on base `{vm.get('backing')}`\n"
         f"- image: `{result.get('image_key', '')[:16]}` (cache hit: {result.get('image_cache_hit')})\n"
-        f"- ERP id: **{result.get('erp_id')}**\n\n"
+        f"- ERP id: **{result.get('erp_id')}**\n"
+        f"{restored_line(result.get('restored_backup'))}\n"
         f"| step | seconds |\n|---|---|\n{rows}\n"
     )

@@ -7,7 +7,8 @@
   decommission), data_export (a decommission's export of the data disk), firstboot (step 6),
   go_live (the go-live gate), box_move (a refresh's move of the store VM to the new box),
   image_update (an image update's and revert's changes, waits and
-  checks); retire_box (a replacement's first change), refresh_box (a hardware refresh's own
+  checks), store_backup (a store's backup, its verification, a replacement's restore);
+  retire_box (a replacement's first change), refresh_box (a hardware refresh's own
   reads, the old box's retirement and its ERP notice), approvals (the
   approval before step 1), preflight (the checks before any side effect), observe (what plan,
   reconcile and an approval read), reconcile_events, store_runs (a batch's runs), region_runs
@@ -15,7 +16,8 @@
   before it changes anything).
 - **Clients** (`CLIENTS`): one package or module per outside system: its typed client, error
   tree and Blocks, and the thin tasks that call that system alone: step 1's `ensure_image`
-  (kiwi/), the ERP notices (erp), the rollback's and decommission's Cobbler and BMC tasks.
+  (kiwi/), the ERP notices (erp), the rollback's and decommission's Cobbler and BMC tasks, the
+  region's backup server (backup: restic's admin side).
 - **Helpers** (`HELPERS`): what several steps share without being an outside system's client:
   Blocks and the root password (blocks, root_password), retries and outside URLs (retry,
   transport), the store VM, its domain and its image's delivery (store_vm, vm_domain,
@@ -31,9 +33,9 @@ breaks this, or on a module of tasks/ that is in none of the three lists.
 
 STEP_MODULES = ("approvals", "data_export", "firstboot", "go_live", "image_update", "observe",
                 "preflight", "pxe_install", "reconcile_events", "refresh_box", "region_runs",
-                "retire_box", "salt_master", "store_runs", "undo", "virt", "vm_removal",
-                "box_move")
-CLIENTS = ("bmc", "cobbler", "erp", "kiwi", "salt")
+                "retire_box", "salt_master", "store_backup", "store_runs", "undo", "virt",
+                "vm_removal", "box_move")
+CLIENTS = ("backup", "bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "vm_domain",
            "windows", "image_targets", "libvirt_tls")

@@ -24,13 +24,16 @@ from store_rollout.contracts import (
     HYPERVISOR_READY_GRAIN,
     IMAGE_VERSION_GRAIN,
 )
+from store_rollout.fleet.backups import with_restore
 from store_rollout.fleet.facts import LastRun, StoreFacts, base_key_of
 from store_rollout.fleet.plan import StepPlan, plan_store
 from store_rollout.inventory import Store
 from store_rollout.platforms import HOST_OS_GRAINS, host_platform
 from store_rollout.settings import RolloutSettings
+from store_rollout.settings_backup import BackupPart
 from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettings, HostSettings, SaltSettings
 from store_rollout.step_timeouts import STEP_TIMEOUTS
+from tasks.backup import read_backups
 from tasks.bmc import BmcError, bmc_client
 from tasks.cobbler import CobblerError, cobbler_client, power_cycled_at, system_changes, system_spec
 from tasks.erp import ErpError, erp_client
@@ -111,6 +114,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
     salt, hosts, power = (SaltSettings.of(settings), HostSettings.of(settings),
                           BmcSettings.of(settings))
     runs = last_rollout_runs([s.store_id for s in stores]) if last_runs else {}
+    backups = read_backups([s.vm_minion_id for s in stores], BackupPart.of(settings))
     facts: dict[str, StoreFacts] = {}
     for store in stores:
         sid, hv, vm = store.store_id, store.hypervisor_minion_id, store.vm_minion_id
@@ -160,7 +164,7 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
             domain=domain, domain_known=hv in inspected,
             vm_key=vm_keys[sid], vm_answering=vm in stages,
             firstboot_stage=str(stages[vm] or FIRSTBOOT_STAGE_NEW) if vm in stages else None,
-            erp_notices=notices, erp_error=erp_error, last_run=runs.get(sid))
+            erp_notices=notices, erp_error=erp_error, last_run=runs.get(sid), **backups[vm])
     return facts
 
 
@@ -265,5 +269,6 @@ def plan_for_approval(store: Store, recreate_vm: bool, reinstall_hypervisor: boo
     approval shows and decides on (the rollout flow hands it to tasks/approvals.py), for the
     run asking: `install_seconds` its hypervisor_timeout, as its step 2 takes it."""
     facts = observe([store], settings, install_seconds=install_seconds)[store.store_id]
-    return plan_store(facts, recreate_vm=recreate_vm, reinstall_hypervisor=reinstall_hypervisor,
-                      replace_box=replace_box)
+    return with_restore(plan_store(facts, recreate_vm=recreate_vm,
+                                   reinstall_hypervisor=reinstall_hypervisor,
+                                   replace_box=replace_box), facts, replace_box)

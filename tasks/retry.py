@@ -88,3 +88,7 @@ class OutsideCallFailed(Exception):
         self.operation = operation
         self.subject = subject
         self.status = status
+# The region's backup server (restic over HTTPS, tasks/backup.py): a server busy with another
+# store's upload, or a repository another restic holds locked for a moment, answers again within
+# a minute; retried twice, further apart.
+BACKUP_RETRY: Final = RetryPolicy(2, (10, 30))

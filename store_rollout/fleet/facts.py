@@ -86,6 +86,13 @@ class StoreFacts(BaseModel):
     erp_error: str | None = None
     # Prefect (reconcile only)
     last_run: LastRun | None = None
+    # backups (issue 48): configured (the settings' backup_url), the VM's newest snapshot on
+    # the region's backup server {"id", "short_id", "time", "age_hours"} (None: none, or not
+    # readable: backup_error), and the settings' bound reconcile flags an older one by
+    backups_configured: bool = False
+    last_backup: dict[str, Any] | None = None
+    backup_error: str | None = None
+    backup_max_age_hours: float = 48.0
 
     @property
     def installed(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from store_rollout import step_rules
+from store_rollout.fleet.backups import backup_line, backup_mismatches
 from store_rollout.fleet.facts import StoreFacts
 from store_rollout.fleet.plan import StepPlan, first_todo, plan_store
 from store_rollout.fleet.versions import StoreVersions, store_versions, version_mismatches
@@ -27,6 +28,7 @@ class StoreStatus(BaseModel):
     mismatches: list[Mismatch] = Field(default_factory=list)
     # the image version its VM runs (its grain), its disk's and the one expected (issue 47)
     versions: StoreVersions | None = None
+    last_backup: str = ""  # its newest backup, one line (store_rollout/fleet/backups.py)
 
     def fingerprint(self) -> str:
         """What a later reconcile compares to decide that the store's state changed."""
@@ -195,8 +197,11 @@ def reconcile_store(f: StoreFacts, zombie_after: float) -> StoreStatus:
     if status != "running":  # a rollout under way changes the version itself
         mismatches += [Mismatch(code=code, what=what, fix=fix)
                        for code, what, fix in version_mismatches(f)]
+    mismatches += [Mismatch(code=code, what=what, fix=fix)
+                   for code, what, fix in backup_mismatches(f)]
     if mismatches:
         status = "mismatch"
     return StoreStatus(store_id=f.store_id, platform=f.platform, status=status,
                        last_run=f"{run.name} {run.state}" if run else "none",
-                       real=real_summary(f), mismatches=mismatches, versions=store_versions(f))
+                       real=real_summary(f), mismatches=mismatches, versions=store_versions(f),
+                       last_backup=backup_line(f))

@@ -55,6 +55,7 @@ def reconcile_table(statuses: list[StoreStatus]) -> list[dict[str, str]]:
     return [{"store": s.store_id, "platform": s.platform, "status": s.status,
              "last run": s.last_run, "systems": s.real,
              "image version": version_line(s.versions) if s.versions else "-",
+             "last backup": s.last_backup or "-",
              "mismatch": "; ".join(m.what for m in s.mismatches),
              "fix": "; ".join(m.fix for m in s.mismatches), "fingerprint": s.fingerprint()}
             for s in statuses]

@@ -41,7 +41,7 @@ def test_loader_returns_what_prefect_yaml_says() -> None:
     specs = load_deployments()
     assert [s.name for s in specs] == [d["name"] for d in RAW] == [
         "store-rollout", "batch-rollout", "stage-images", "store-rollback", "store-image-update",
-        "store-image-revert", "store-hardware-refresh", "store-decommission",
+        "store-image-revert", "store-hardware-refresh", "store-backup", "store-decommission",
         "store-plan", "store-reconcile"]
     for spec, raw in zip(specs, RAW, strict=True):
         assert spec.entrypoint == raw["entrypoint"]
