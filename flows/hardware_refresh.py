@@ -13,7 +13,6 @@ Wiring only; what it decides is store_rollout/refresh.py's, what it changes task
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -56,10 +55,12 @@ from store_rollout.updates import VM_BACK_TIMEOUT
 from tasks.approvals import undo_consent
 from tasks.audit import record
 from tasks.bmc import power_off_hypervisor
+from tasks.box_move import move_store_vm
 from tasks.cobbler import remove_hypervisor_record
 from tasks.go_live import go_live_gate
 from tasks.image_update import update_window, wait_vm_back
 from tasks.kiwi import ensure_image
+from tasks.libvirt_tls import ensure_libvirt_tls
 from tasks.notifications import notify_failure
 from tasks.preflight import check_region, preflight
 from tasks.pxe_install import pxe_install_hypervisor
@@ -74,12 +75,6 @@ from tasks.salt_master import wait_for_hypervisor
 from tasks.slots import store_owner
 from tasks.virt import stage_image
 from tasks.windows import NoMaintenanceWindow, run_in_window
-
-
-def host_task(module: str, name: str) -> Any:
-    """A task of helper "host"'s modules (tasks/libvirt_tls.py ensure_libvirt_tls, tasks/
-    box_move.py move_store_vm), looked up when the run needs it."""
-    return getattr(importlib.import_module(f"tasks.{module}"), name)
 
 
 @dataclass(frozen=True)
@@ -211,8 +206,8 @@ def new_box_ready(run: RefreshRun, consent: Consent, domain: dict[str, Any]) -> 
                                  "the new box", new.store_id, domain["image_key"][:12],
                                  image["key"][:12])
     clock.run(STEP_STAGE_BASE, stage_image, new, image, parts.salt, images)
-    ensure_tls = host_task("libvirt_tls", "ensure_libvirt_tls")
-    return {side: clock.run(f"{STEP_TLS}_{side}", ensure_tls, box, parts.salt, run.refresh)
+    return {side: clock.run(f"{STEP_TLS}_{side}", ensure_libvirt_tls, box, parts.salt,
+                            run.refresh)
             for side, box in (("old", run.old), ("new", new))}
 
 
@@ -223,8 +218,7 @@ def moved(run: RefreshRun, new_address: str) -> tuple[dict[str, Any], str]:
     old, new, salt, clock, step = run.old, run.new, run.parts.salt, run.clock, STEP_MOVE
     move: dict[str, Any] = {}
     try:
-        move = clock.run(step, host_task("box_move", "move_store_vm"), old, new, salt,
-                         run.refresh, new_address)
+        move = clock.run(step, move_store_vm, old, new, salt, run.refresh, new_address)
         step = STEP_VM_BACK
         clock.run(step, wait_vm_back, new, salt, run.params["vm_back_timeout"])
         step = STEP_GO_LIVE

@@ -308,6 +308,8 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_AUDIT_DIR": str(root / "audit"),
         # a decommission's data disk exports (tasks/data_export.py)
         "STORE_ROLLOUT_DATA_EXPORT_DIR": str(root / "data-exports"),
+        # the master's libvirt CA: the boxes' TLS trust for a hardware refresh (issue 48)
+        "STORE_ROLLOUT_LIBVIRT_CA_DIR": str(root / "libvirt-ca"),
         # the operators hear of a host not ready this long after its power-on: Prefect's
         # minimum for the default lab's seconds-long installs, the full lab's take about 50 s
         "STORE_ROLLOUT_HYPERVISOR_READY_EXPECTED_SECONDS": "120" if info.full else "10",

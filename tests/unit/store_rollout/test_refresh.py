@@ -312,7 +312,7 @@ def test_the_old_box_is_retired_only_after_the_gate_on_the_new_box(monkeypatch: 
             return {"mode": "live", "downtime_seconds": 0.4}
         return run
 
-    monkeypatch.setattr(module, "host_task", lambda _module, name: step(name))
+    monkeypatch.setattr(module, "move_store_vm", step("move_store_vm"))
     monkeypatch.setattr(module, "wait_vm_back", step("vm_back"))
     monkeypatch.setattr(module, "go_live_gate", step("gate", gate_fails))
     monkeypatch.setattr(module, "retire", step("retire"))
