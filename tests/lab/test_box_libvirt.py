@@ -3,7 +3,10 @@ that box: its VM is on the box's libvirtd (not the lab's shared one), the box's 
 and the box's power cut through its BMC takes the domain and the VM's minion with it. A second box
 of the store, racked the same way, listens on libvirt's TLS port at its address on the store
 network: the first box reaches it there, and before the master's CA signed both boxes' keys its
-certificate is refused (nothing migrates before the trust is set up)."""
+certificate is refused (nothing migrates before the trust is set up). Once a CA signed both
+boxes' keys (as storevirt.tls_install will), the VM live-migrates to the second box over TLS
+without a reboot (the same minion process and /srv/store), its clean stop there writes the
+second box's data.raw, it boots there from it, and migrates back."""
 
 from __future__ import annotations
 
