@@ -26,7 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +51,14 @@ class Box:
     name: str
     dir: Path
     common_images: Path
+    # its VM images, its libvirt PKI (/etc/pki in its libvirtd's namespace), its sockets
+    images: Path = field(init=False)
+    pki: Path = field(init=False)
+    sock_dir: Path = field(init=False)
 
-    @property
-    def images(self) -> Path:
-        return self.dir / "images"
-
-    @property
-    def pki(self) -> Path:
-        return self.dir / "pki"
-
-    @property
-    def sock_dir(self) -> Path:
-        return self.dir / "sock"
+    def __post_init__(self) -> None:
+        for attr, sub in (("images", "images"), ("pki", "pki"), ("sock_dir", "sock")):
+            object.__setattr__(self, attr, self.dir / sub)
 
     @property
     def uri(self) -> str:

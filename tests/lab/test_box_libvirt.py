@@ -3,7 +3,10 @@ that box: its VM is on the box's libvirtd (not the lab's shared one), the box's 
 and the box's power cut through its BMC takes the domain and the VM's minion with it. A second box
 of the store, racked the same way, listens on libvirt's TLS port at its address on the store
 network: the first box reaches it there, and before the master's CA signed both boxes' keys its
-certificate is refused (nothing migrates before the trust is set up)."""
+certificate is refused (nothing migrates before the trust is set up). Once a CA signed both
+boxes' keys (as storevirt.tls_install will), the VM live-migrates to the second box over TLS
+without a reboot (the same minion process and /srv/store), its clean stop there writes the
+second box's data.raw, it boots there from it, and migrates back."""
 
 from __future__ import annotations
 
@@ -176,7 +179,8 @@ def trust(tmp_path: Path, *boxes: BoxInfo) -> None:
 
 def precreate(vm_xml: str, source: BoxInfo, target: BoxInfo, common: Path) -> None:
     """The VM's disk files on the target box at the same paths (storevirt.prepare_incoming's
-    work): a qcow2 overlay on the same base image (copied there with its meta.json), a raw file
+    work): a qcow2 overlay on the same base image (copied there with its meta.json; `-u`: the
+    base is named by the common path, which only the box sees), a raw file
     of the same size, the CD-ROM's file as it is."""
     for disk in ET.fromstring(vm_xml).iterfind("./devices/disk"):
         src = disk.find("source")
@@ -197,7 +201,7 @@ def precreate(vm_xml: str, source: BoxInfo, target: BoxInfo, common: Path) -> No
             if not (target.images_dir / base_rel).exists():
                 shutil.copytree(source.images_dir / base_rel.parent,
                                 target.images_dir / base_rel.parent)
-            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
+            subprocess.run(["qemu-img", "create", "-q", "-u", "-f", "qcow2", "-F", "qcow2", "-b",
                             backing, str(there), str(info["virtual-size"])], check=True)
         else:
             with open(there, "wb") as out:
@@ -210,7 +214,12 @@ def migrate(source: BoxInfo, target: BoxInfo, vm: str) -> float:
     conn = libvirt.open(source.uri)
     try:
         started = time.monotonic()
-        conn.lookupByName(vm).migrateToURI3(target.tls_uri, {}, (
+        # the destination's address for the memory and the disks' streams: libvirt would
+        # otherwise connect its NBD stream to the destination's hostname (every lab box has the
+        # lab machine's)
+        dest = f"tcp://{target.address}"
+        params = {libvirt.VIR_MIGRATE_PARAM_URI: dest, libvirt.VIR_MIGRATE_PARAM_DISKS_URI: dest}
+        conn.lookupByName(vm).migrateToURI3(target.tls_uri, params, (
             libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
             | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
             | libvirt.VIR_MIGRATE_NON_SHARED_INC))
