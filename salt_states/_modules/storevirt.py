@@ -578,7 +578,8 @@ def migrate_live(name, target_address, target_id, timeout=1800):
             "to": target_id, "address": target_address, "mode": "live", "phase": "migrating",
             "started_at": time.time()})
         try:
-            result = __utils__["store_vm_move.migrate"](dom, uri, flags, float(timeout))
+            result = __utils__["store_vm_move.migrate"](dom, uri, flags, float(timeout),
+                                                        target_address)
         except (libvirt.libvirtError, CommandExecutionError) as exc:
             record.update(phase="failed", error=str(exc)[:500])
             _write_move_record(name, record)
@@ -629,6 +630,12 @@ def send_disks(name, target_address, target_id, limit_bytes=None):
             name, target_id, uri, exc))
     budget = None if limit_bytes is None else int(limit_bytes)
     sent = []
+    # the utils call runs `save` in the utils loader's context, where this module's dunders do
+    # not resolve (LazyLoader: no packed value for __utils__): resolved here, before the call
+    record_path, write_json = _move_record_path(name), __utils__["store_vm_disks.write_json"]
+
+    def save():
+        return write_json(record_path, record)
     try:
         pool = __utils__["store_vm_move.storage_pool"](
             target, os.path.join(_images_dir(), name))
@@ -636,7 +643,7 @@ def send_disks(name, target_address, target_id, limit_bytes=None):
             entry = record["disks"][path]
             now = __utils__["store_vm_move.send_file"](
                 target, pool, path, entry, None if budget is None else max(budget, 0),
-                lambda: _write_move_record(name, record))
+                save)
             budget = None if budget is None else budget - now
             sent.append({"path": path, "bytes_sent": now, "offset": entry["offset"],
                          "sha256": __utils__["store_vm_move.file_sha256"](path)})

@@ -209,9 +209,12 @@ def send_file(target, pool, path, entry, budget, save):
     return sent
 
 
-def migrate(dom, uri, flags, timeout):
+def migrate(dom, uri, flags, timeout, address=None):
     """migrateToURI3 of `dom` to `uri`, its job's stats read every half second meanwhile (the
     source's domain is gone once it ends) and the job aborted after `timeout` seconds.
+    `address`: the target's, for QEMU's memory and disk streams (else the source resolves the
+    target's own hostname, which names no address of the store network: seen in the lab, where
+    every box has the machine's hostname, and no DNS is needed in a store either).
     Returns seconds, bytes (memory and disks) and the downtime libvirt reported (ms, or None)."""
     import threading
     import time
@@ -241,7 +244,12 @@ def migrate(dom, uri, flags, timeout):
     watcher = threading.Thread(target=watch, name="migrate-watch", daemon=True)
     watcher.start()
     try:
-        dom.migrateToURI3(uri, {}, flags)
+        params = {}
+        if address:
+            target = "tcp://[{}]".format(address) if ":" in address else "tcp://" + address
+            params = {libvirt.VIR_MIGRATE_PARAM_URI: target,
+                      libvirt.VIR_MIGRATE_PARAM_DISKS_URI: target}
+        dom.migrateToURI3(uri, params, flags)
     except libvirt.libvirtError as exc:
         if time.monotonic() > deadline:
             raise CommandExecutionError("aborted after {:.0f} s (the bound given): {}".format(
