@@ -50,7 +50,7 @@ def domain_where(master: SaltMasterClient, old: Store, new: Store,
                                  [store.vm_name])
             if summary:
                 found[side] = {**summary, "on": side}
-    if found.get("new", {}).get("state") == "running" or "old" not in found:
+    if found.get("new", {}).get("active") or "old" not in found:
         return found.get("new")
     return found["old"]
 
@@ -94,9 +94,9 @@ def forget_moved_vm(old: Store, new: Store, salt: SaltSettings) -> dict[str, Any
     if master.key_state(old.hypervisor_minion_id) != "accepted":
         return {"forgot": None, "already": True}
     there = master.cmd(new.hypervisor_minion_id, "storevirt.domain_summary", [new.vm_name])
-    if not there or there.get("state") != "running":
+    if not there or not there.get("active"):
         raise NotOnNewBox(f"store {old.store_id}: {new.vm_name} does not run on the new box "
-                          f"{new.hypervisor_minion_id} ({(there or {}).get('state', 'no domain')})"
+                          f"{new.hypervisor_minion_id} ({'shut off' if there else 'no domain'})"
                           f": the old box {old.hypervisor_minion_id} keeps the VM and its disks")
     forgot = master.cmd(old.hypervisor_minion_id, "storevirt.forget_moved", [old.vm_name])
     get_run_logger().warning("store %s: %s and its disks removed from the old box %s: %s",

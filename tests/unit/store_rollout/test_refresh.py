@@ -239,13 +239,15 @@ def test_the_old_box_keeps_the_vm_unless_the_new_box_runs_it(monkeypatch: Any) -
     new = refreshed_store(old, NEW)
     keys = {old.hypervisor_minion_id: "accepted", new.hypervisor_minion_id: "accepted",
             old.vm_minion_id: "accepted"}
-    for there in (None, {"state": "shutoff"}):
+    # storevirt.domain_summary's shape (salt_states/_utils/store_domain_inspect.py summary)
+    for there in (None, {"name": "store-0001-vm", "active": False, "autostart": True}):
         master = Master(keys, {new.hypervisor_minion_id: there} if there else {})
         monkeypatch.setattr(module, "master_client", lambda _config, m=master: m)
         with pytest.raises(module.NotOnNewBox, match="keeps the VM and its disks"):
             module.forget_moved_vm.fn(old, new, salt=_salt())
         assert (old.hypervisor_minion_id, "storevirt.forget_moved") not in master.calls
-    master = Master(keys, {new.hypervisor_minion_id: {"state": "running"}})
+    master = Master(keys, {new.hypervisor_minion_id: {"name": "store-0001-vm", "active": True,
+                                                      "autostart": True}})
     monkeypatch.setattr(module, "master_client", lambda _config: master)
     module.forget_moved_vm.fn(old, new, salt=_salt())
     assert master.calls[-1] == (old.hypervisor_minion_id, "storevirt.forget_moved")
