@@ -223,10 +223,10 @@ def migrate(dom, uri, flags, timeout):
     deadline = time.monotonic() + timeout
 
     def watch():
-        while not done.wait(0.5):
+        while not done.wait(0.25):
             try:
                 info = dom.jobStats(0)
-            except libvirt.libvirtError:
+            except libvirt.libvirtError:  # the job ended meanwhile (or is not queryable yet)
                 continue
             if info.get("type", libvirt.VIR_DOMAIN_JOB_NONE) != libvirt.VIR_DOMAIN_JOB_NONE:
                 stats.update(info)
@@ -250,6 +250,25 @@ def migrate(dom, uri, flags, timeout):
     finally:
         done.set()
         watcher.join()
-    return {"seconds": round(time.monotonic() - started, 1),
-            "bytes": int(stats.get("memory_processed", 0)) + int(stats.get("disk_processed", 0)),
+    return {"seconds": round(time.monotonic() - started, 1), "bytes": moved_bytes(stats),
             "downtime_ms": stats.get("downtime")}
+
+
+def moved_bytes(stats):
+    return int(stats.get("memory_processed", 0)) + int(stats.get("disk_processed", 0))
+
+
+def completed_stats(uri, name):
+    """The destination's stats of the finished incoming migration (downtime, bytes), or {}."""
+    import libvirt
+
+    try:
+        target = libvirt.open(uri)
+    except libvirt.libvirtError:
+        return {}
+    try:
+        return target.lookupByName(name).jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+    except libvirt.libvirtError:
+        return {}
+    finally:
+        target.close()
