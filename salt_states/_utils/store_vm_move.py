@@ -13,7 +13,6 @@ utils module: __utils__["store_vm_move.*"] in execution modules, synced from sal
 Python 3.6 and Salt 3006.0 (a SLES 15 SP7 store host) as well as Salt 3008.
 """
 
-import hashlib
 import json
 import os
 import subprocess
@@ -108,11 +107,9 @@ def precreate(disk):
 
 
 def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    import salt.utils.hashutils
+
+    return salt.utils.hashutils.get_hash(path, "sha256")
 
 
 def _data_extents(fd, start, size):
