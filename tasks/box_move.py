@@ -59,18 +59,23 @@ def move_mode(store: Store) -> Literal["live", "offline"]:
     return "live" if store_platform(store.hypervisor.platform, "").vm_type == "kvm" else "offline"
 
 
-def refuse_unless_new_box(master: SaltMasterClient, old: Store, new: Store, new_address: str,
-                          refresh: RefreshPart) -> None:
+def trusted_target(old: Store, new: Store, new_address: str, salt: SaltSettings,
+                   refresh: RefreshPart) -> SaltMasterClient:
+    """The master's client once `new` is the store's new box with this CA's certificate for
+    `new_address` (MoveRefused before anything moves, the store and the box checked before any
+    call)."""
     problem = move_refusal(old, new)
-    if problem is None:
-        minion = new.hypervisor_minion_id
-        status = master.cmd(minion, "storevirt.tls_status")
-        if not trusted(status, minion, new_address, ca_dir_of(refresh), renew_before=timedelta(0)):
-            problem = (f"store {old.store_id}: {minion} at {new_address} has no valid libvirt "
-                       f"certificate of this master's CA for that name and address ({status}); "
-                       "run ensure_libvirt_tls for it first; nothing moved")
     if problem:
         raise MoveRefused(problem)
+    ca_dir = ca_dir_of(refresh)
+    master = master_client(salt.salt_master_config)
+    minion = new.hypervisor_minion_id
+    status = master.cmd(minion, "storevirt.tls_status")
+    if not trusted(status, minion, new_address, ca_dir, renew_before=timedelta(0)):
+        raise MoveRefused(f"store {old.store_id}: {minion} at {new_address} has no valid libvirt "
+                          f"certificate of this master's CA for that name and address "
+                          f"({status}); run ensure_libvirt_tls for it first; nothing moved")
+    return master
 
 
 def _done(phase: str, mode: str, **measured: Any) -> dict[str, Any]:
@@ -135,8 +140,7 @@ def move_store_vm(old: Store, new: Store, salt: SaltSettings, refresh: RefreshPa
     """Move `old`'s store VM with its disks to the store's new box `new` (at `new_address`):
     live on KVM, offline on Xen (the store's platform). MoveRefused, nothing moved, unless
     `new` is the store's new box with this CA's certificate for its address. Resumable."""
-    master = master_client(salt.salt_master_config)
-    refuse_unless_new_box(master, old, new, new_address, refresh)
+    master = trusted_target(old, new, new_address, salt, refresh)
     name, mode = old.vm_name, move_mode(old)
     before = master.cmd(old.hypervisor_minion_id, "storevirt.move_state", [name])
     after = master.cmd(new.hypervisor_minion_id, "storevirt.move_state", [name])

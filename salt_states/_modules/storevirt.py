@@ -15,6 +15,7 @@ base is read-only. Beside it the VM has a data disk (data.raw, ext4 STORE_DATA) 
 but a decommission (remove_vm keep_data=False) deletes.
 """
 
+import functools
 import os
 import re
 import subprocess
@@ -587,6 +588,12 @@ def migrate_live(name, target_address, target_id, timeout=1800):
                 name, target_id, target_address, exc))
     finally:
         conn.close()
+    there = __utils__["store_vm_move.completed_stats"](
+        __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), True), name)
+    if there:
+        result["bytes"] = max(result["bytes"], __utils__["store_vm_move.moved_bytes"](there))
+        if there.get("downtime") is not None:
+            result["downtime_ms"] = there["downtime"]
     record.update(phase="moved", moved_at=time.time(), **result)
     _write_move_record(name, record)
     return result
@@ -629,6 +636,10 @@ def send_disks(name, target_address, target_id, limit_bytes=None):
         raise CommandExecutionError("send_disks {}: cannot reach {} at {}: {}".format(
             name, target_id, uri, exc))
     budget = None if limit_bytes is None else int(limit_bytes)
+    # the utils module calls it back: a loaded function, not this module's (whose __utils__ is
+    # not there in the utils module's loader context)
+    save = functools.partial(__utils__["store_vm_disks.write_json"], _move_record_path(name),
+                             record)
     sent = []
     # the utils call runs `save` in the utils loader's context, where this module's dunders do
     # not resolve (LazyLoader: no packed value for __utils__): resolved here, before the call

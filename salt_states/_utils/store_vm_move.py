@@ -13,7 +13,6 @@ utils module: __utils__["store_vm_move.*"] in execution modules, synced from sal
 Python 3.6 and Salt 3006.0 (a SLES 15 SP7 store host) as well as Salt 3008.
 """
 
-import hashlib
 import json
 import os
 import subprocess
@@ -108,11 +107,9 @@ def precreate(disk):
 
 
 def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    import salt.utils.hashutils
+
+    return salt.utils.hashutils.get_hash(path, "sha256")
 
 
 def _data_extents(fd, start, size):
@@ -226,10 +223,10 @@ def migrate(dom, uri, flags, timeout, address=None):
     deadline = time.monotonic() + timeout
 
     def watch():
-        while not done.wait(0.5):
+        while not done.wait(0.25):
             try:
                 info = dom.jobStats(0)
-            except libvirt.libvirtError:
+            except libvirt.libvirtError:  # the job ended meanwhile (or is not queryable yet)
                 continue
             if info.get("type", libvirt.VIR_DOMAIN_JOB_NONE) != libvirt.VIR_DOMAIN_JOB_NONE:
                 stats.update(info)
@@ -258,6 +255,25 @@ def migrate(dom, uri, flags, timeout, address=None):
     finally:
         done.set()
         watcher.join()
-    return {"seconds": round(time.monotonic() - started, 1),
-            "bytes": int(stats.get("memory_processed", 0)) + int(stats.get("disk_processed", 0)),
+    return {"seconds": round(time.monotonic() - started, 1), "bytes": moved_bytes(stats),
             "downtime_ms": stats.get("downtime")}
+
+
+def moved_bytes(stats):
+    return int(stats.get("memory_processed", 0)) + int(stats.get("disk_processed", 0))
+
+
+def completed_stats(uri, name):
+    """The destination's stats of the finished incoming migration (downtime, bytes), or {}."""
+    import libvirt
+
+    try:
+        target = libvirt.open(uri)
+    except libvirt.libvirtError:
+        return {}
+    try:
+        return target.lookupByName(name).jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+    except libvirt.libvirtError:
+        return {}
+    finally:
+        target.close()
