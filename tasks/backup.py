@@ -83,7 +83,7 @@ def snapshot_time(text: str) -> datetime:
 
 def age_hours(snapshot: dict[str, Any], now: datetime | None = None) -> float:
     return round(((now or datetime.now(UTC)) - snapshot_time(snapshot["time"]))
-                 .total_seconds() / 3600, 2)
+                 .total_seconds() / 3600, 4)
 
 
 class ResticAdmin:

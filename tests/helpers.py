@@ -364,9 +364,9 @@ def check_store(lab: LabInfo, store_id: str, result: dict[str, Any],
     run, tasks = prefect_task_runs(lab, f"rollout-{store_id}")
     assert run["state_type"] == "COMPLETED"
     # (and, besides them, the plan an approval showed, if the run asked for one, and a
-    # replacement's retirement of the old box and its notice)
+    # replacement's retirement of the old box, its restore of the newest backup and its notice)
     besides = {f"{name}-{store_id}" for name in ("plan-for-approval", "retire-old-box",
-                                                   "notify-erp-replaced")}
+                                                   "restore-backup", "notify-erp-replaced")}
     names = sorted(t["name"] for t in tasks if t["state_type"] == "COMPLETED"
                    and t["name"] not in besides)
     assert names == sorted(f"{step}-{store_id}" for step in STEPS), names  # what the UI lists
