@@ -60,7 +60,7 @@ from tasks.cobbler import remove_hypervisor_record
 from tasks.go_live import go_live_gate
 from tasks.image_update import update_window, wait_vm_back
 from tasks.kiwi import ensure_image
-from tasks.libvirt_tls import ensure_libvirt_tls
+from tasks.libvirt_tls import ca_dir_of, ensure_libvirt_tls, forget_address
 from tasks.notifications import notify_failure
 from tasks.preflight import check_region, preflight
 from tasks.pxe_install import pxe_install_hypervisor
@@ -237,7 +237,9 @@ def retire(run: RefreshRun) -> dict[str, Any]:
         "forgot": forget_moved_vm(old, new, parts.salt),
         "keys": delete_old_hypervisor_key(old, new, parts.salt),
         "cobbler": remove_hypervisor_record(old, parts.cobbler),
-        "power": power_off_hypervisor(old, parts.power)})
+        "power": power_off_hypervisor(old, parts.power),
+        # its certificate's address free for another box (a reused static address)
+        "tls_freed": forget_address(ca_dir_of(run.refresh), old.hypervisor_minion_id)})
 
 
 def ended(run: RefreshRun, decision: RefreshDecision,
