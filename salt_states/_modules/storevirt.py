@@ -450,7 +450,9 @@ def remove_vm(name, keep_data=True):
 
 # -- libvirt TLS between the store's boxes (issue 48): the master's CA signs each box's key ----
 
-TLS_RELOAD = ["virt-admin", "server-update-tls", "libvirtd"]
+# the remote daemon of the platforms' modular libvirt (the hypervisor formula enables
+# virtproxyd-tls.socket): it rereads its certificate files without a restart
+TLS_RELOAD = ["virt-admin", "-c", "virtproxyd:///system", "server-update-tls", "virtproxyd"]
 
 
 def _pki_dir():
@@ -474,7 +476,7 @@ def tls_install(ca_pem, cert_pem):
     """Install the certificate the master's CA signed for this host's key (refused when it is
     for another key or not signed by `ca_pem`) as libvirt's server and client certificate, with
     the CA, and have libvirtd reread them (minion config storevirt:tls_reload, default
-    `virt-admin server-update-tls libvirtd`) when anything changed.
+    `virt-admin -c virtproxyd:///system server-update-tls virtproxyd`) when anything changed.
 
     CLI Example: salt hv storevirt.tls_install "$(cat ca.pem)" "$(cat hv.pem)"
     """

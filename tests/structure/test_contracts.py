@@ -210,6 +210,10 @@ def check_hypervisor_ready(r: Report) -> None:
     for key, contract in (("tag", "HYPERVISOR_READY_TAG"), ("grain", "HYPERVISOR_READY_GRAIN")):
         value, line = yaml_value(text, "values", "ready", key)
         r.expect(HYPERVISOR_DEFAULTS, line, f"values.ready.{key}", value, getattr(c, contract), contract)
+    # the TLS listener's DN list: the store's own boxes (a refresh's migration, issue 48)
+    value, line = yaml_value(text, "values", "libvirt", "tls_allowed_dn")
+    r.expect(HYPERVISOR_DEFAULTS, line, "values.libvirt.tls_allowed_dn", value,
+             c.LIBVIRT_TLS_ALLOWED_DN, "LIBVIRT_TLS_ALLOWED_DN")
     ready = SALT / "hypervisor" / "ready" / "init.sls"
     for needed in ("{{ hv.ready.grain }}", "{{ hv.ready.tag }}"):
         if needed not in r.text(ready):

@@ -15,6 +15,21 @@ hypervisor-libvirt-init-service-masked-{{ unit }}:
       - pkg: hypervisor-libvirt-init-pkg-installed
 {%- endfor %}
 
+{%- if hv.libvirt.tls_conf %}
+{%- set allowed_dn = hv.libvirt.tls_allowed_dn | format(grains['store_id']) %}
+{%- set dn_line = 'tls_allowed_dn_list = ["%s"]' | format(allowed_dn) %}
+
+# the TLS listener lets in the store's own boxes only (a refresh's migration, issue 48)
+hypervisor-libvirt-init-tls-allowed-dn:
+  file.replace:
+    - name: {{ hv.libvirt.tls_conf | json }}
+    - pattern: '^#?\s*tls_allowed_dn_list\s*=.*$'
+    - repl: {{ dn_line | json }}
+    - append_if_not_found: true
+    - require:
+      - pkg: hypervisor-libvirt-init-pkg-installed
+{%- endif %}
+
 {%- for unit in hv.libvirt.enabled %}
 
 hypervisor-libvirt-init-service-running-{{ unit }}:
