@@ -210,8 +210,8 @@ def migrate(dom, uri, flags, timeout, address=None):
     """migrateToURI3 of `dom` to `uri`, its job's stats read every half second meanwhile (the
     source's domain is gone once it ends) and the job aborted after `timeout` seconds.
     `address`: the target's, for QEMU's memory and disk streams (else the source resolves the
-    target's own hostname, which names no address of the store network: seen in the lab, where
-    every box has the machine's hostname, and no DNS is needed in a store either).
+    target's own hostname, which may name no address the source reaches: boxes of one model
+    can share a hostname, and a store needs no DNS for a migration either).
     Returns seconds, bytes (memory and disks) and the downtime libvirt reported (ms, or None)."""
     import threading
     import time
