@@ -6,7 +6,12 @@ network: the first box reaches it there, and before the master's CA signed both 
 certificate is refused (nothing migrates before the trust is set up). Once a CA signed both
 boxes' keys (as storevirt.tls_install will), the VM live-migrates to the second box over TLS
 without a reboot (the same minion process and /srv/store), its clean stop there writes the
-second box's data.raw, it boots there from it, and migrates back."""
+second box's data.raw, it boots there from it, and migrates back.
+
+In the fleet tier (`make test-fleet`): the default tier's test_hardware_refresh.py moves two
+stores between such boxes through the pipeline itself (live and offline, over the master's CA);
+this one checks the lab's boxes alone, what the refresh test does not (the TLS refusal before
+trust, a boot from the new box's data.raw, the way back)."""
 
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from store_rollout.contracts import LIBVIRT_TLS_PORT
 from tasks.salt import SaltMasterClient
 from tests.helpers import bmc_power, finish, start_rollout, wait_for, write_inventory
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.fleet]
 
 STORE = "bl1"
 HV, VM = f"store-{STORE}-hv", f"store-{STORE}-vm"
