@@ -37,11 +37,14 @@ def _images_dir():
     return __salt__["config.get"]("virt:images", "/srv/salt-images")
 
 
+def _local_uri():
+    return __salt__["config.get"]("virt:connection:uri", None)
+
+
 def _connect():
     import libvirt
 
-    uri = __salt__["config.get"]("virt:connection:uri", None)
-    return libvirt.open(uri)
+    return libvirt.open(_local_uri())
 
 
 def ensure_base_image(source, key, sha256, meta=None, ca_pem=None, rate_limit=None,
@@ -569,7 +572,8 @@ def migrate_live(name, target_address, target_id, timeout=1800):
     flags = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
              | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
              | libvirt.VIR_MIGRATE_NON_SHARED_INC)
-    uri = __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), False)
+    uri = __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), False,
+                                             _local_uri())
     conn = _connect()
     try:
         dom = _domain(conn, name)
@@ -591,7 +595,8 @@ def migrate_live(name, target_address, target_id, timeout=1800):
     finally:
         conn.close()
     there = __utils__["store_vm_move.completed_stats"](
-        __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), True), name)
+        __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), True, _local_uri()),
+        name)
     if there:
         result["bytes"] = max(result["bytes"], __utils__["store_vm_move.moved_bytes"](there))
         if there.get("downtime") is not None:
@@ -631,7 +636,7 @@ def send_disks(name, target_address, target_id, limit_bytes=None):
         if entry["size"] != size:
             entry.update(offset=0, size=size)
     _write_move_record(name, record)
-    uri = __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), True)
+    uri = __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), True, _local_uri())
     try:
         target = libvirt.open(uri)
     except libvirt.libvirtError as exc:

@@ -32,11 +32,14 @@ def record_path(images_dir, name):
     return os.path.join(images_dir, name, MOVE_RECORD_FILE)
 
 
-def tls_uri(address, pki_dir, for_minion):
-    """The target's libvirt URI; `for_minion`: a connection this process opens (not libvirtd,
-    whose own /etc/pki is its pki dir), so a pki dir elsewhere is named as the pkipath."""
+def tls_uri(address, pki_dir, for_minion, local_uri=None):
+    """The target's libvirt URI, of this host's own driver (`local_uri`'s: xen:///system on a
+    sles15-xen box, whose storage a Xen move uploads to; qemu by default); `for_minion`: a
+    connection this process opens (not libvirtd, whose own /etc/pki is its pki dir), so a pki
+    dir elsewhere is named as the pkipath."""
     host = "[{}]".format(address) if ":" in address else address
-    uri = "qemu+tls://{}/system".format(host)
+    driver = (local_uri or "qemu").split(":", 1)[0].split("+", 1)[0] or "qemu"
+    uri = "{}+tls://{}/system".format(driver, host)
     if for_minion and os.path.normpath(pki_dir) != DEFAULT_PKI_DIR:
         uri += "?pkipath=" + os.path.join(pki_dir, "libvirt", "client")
     return uri

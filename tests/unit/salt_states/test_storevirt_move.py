@@ -177,3 +177,17 @@ def test_the_move_record_preparation_definition_and_cleanup(tmp_path: Path) -> N
     assert ok(forgotten) == {"undefined": False, "removed": True}
     assert not (images / VM).exists() and base.exists()
     assert ok(gone) == {"undefined": False, "removed": False}
+
+
+def test_the_target_uri_is_of_the_boxs_own_driver() -> None:
+    # a Xen box's storage is reached through its Xen driver (a sles15-xen box runs no QEMU
+    # driver: qemu+tls would find none there), a KVM box's through QEMU's
+    from tests.helpers import load_salt_module
+
+    move = load_salt_module("_utils", "store_vm_move")
+    assert move.tls_uri("10.0.1.12", "/etc/pki", False, "xen:///system") == \
+        "xen+tls://10.0.1.12/system"
+    assert move.tls_uri("10.0.1.12", "/etc/pki", True, "qemu:///system") == \
+        "qemu+tls://10.0.1.12/system"
+    assert move.tls_uri("fe80::1", "/srv/pki", True, "qemu+unix:///system?socket=/s") == \
+        "qemu+tls://[fe80::1]/system?pkipath=/srv/pki/libvirt/client"
