@@ -122,6 +122,13 @@ class ResticAdmin:
                               f"(HTTP {answer.status_code}): check the Backup Credentials Block",
                               operation="HEAD config", subject=minion_id,
                               status=answer.status_code)
+        if answer.status_code not in (200, 404):
+            # only a 404 says "no repository": anything else (a redirect, a wrong path, a
+            # throttle) is not taken for it, or a replacement would start with an empty disk
+            raise BackupError(f"backup server {self.url}: HTTP {answer.status_code} for "
+                              f"{minion_id}'s repository (200 or 404 expected): check backup_url "
+                              "and the Block's admin_url", operation="HEAD config",
+                              subject=minion_id, status=answer.status_code)
         return answer.status_code == 200
 
     def restic(self, minion_id: str, *args: str) -> str:

@@ -186,13 +186,23 @@ def forget_address(ca_dir: Path, minion_id: str) -> list[str]:
     return freed
 
 
+def _same_addresses(san: Any, address: str) -> bool:
+    """The certificate's SAN is exactly `address` (IPv6 compared as addresses: openssl prints
+    them uncompressed and in capitals)."""
+    try:
+        return (isinstance(san, list) and len(san) == 1
+                and ipaddress.ip_address(str(san[0])) == ipaddress.ip_address(address))
+    except ValueError:
+        return False
+
+
 def trusted(status: dict[str, Any] | None, minion_id: str, address: str, ca_dir: Path,
             renew_before: datetime.timedelta = RENEW_BEFORE) -> bool:
     """Whether a box's tls_status is this CA's valid certificate for `minion_id` at `address`."""
     if not status or not status.get("verified"):
         return False
     ends = datetime.datetime.fromisoformat(str(status["not_after"]).replace("Z", "+00:00"))
-    return (status.get("subject_cn") == minion_id and status.get("san") == [address]
+    return (status.get("subject_cn") == minion_id and _same_addresses(status.get("san"), address)
             and status.get("ca_sha256") == ca_sha256(ca_dir)
             and ends - datetime.datetime.now(datetime.UTC) > renew_before)
 
@@ -207,6 +217,13 @@ def ensure_libvirt_tls(box: Store, salt: SaltSettings, refresh: RefreshPart) -> 
     master = master_client(salt.salt_master_config)
     minion = box.hypervisor_minion_id
     request = master.cmd(minion, "storevirt.tls_request")
+    if box.hypervisor.ip != "dhcp" and request["address"] != box.hypervisor.ip:
+        # the box's word is taken only where the inventory has none: a static address is the
+        # inventory's (a box claiming another's address would take it in issued.json)
+        raise LibvirtTlsRefused(f"store {box.store_id}: {minion} says its address is "
+                                f"{request['address']}, the inventory's hypervisor.ip is "
+                                f"{box.hypervisor.ip}; nothing signed (fix the box's network "
+                                "or the inventory)")
     status = master.cmd(minion, "storevirt.tls_status")
     issued = not trusted(status, minion, request["address"], ca_dir)
     if issued:

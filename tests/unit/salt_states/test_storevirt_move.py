@@ -191,3 +191,26 @@ def test_the_target_uri_is_of_the_boxs_own_driver() -> None:
         "qemu+tls://10.0.1.12/system"
     assert move.tls_uri("fe80::1", "/srv/pki", True, "qemu+unix:///system?socket=/s") == \
         "qemu+tls://[fe80::1]/system?pkipath=/srv/pki/libvirt/client"
+
+
+def test_an_ipv6_certificate_is_trusted_for_its_address(tmp_path: Path) -> None:
+    # openssl prints an IPv6 SAN uncompressed and in capitals; the same address is trusted,
+    # another is not (else every IPv6 box would be issued anew, then refused its move)
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    ca_dir = tmp_path / "ca"
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (x509.CertificateSigningRequestBuilder()
+           .subject_name(x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, HV)]))
+           .sign(key, hashes.SHA256()))
+
+    cert = sign(ca_dir, csr.public_bytes(Encoding.PEM).decode(), HV, "fd00::7", 30)
+    assert "BEGIN CERTIFICATE" in cert
+    status = {"verified": True, "subject_cn": HV, "san": ["FD00:0:0:0:0:0:0:7"],
+              "ca_sha256": ca_sha256(ca_dir), "not_after": "2099-01-01T00:00:00Z"}
+    assert trusted(status, HV, "fd00::7", ca_dir)
+    assert not trusted(status, HV, "fd00::8", ca_dir)
+    assert not trusted({**status, "san": ["FD00::7", "10.0.0.1"]}, HV, "fd00::7", ca_dir)
+

@@ -22,7 +22,7 @@ from lab.backup_server import ADMIN_USER, BackupFiles, issue_certificate, rclone
 from lab.ports import choose
 from lab.prefect_access import ensure_tls
 from store_rollout.backup_secrets import REST_PASSWORD, derive
-from tasks.backup import BackupError, ResticAdmin, age_hours
+from tasks.backup import BackupError, BackupUnavailable, ResticAdmin, age_hours
 from tests.helpers import load_salt_module
 
 pytestmark = pytest.mark.skipif(not (shutil.which("rclone") and shutil.which("restic")),
@@ -161,3 +161,37 @@ def test_secrets_stay_out_of_errors_and_a_wrong_key_is_refused(target: Target) -
     said = str(failed.value)
     assert target.admin._password.get_secret_value() not in said
     assert derive("another key", VM, "repository-password") not in said
+
+
+def test_only_a_404_says_a_store_has_no_backup(tmp_path: Path) -> None:
+    # a replacement restores the newest backup; a wrong answer taken for "none" would put the
+    # store in service with an empty data disk
+    import http.server
+    import threading
+
+    answers = {"/has/config": 200, "/none/config": 404, "/moved/config": 302,
+               "/busy/config": 429, "/down/config": 503}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 - the handler's own name
+            self.send_response(answers.get(self.path, 400))
+            self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        admin = ResticAdmin(f"http://127.0.0.1:{server.server_port}", "admin", SecretStr("pw"),
+                            SecretStr("key"))
+        assert admin.exists("has") is True and admin.exists("none") is False
+        for minion in ("moved", "busy", "elsewhere"):
+            with pytest.raises(BackupError, match=r"200 or 404 expected"):
+                admin.exists(minion)
+        with pytest.raises(BackupUnavailable):
+            admin.exists("down")
+    finally:
+        server.shutdown()
+        server.server_close()
