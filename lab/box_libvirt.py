@@ -12,7 +12,7 @@ shared one (same private mount namespace recipe), plus:
   `virt-admin server-update-tls` rereads them from there;
 - its images dir is bound over the lab's common VM images path, so two boxes hold the same path
   with different files, as two hosts do;
-- `tls_allowed_dn_list` lets in only the store's own boxes (contracts.LIBVIRT_TLS_ALLOWED_DN);
+- `tls_allowed_dn_list` lets in only the store's own boxes (contracts.LIBVIRT_TLS_ALLOWED_DNS);
 - a distinct `host_uuid`, since libvirt refuses a migration to a host with its own UUID.
 
 Until the master's CA signs the box's certificate (storevirt.tls_install), the box presents a
@@ -22,6 +22,7 @@ the trust is set up.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from lab import libvirt_service
 from lab.procs import ProcessRecord, spawn
-from store_rollout.contracts import LIBVIRT_TLS_ALLOWED_DN, LIBVIRT_TLS_PORT
+from store_rollout.contracts import LIBVIRT_TLS_ALLOWED_DNS, LIBVIRT_TLS_PORT
 
 SERVER_KEY = Path("libvirt/private/serverkey.pem")
 SERVER_CERT = Path("libvirt/servercert.pem")
@@ -89,12 +90,13 @@ def prepare(box_dir: Path, *, box_name: str, store_id: str, address: str, images
     libvirt_service.prepare(box_dir, simulator_url)
     images_dir.mkdir(parents=True, exist_ok=True)
     bootstrap_pki(pki_dir, box_name)
+    allowed = [dn % store_id for dn in LIBVIRT_TLS_ALLOWED_DNS]
     host_uuid = uuid.uuid5(uuid.NAMESPACE_URL, f"store-rollout-lab-box:{box_name}")
     with open(box_dir / "libvirtd.conf", "a") as conf:
         conf.write('listen_tls = 1\nlisten_tcp = 0\n'
                    f'listen_addr = "{address}"\ntls_port = "{LIBVIRT_TLS_PORT}"\n'
                    'auth_tls = "none"\n'
-                   f'tls_allowed_dn_list = ["{LIBVIRT_TLS_ALLOWED_DN % store_id}"]\n'
+                   f'tls_allowed_dn_list = {json.dumps(allowed)}\n'
                    f'host_uuid = "{host_uuid}"\n')
     qemu_conf = box_dir / "ns" / "etc-libvirt" / "qemu.conf"
     text = qemu_conf.read_text()

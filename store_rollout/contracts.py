@@ -226,10 +226,13 @@ UPDATE_RECORD_FILE: Final = "update.json"
 # Hypervisors reach each other over libvirt's TLS transport only, with certificates the master's
 # libvirt CA signs (tasks/libvirt_tls.py): CN = the box's hypervisor minion id, O = LIBVIRT_TLS_ORG,
 # subjectAltName = the box's address. A box's libvirtd lets in only the DNs of its own store's
-# boxes (LIBVIRT_TLS_ALLOWED_DN % store id), so no other store's box can push or pull a VM.
+# boxes (each of LIBVIRT_TLS_ALLOWED_DNS % store id: its first box, and a refreshed one with
+# exactly 6 characters after -hv-), so no other store's box can push or pull a VM; never a
+# `store-<id>-hv*`, which would let store 12's boxes in store 123's.
 LIBVIRT_TLS_PORT: Final = 16514
 LIBVIRT_TLS_ORG: Final = "store-rollout"
-LIBVIRT_TLS_ALLOWED_DN: Final = "O=store-rollout,CN=store-%s-hv*"
+LIBVIRT_TLS_ALLOWED_DNS: Final = ("O=store-rollout,CN=store-%s-hv",
+                                  "O=store-rollout,CN=store-%s-hv-??????")
 # A refreshed box's hypervisor minion id: the store's, then the last 6 hex digits of its MAC
 # (store-0042-hv-a1b2c3), so the new box signs in beside the old one with a key of its own.
 REFRESHED_HV_ID_RE: Final = r"store-[A-Za-z0-9_-]+-hv(-[0-9a-f]{6})?"

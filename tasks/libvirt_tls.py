@@ -4,7 +4,7 @@ box's own key, whose CSR the box's minion makes (`storevirt.tls_request`); the c
 the CA's certificate go back through `storevirt.tls_install` (public, so job arguments). The
 certificate names the box's hypervisor minion id (CN, O = LIBVIRT_TLS_ORG) and its address
 (subjectAltName), for both ends of a connection (EKU server and client): a box's libvirtd lets
-in only its store's boxes (LIBVIRT_TLS_ALLOWED_DN, the hypervisor formula's
+in only its store's boxes (LIBVIRT_TLS_ALLOWED_DNS, the hypervisor formula's
 tls_allowed_dn_list), so no other store's box can push or pull its VM.
 
 `issued.json` beside the CA records which minion holds each address: an address another box

@@ -211,9 +211,9 @@ def check_hypervisor_ready(r: Report) -> None:
         value, line = yaml_value(text, "values", "ready", key)
         r.expect(HYPERVISOR_DEFAULTS, line, f"values.ready.{key}", value, getattr(c, contract), contract)
     # the TLS listener's DN list: the store's own boxes (a refresh's migration, issue 48)
-    value, line = yaml_value(text, "values", "libvirt", "tls_allowed_dn")
-    r.expect(HYPERVISOR_DEFAULTS, line, "values.libvirt.tls_allowed_dn", value,
-             c.LIBVIRT_TLS_ALLOWED_DN, "LIBVIRT_TLS_ALLOWED_DN")
+    value, line = yaml_value(text, "values", "libvirt", "tls_allowed_dns")
+    r.expect(HYPERVISOR_DEFAULTS, line, "values.libvirt.tls_allowed_dns", value,
+             list(c.LIBVIRT_TLS_ALLOWED_DNS), "LIBVIRT_TLS_ALLOWED_DNS")
     ready = SALT / "hypervisor" / "ready" / "init.sls"
     for needed in ("{{ hv.ready.grain }}", "{{ hv.ready.tag }}"):
         if needed not in r.text(ready):

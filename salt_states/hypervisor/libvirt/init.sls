@@ -16,8 +16,11 @@ hypervisor-libvirt-init-service-masked-{{ unit }}:
 {%- endfor %}
 
 {%- if hv.libvirt.tls_conf %}
-{%- set allowed_dn = hv.libvirt.tls_allowed_dn | format(grains['store_id']) %}
-{%- set dn_line = 'tls_allowed_dn_list = ["%s"]' | format(allowed_dn) %}
+{%- set allowed = [] %}
+{%- for dn in hv.libvirt.tls_allowed_dns %}
+{%-   do allowed.append(dn | format(grains['store_id'])) %}
+{%- endfor %}
+{%- set dn_line = 'tls_allowed_dn_list = %s' | format(allowed | json) %}
 
 # the TLS listener lets in the store's own boxes only (a refresh's migration, issue 48)
 hypervisor-libvirt-init-tls-allowed-dn:

@@ -334,3 +334,20 @@ def test_the_old_box_is_retired_only_after_the_gate_on_the_new_box(monkeypatch: 
         assert done["failed_check"] == "the go-live gate on the new box: gate failed: check pos"
     else:
         assert done["outcome"] == "refreshed" and calls[-1][0] == "retire"
+
+
+def test_a_boxs_libvirt_lets_in_its_own_stores_boxes_only() -> None:
+    # libvirt matches tls_allowed_dn_list with glob * and ? (g_pattern_match_simple); a
+    # `store-12-hv*` would have let store 123's boxes into store 12's
+    from fnmatch import fnmatchcase
+
+    from store_rollout.contracts import LIBVIRT_TLS_ALLOWED_DNS
+
+    def admitted(store_id: str, minion: str) -> bool:
+        return any(fnmatchcase(f"O=store-rollout,CN={minion}", dn % store_id)
+                   for dn in LIBVIRT_TLS_ALLOWED_DNS)
+
+    assert admitted("12", "store-12-hv") and admitted("12", "store-12-hv-a1b2c3")
+    for other in ("store-123-hv", "store-123-hv-a1b2c3", "store-12-x-hv", "store-12-hv-a1b2c3d",
+                  "store-12-vm", "store-1-hv"):
+        assert not admitted("12", other), other
