@@ -117,6 +117,23 @@ def _offline_copy(master: SaltMasterClient, old: Store, new: Store, address: str
     return {"sha256": wanted, "bytes": sum(d["bytes_sent"] for d in sent["disks"])}
 
 
+def back_on_old_box(master: SaltMasterClient, old: Store, new: Store, cause: Exception) -> None:
+    """An offline move failed after the VM was shut down, before it ran on the new box: the
+    new box's copy undefined (it must never start a second one) and the VM started again on
+    the old box, whose disks were only read; then MoveFailed. A new box that does not answer,
+    or runs the VM, is left as it is (silence is not absence: no second copy is started)."""
+    name, hv_new = old.vm_name, new.hypervisor_minion_id
+    there = master.cmd(hv_new, "storevirt.move_state", [name])
+    if there["running"]:
+        raise cause
+    if there["defined"]:
+        master.cmd(hv_new, "virt.undefine", [name])
+    start_domain(master, old, START_TIMEOUT, logger=get_run_logger())
+    raise MoveFailed(f"store {old.store_id}: the offline move to {hv_new} failed ({cause}); "
+                     f"the VM runs again on the old box {old.hypervisor_minion_id}, nothing "
+                     "removed there; rerun the refresh to try again") from cause
+
+
 def _offline(master: SaltMasterClient, old: Store, new: Store, address: str,
              states: tuple[dict[str, Any], dict[str, Any]], timeout: float) -> dict[str, Any]:
     started = time.monotonic()
@@ -125,9 +142,12 @@ def _offline(master: SaltMasterClient, old: Store, new: Store, address: str,
     if before["running"]:
         master.cmd(old.hypervisor_minion_id, "storevirt.shutdown",
                    [old.vm_name, SHUTDOWN_TIMEOUT], timeout=SHUTDOWN_TIMEOUT + CALL_MARGIN)
-    if not after["defined"]:
-        copied = _offline_copy(master, old, new, address, timeout)
-    start_domain(master, new, START_TIMEOUT, logger=get_run_logger())
+    try:
+        if not after["defined"]:
+            copied = _offline_copy(master, old, new, address, timeout)
+        start_domain(master, new, START_TIMEOUT, logger=get_run_logger())
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the store must not stay down
+        back_on_old_box(master, old, new, exc)
     master.cmd(old.hypervisor_minion_id, "storevirt.release_moved", [old.vm_name])
     seconds = round(time.monotonic() - started, 1)
     return _done("moved", "offline", seconds=seconds, downtime_seconds=seconds, **copied)

@@ -569,9 +569,11 @@ def migrate_live(name, target_address, target_id, timeout=1800):
     """
     import libvirt
 
+    # VIR_MIGRATE_TLS: QEMU's memory and disk (NBD) streams over TLS too, with the same
+    # certificates (tls_install writes them to <pki>/qemu), not only libvirt's control channel
     flags = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
              | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
-             | libvirt.VIR_MIGRATE_NON_SHARED_INC)
+             | libvirt.VIR_MIGRATE_NON_SHARED_INC | libvirt.VIR_MIGRATE_TLS)
     uri = __utils__["store_vm_move.tls_uri"](target_address, _pki_dir(), False,
                                              _local_uri())
     conn = _connect()

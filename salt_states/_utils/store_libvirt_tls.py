@@ -27,6 +27,7 @@ SERVER_CERT = "libvirt/servercert.pem"
 CLIENT_CERT = "libvirt/clientcert.pem"
 CA_CERT = "CA/cacert.pem"
 CLIENT_DIR = "libvirt/client"  # a libvirt client's pkipath: cacert, clientcert, clientkey
+QEMU_DIR = "qemu"  # QEMU's TLS files (qemu.conf default_tls_x509_cert_dir = <pki>/qemu)
 TLS_ORG = "store-rollout"  # contracts.LIBVIRT_TLS_ORG
 
 # capture_output= and text= are Python 3.7: a SLES 15 SP7 minion runs 3.6 (store-stack.md)
@@ -128,6 +129,13 @@ def install(pki_dir, ca_pem, cert_pem):
         CLIENT_DIR + "/cacert.pem": (ca_pem, 0o644),
         CLIENT_DIR + "/clientcert.pem": (cert_pem, 0o644),
         CLIENT_DIR + "/clientkey.pem": (key_pem, 0o600),
+        # QEMU's own TLS for a live migration's memory and disk streams (VIR_MIGRATE_TLS), in
+        # qemu.conf's default_tls_x509_cert_dir (<pki>/qemu): the same key and certificate
+        QEMU_DIR + "/ca-cert.pem": (ca_pem, 0o644),
+        QEMU_DIR + "/server-cert.pem": (cert_pem, 0o644),
+        QEMU_DIR + "/server-key.pem": (key_pem, 0o600),
+        QEMU_DIR + "/client-cert.pem": (cert_pem, 0o644),
+        QEMU_DIR + "/client-key.pem": (key_pem, 0o600),
     }
     changed = False
     for relpath, (text, mode) in sorted(wanted.items()):

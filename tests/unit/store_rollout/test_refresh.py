@@ -351,3 +351,40 @@ def test_a_boxs_libvirt_lets_in_its_own_stores_boxes_only() -> None:
     for other in ("store-123-hv", "store-123-hv-a1b2c3", "store-12-x-hv", "store-12-hv-a1b2c3d",
                   "store-12-vm", "store-1-hv"):
         assert not admitted("12", other), other
+
+
+@pytest.mark.parametrize("on_new_box", ["defined", "running", "nothing"])
+def test_a_failed_offline_move_starts_the_vm_again_on_the_old_box(monkeypatch: Any,
+                                                                  on_new_box: str) -> None:
+    # the Xen path shut the store down before the copy: a failure before the VM runs on the
+    # new box must not leave it down, nor ever start a second copy
+    import logging
+
+    import tasks.box_move as module
+
+    monkeypatch.setattr(module, "get_run_logger", lambda: logging.getLogger("test"))
+    old = INVENTORY.get("0001")
+    new = refreshed_store(old, NEW)
+    calls: list[tuple[str, str]] = []
+
+    class Boxes:
+        def cmd(self, minion: str, fun: str, arg: Any = (), **_: Any) -> Any:
+            calls.append((minion, fun))
+            if fun == "storevirt.move_state":
+                return {"running": on_new_box == "running", "defined": on_new_box != "nothing"}
+            if fun == "storevirt.domain_summary":  # the old box's domain: running once started
+                return {"name": old.vm_name,
+                        "active": (old.hypervisor_minion_id, "virt.start") in calls}
+            return True
+
+    cause = RuntimeError("sha256 differ")
+    with pytest.raises(Exception) as raised:
+        module.back_on_old_box(Boxes(), old, new, cause)  # type: ignore[arg-type]
+    if on_new_box == "running":
+        assert raised.value is cause and (old.hypervisor_minion_id, "virt.start") not in calls
+        assert (new.hypervisor_minion_id, "virt.undefine") not in calls
+    else:
+        assert isinstance(raised.value, module.MoveFailed)
+        assert "runs again on the old box" in str(raised.value)
+        assert (old.hypervisor_minion_id, "virt.start") in calls
+        assert ((new.hypervisor_minion_id, "virt.undefine") in calls) == (on_new_box == "defined")
