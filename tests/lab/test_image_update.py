@@ -178,6 +178,7 @@ def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, lab_env: dic
     assert updated_notices(lab, GATE) == []
 
 
+@pytest.mark.fleet  # a killed run's resume, like the fleet tier's others (make test-fleet)
 def test_an_update_killed_between_switch_and_gate_is_finished_by_its_rerun(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
     inv = live(lab, lab_env, write_inventory(tmp_path / "inv.yaml", ["u-kill"], "52:54:00:47:03",

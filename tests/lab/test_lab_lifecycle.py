@@ -82,7 +82,7 @@ def test_lab_up_idempotent_recovers_and_down_leaves_nothing(lifecycle_dir: Path)
                              "libvirtd", "cobblerd", "cobbler-http", "cobbler-dnsmasq",
                              "erp-receiver", "webhook-receiver",
                              "image-server", "vbmcd", "redfish-bmc", "simulator",
-                             "prefect-worker"}
+                             "prefect-worker", "backup-server"}
         rows = lab.status()
         assert all(r["alive"] for r in rows)
         total = sum(r["rss_bytes"] for r in rows)

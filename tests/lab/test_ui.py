@@ -106,6 +106,8 @@ class Ui:
         # the dashboard also links the flow's name (its recent runs): wait for the deployments
         # page, and click a deployment's link, or a click can land on the dashboard's flow link
         self.page.wait_for_url(re.compile(r"/deployments/?(\?.*)?$"))
+        # one page shows ten deployments: search for it, as a user with more would
+        self.page.get_by_placeholder(re.compile("search", re.I)).first.fill(deployment)
         self.page.locator('a[href*="/deployments/deployment/"]').get_by_text(
             deployment, exact=True).first.click()
         self.page.get_by_role("button", name="Run", exact=True).click()
