@@ -780,7 +780,17 @@ def forget_moved(name):
     path = _move_record_path(name)
     if not os.path.exists(path) and not os.path.isdir(os.path.dirname(path)):
         return {"undefined": False, "removed": False}
-    _finished_move(name, "forget_moved", ("moved",))
+    record = __utils__["store_vm_disks.read_json"](path) or {}
+    conn = _connect()
+    try:
+        gone = __utils__["store_domain_inspect.lookup"](conn, name) is None
+    finally:
+        conn.close()
+    # a live move whose record never said "moved" (this minion restarted as the migration
+    # ended): libvirt undefined the domain here as it finished, the record is all that is left
+    if not (gone and record.get("mode") == "live" and record.get("phase") in ("migrating",
+                                                                            "failed")):
+        _finished_move(name, "forget_moved", ("moved",))
     conn = _connect()
     undefined = False
     try:

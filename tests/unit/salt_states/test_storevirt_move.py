@@ -177,6 +177,21 @@ def test_the_move_record_preparation_definition_and_cleanup(tmp_path: Path) -> N
     assert ok(forgotten) == {"undefined": False, "removed": True}
     assert not (images / VM).exists() and base.exists()
     assert ok(gone) == {"undefined": False, "removed": False}
+    # a live move whose record still says "migrating" (the minion restarted as it ended):
+    # libvirt undefined the domain here, so its files go; with the domain here, they stay
+    (images / VM).mkdir()
+    Path(system).write_bytes(b"left behind")
+    (images / VM / MOVE_RECORD_FILE).write_text(json.dumps({"to": NEW_HV, "mode": "live",
+                                                            "phase": "migrating"}))
+    (left,) = run_on_host_python(tmp_path, [{"fun": "storevirt.forget_moved", "args": [VM]}])
+    assert ok(left) == {"undefined": False, "removed": True} and not (images / VM).exists()
+    (images / VM).mkdir()
+    (images / VM / MOVE_RECORD_FILE).write_text(json.dumps({"to": NEW_HV, "mode": "live",
+                                                            "phase": "migrating"}))
+    (kept,) = run_on_host_python(tmp_path, [{"fun": "storevirt.forget_moved", "args": [VM]}],
+                                 define=(domain_with_data_disk(system, data),))
+    assert not kept["ok"] and "the move record" in kept["error"], kept
+    assert (images / VM / MOVE_RECORD_FILE).exists()
 
 
 def test_the_target_uri_is_of_the_boxs_own_driver() -> None:
