@@ -108,6 +108,12 @@ def _offline_copy(master: SaltMasterClient, old: Store, new: Store, address: str
         raise MoveFailed(f"store {old.store_id}: send_disks stopped before the end "
                          f"({sent['disks']}); a rerun goes on from the record")
     there = master.cmd(hv_new, "storevirt.disks_sha256", [name, sorted(wanted)], timeout=timeout)
+    if there != wanted:  # once more from the start: a resumed copy's offsets are not trusted
+        sent = master.cmd(hv_old, "storevirt.send_disks", [name, address, hv_new, None, True],
+                          timeout=timeout + CALL_MARGIN)
+        wanted = {d["path"]: d["sha256"] for d in sent["disks"]}
+        there = master.cmd(hv_new, "storevirt.disks_sha256", [name, sorted(wanted)],
+                           timeout=timeout)
     if there != wanted:
         raise MoveFailed(f"store {old.store_id}: the disks on {hv_new} differ from the old "
                          f"box's (sha256 {there} != {wanted}); the VM stays defined on "

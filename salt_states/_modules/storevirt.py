@@ -608,16 +608,32 @@ def migrate_live(name, target_address, target_id, timeout=1800):
     return result
 
 
-def send_disks(name, target_address, target_id, limit_bytes=None):
+def send_disks(name, target_address, target_id, limit_bytes=None, restart=False):
     """The old box, offline (Xen: libxl has no storage migration): copy shut-off domain
     `name`'s disks into the same paths on the store's new box `target_id` (its libvirtd over
     TLS, a storage volume upload), resumable: the move record keeps each disk's offset and a
     rerun goes on from there; holes and all-zero chunks are skipped. `limit_bytes`: send at
-    most about that much now (the rest in a later call). Returns each disk's bytes sent now and
-    the sha256 of its source file (compare storevirt.disks_sha256 on the new box).
+    most about that much now (the rest in a later call); `restart`: from the start (the
+    copies' checksums differed). One call at a time: a second one, while the first still
+    sends (a retry after a timeout), is refused. Returns each disk's bytes sent now and the
+    sha256 of its source file (compare storevirt.disks_sha256 on the new box).
 
     CLI Example: salt hv storevirt.send_disks store-0001-vm 10.0.1.12 store-0001-hv-a1b2c3
     """
+    import fcntl
+
+    lock_path = _move_record_path(name) + ".lock"
+    with open(lock_path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise CommandExecutionError(
+                "send_disks {}: another send_disks of it runs on this host; wait for it to "
+                "end, then rerun (the record keeps its progress)".format(name))
+        return _send_disks(name, target_address, target_id, limit_bytes, restart)
+
+
+def _send_disks(name, target_address, target_id, limit_bytes, restart):
     import libvirt
 
     started = time.monotonic()
@@ -629,7 +645,7 @@ def send_disks(name, target_address, target_id, limit_bytes=None):
     finally:
         conn.close()
     record = __utils__["store_vm_disks.read_json"](_move_record_path(name)) or {}
-    if record.get("to") != target_id or record.get("mode") != "offline":
+    if restart or record.get("to") != target_id or record.get("mode") != "offline":
         record = {"to": target_id, "mode": "offline", "started_at": time.time(), "disks": {}}
     record.update(address=target_address, phase="copying")
     for path in paths:

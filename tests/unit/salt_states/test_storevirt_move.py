@@ -229,3 +229,20 @@ def test_an_ipv6_certificate_is_trusted_for_its_address(tmp_path: Path) -> None:
     assert not trusted(status, HV, "fd00::8", ca_dir)
     assert not trusted({**status, "san": ["FD00::7", "10.0.0.1"]}, HV, "fd00::7", ca_dir)
 
+
+
+def test_a_second_send_disks_while_one_runs_is_refused(tmp_path: Path) -> None:
+    # a retry after a timed-out call must not copy beside the first (it could delete the
+    # volume the first one writes)
+    import fcntl
+
+    vm_dir = tmp_path / "images" / VM
+    vm_dir.mkdir(parents=True)
+    with open(vm_dir / (MOVE_RECORD_FILE + ".lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (second,) = run_on_host_python(tmp_path, [
+            {"fun": "storevirt.send_disks", "args": [VM, "192.0.2.8", NEW_HV]}])
+    assert not second["ok"] and "another send_disks of it runs" in second["error"], second
+    (free,) = run_on_host_python(tmp_path, [
+        {"fun": "storevirt.send_disks", "args": [VM, "192.0.2.8", NEW_HV]}])
+    assert not free["ok"] and "another send_disks" not in free["error"], free  # no domain here
