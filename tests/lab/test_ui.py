@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from lab.prefect_access import api_session
 from lab.state import LabInfo
@@ -106,10 +107,19 @@ class Ui:
         # the dashboard also links the flow's name (its recent runs): wait for the deployments
         # page, and click a deployment's link, or a click can land on the dashboard's flow link
         self.page.wait_for_url(re.compile(r"/deployments/?(\?.*)?$"))
-        # one page shows ten deployments: search for it, as a user with more would
+        # one page shows ten deployments: search for it, as a user with more would; the list
+        # redraws as the search applies, so a click on the row before it may land on nothing:
+        # clicked again until the deployment's page opens (seen under a full run's load)
         self.page.get_by_placeholder(re.compile("search", re.I)).first.fill(deployment)
-        self.page.locator('a[href*="/deployments/deployment/"]').get_by_text(
-            deployment, exact=True).first.click()
+        for attempt in range(4):
+            self.page.locator('a[href*="/deployments/deployment/"]').get_by_text(
+                deployment, exact=True).first.click()
+            try:
+                self.page.wait_for_url(re.compile(r"/deployments/deployment/"), timeout=10000)
+                break
+            except PlaywrightTimeout:
+                if attempt == 3:
+                    raise
         self.page.get_by_role("button", name="Run", exact=True).click()
         self.page.get_by_role("menuitem", name="Custom run").click()
         self.page.get_by_text("Enforce Parameter Schema").wait_for()
