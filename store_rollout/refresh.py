@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from store_rollout.inventory.bmc import bmc_identity
 from store_rollout.inventory.fields import mac_suffix, refreshed_minion_id
 from store_rollout.inventory.models import HypervisorSpec, Inventory, InventoryError, Store
-from store_rollout.inventory.replacement import BOX_FIELDS
+from store_rollout.inventory.replacement import BOX_FIELDS, refuse_box_fields
 
 # what a refresh gives of its new box: a replacement's fields, and the new box's own static
 # address when the store's hypervisor has one (the old box keeps it until it is retired)
@@ -64,12 +64,7 @@ def refreshed_store(store: Store, box: dict[str, Any]) -> Store:
     fields over the old box's, its serial the new box's or none, its hypervisor minion id
     store-<id>-hv-<last 6 hex digits of the MAC> (its own Cobbler record and key, beside the
     old box's) and its host name refreshed_hostname's. InventoryError naming the field."""
-    unknown = sorted(set(box) - set(REFRESH_BOX_FIELDS))
-    if unknown or not box.get("mac"):
-        raise InventoryError(
-            f"refresh box: {'unknown ' + ', '.join(unknown) if unknown else 'mac missing'} "
-            f"(store {store.store_id}); give the new box's --mac and, where they differ from "
-            f"the old box's, {', '.join(REFRESH_BOX_FIELDS[1:])}")
+    refuse_box_fields(box, REFRESH_BOX_FIELDS, "refresh box", store.store_id, mac="--mac")
     old = store.hypervisor.model_dump(exclude_none=True, exclude={"serial", "minion_id"})
     fields = {**old, **box}
     try:

@@ -16,18 +16,25 @@ BOX_FIELDS = ("mac", "power_type", "power_address", "power_port", "redfish_syste
               "bmc_credentials_block", "ipmi_cipher_suite", "serial")
 
 
+def refuse_box_fields(box: dict[str, Any], fields: tuple[str, ...], what: str, store_id: str,
+                      mac: str = "mac") -> None:
+    """InventoryError unless `box` gives a MAC and only `fields` (what a replacement or a
+    refresh takes of its new box); `what` and `mac` are how the refusal names them."""
+    unknown = sorted(set(box) - set(fields))
+    if unknown or not box.get("mac"):
+        raise InventoryError(
+            f"{what}: {'unknown ' + ', '.join(unknown) if unknown else 'mac missing'} "
+            f"(store {store_id}); give the new box's {mac} and, where they differ from the old "
+            f"box's, {', '.join(fields[1:])}")
+
+
 def with_new_box(inventory: Inventory, store_id: str, box: dict[str, Any]) -> Store:
     """The store on the box `box` describes: its `mac` (required) and, where they differ from
     the old box's, the other BOX_FIELDS; its serial is the new box's or none (the old box's
     cannot be the new one's). Refused naming the field: an unknown or invalid one, or a MAC
     another store of the inventory has."""
     store = inventory.get(store_id)
-    unknown = sorted(set(box) - set(BOX_FIELDS))
-    if unknown or not box.get("mac"):
-        raise InventoryError(
-            f"replace_box: {'unknown ' + ', '.join(unknown) if unknown else 'mac missing'} "
-            f"(store {store_id}); give the new box's mac and, where they differ from the old "
-            f"box's, {', '.join(BOX_FIELDS[1:])}")
+    refuse_box_fields(box, BOX_FIELDS, "replace_box", store_id)
     fields = {**store.hypervisor.model_dump(exclude_none=True, exclude={"serial"}), **box}
     if store.hypervisor.minion_id and box.get("mac"):
         # a refreshed box's id ends in its MAC's digits: the replacement's in its own
