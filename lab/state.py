@@ -315,6 +315,8 @@ def flow_settings(info: LabInfo, root: Path) -> dict[str, str]:
         "STORE_ROLLOUT_HYPERVISOR_READY_EXPECTED_SECONDS": "120" if info.full else "10",
         # the simulated guest's units start with its minion; the real one's may start after it
         "STORE_ROLLOUT_GO_LIVE_SETTLE_SECONDS": "60" if info.full else "6",
+        # a store whose link is cut after step 5 is waited for this long (production: an hour)
+        "STORE_ROLLOUT_STORE_LINK_WAIT_SECONDS": "600",
         # a killed lab run is marked Crashed 18 s after its last beat, not 90 s: its tests do
         # not wait out production's window (three missed beats still)
         "STORE_ROLLOUT_HEARTBEAT_SECONDS": "6",

@@ -242,3 +242,45 @@ MOVE_RECORD_FILE: Final = "move.json"
 # What a store VM's backup leaves out of DATA_DISK_MOUNT: its identity (the minion's private
 # key never leaves the store).
 BACKUP_EXCLUDES: Final = (DATA_DISK_IDENTITY_DIR,)
+
+# -- the minion's link to its master (issue 49) --------------------------------------------------
+# Every store minion's settings for a WAN that drops (DSL, LTE, satellite: 30-600 ms, some loss,
+# cuts of minutes), so it comes back by itself after a link cut or a master restart, with nobody
+# restarting it. One source: the image's minion.d/MINION_LINK_CONF
+# (image_builds/overlays/salt-minion), the hypervisors' install profiles (AutoYaST, Agama) and the
+# hypervisor formula's link concern write exactly these (tests/unit/store_rollout/
+# test_minion_link_settings.py; each key is a minion option of Salt 3006.0 and 3008).
+MINION_LINK_CONF: Final = "40-link.conf"
+MINION_LINK_SETTINGS: Final = {
+    # TCP keepalive on the minion's connections to the master, probing after 60 s of quiet (under
+    # the 5-minute idle timeout of many NATs and LTE carrier-grade NATs, which otherwise drop the
+    # mapping silently), 4 probes 15 s apart: a connection a cut killed is given up after about
+    # 2 minutes (Linux's default: 2 h 11 min), and ZeroMQ connects anew
+    "tcp_keepalive": True,
+    "tcp_keepalive_idle": 60,
+    "tcp_keepalive_cnt": 4,
+    "tcp_keepalive_intvl": 15,
+    # minutes: the minion sends the master a ping event every 2 minutes, which keeps its return
+    # path (and the NAT's mapping of it) in use (auth_safemode stays off: no self-restart)
+    "ping_interval": 2,
+    # seconds: the minion checks every 30 s that its publish connection stands (status.master)
+    # and logs when it was lost and when it is back (ZeroMQ itself connects again)
+    "master_alive_interval": 30,
+    # a minion that starts while the link is down keeps trying its master, never gives up
+    "master_tries": -1,
+    # authentication over a 600-ms, lossy satellite link: 30 s per try (the default 5 s is one
+    # lost packet and a retransmission), 10 tries
+    "auth_tries": 10,
+    "auth_timeout": 30,
+    # seconds: after a master restart or key rotation every store re-authenticates at a random
+    # moment within 60 s, not all at once (a region of 1,000 stores, 2,000 minions)
+    "random_reauth_delay": 60,
+    # ZeroMQ's reconnect: 1 s first, backing off to 30 s at most, randomized: a cut region's
+    # minions do not all knock at the same second when the master is back
+    "recon_default": 1000,
+    "recon_max": 30000,
+    "recon_randomize": True,
+    # seconds between the minion's tries to have its key accepted, backing off to a minute
+    "acceptance_wait_time": 10,
+    "acceptance_wait_time_max": 60,
+}

@@ -59,6 +59,7 @@ from store_rollout.regions import (
 from store_rollout.settings_approvers import ApproverSettings
 from store_rollout.settings_backup import BackupSettings
 from store_rollout.settings_guard import SettingsError, refuse_unsafe, region_settings
+from store_rollout.settings_link import LinkSettings
 from store_rollout.settings_refresh import RefreshSettings
 from store_rollout.settings_transport import TransportSettings
 from store_rollout.step_timeouts import READY_EXPECTED_SECONDS
@@ -74,7 +75,8 @@ BLOCK_REPLACES = {"cobbler_credentials_block": ("cobbler_url", "cobbler_user",
 _REPLACED_BY = {name: block for block, names in BLOCK_REPLACES.items() for name in names}
 
 
-class RolloutSettings(TransportSettings, ApproverSettings, RefreshSettings, BackupSettings):
+class RolloutSettings(TransportSettings, ApproverSettings, RefreshSettings, BackupSettings,
+                      LinkSettings):
     model_config = SettingsConfigDict(env_prefix="STORE_ROLLOUT_", extra="ignore", frozen=True)
 
     # declared before the fields they replace: _required_without_block reads them

@@ -38,6 +38,8 @@ class SaltSettings(_Part):
     salt_publish_port: int = 4505
     salt_ret_port: int = 4506
     go_live_settle_seconds: float = 120.0
+    # how long steps 6 and 7 wait for a store whose link went silent (tasks/store_link.py)
+    store_link_wait_seconds: float = 3600.0
     # the worker beside the master keeps a decommission's data disk export here
     data_export_dir: str = DEFAULT_DATA_EXPORT_DIR
 

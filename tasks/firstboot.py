@@ -20,10 +20,10 @@ from tasks.retry import SALT_WAIT_RETRY
 from tasks.salt import (
     FirstbootFailed,
     FirstbootWatcher,
-    SaltMasterClient,
     SaltTransientError,
     master_client,
 )
+from tasks.store_link import LinkedCalls, StoreCalls, StoreLink
 
 
 def image_master_endpoint(salt: SaltSettings, images: ImageSettings) -> tuple[str, str]:
@@ -32,7 +32,7 @@ def image_master_endpoint(salt: SaltSettings, images: ImageSettings) -> tuple[st
             images.image_params.get("SALT_MASTER_PORT", str(salt.salt_ret_port)))
 
 
-def retire_bootstrap(master: SaltMasterClient, store: Store) -> dict[str, Any]:
+def retire_bootstrap(master: StoreCalls, store: Store) -> dict[str, Any]:
     """Fail when the VM kept any bootstrap file; then the hypervisor's half of the bootstrap
     data, the seed disk with the one-time token, is ejected and deleted. Returns the seed's
     {seed, state}."""
@@ -52,7 +52,8 @@ def firstboot(store: Store, salt: SaltSettings, images: ImageSettings,
               stall_timeout: float = STEP_TIMEOUTS.vm_stall_timeout,
               contact_timeout: float = STEP_TIMEOUTS.vm_contact_timeout) -> dict[str, Any]:
     """Step 6: reboot, highstate, report, reboot and verify, bootstrap config removed, then
-    the identity seed ejected from the VM and deleted on the hypervisor.
+    the identity seed ejected from the VM and deleted on the hypervisor. A store whose link
+    goes down meanwhile is waited for, up to `store_link_wait_seconds` (tasks/store_link.py).
 
     A VM whose accepted minion stays silent for `stall_timeout` (hung after a reboot) is reset
     once per attempt. A VM whose minion never contacts the master (no key, no event) within
@@ -65,12 +66,13 @@ def firstboot(store: Store, salt: SaltSettings, images: ImageSettings,
     logger = get_run_logger()
     master = master_client(salt.salt_master_config)
     started = time.monotonic()
+    link = StoreLink(master, store, salt.store_link_wait_seconds)
     booted = FirstbootWatcher(master, store, timeout=timeout, stall_timeout=stall_timeout,
                               contact_timeout=contact_timeout,
                               master_endpoint=image_master_endpoint(salt, images),
-                              logger=logger).wait()
-    seed = retire_bootstrap(master, store)
+                              logger=logger, link=link.hold).wait()
+    seed = retire_bootstrap(LinkedCalls(master, link), store)
     logger.info("store %s: identity seed %s ejected and deleted", store.store_id, seed["seed"])
     logger.info("store %s: firstboot done in %.1fs", store.store_id, time.monotonic() - started)
-    return {**booted, "seed_retired": seed["state"] == "retired",
+    return {**booted, "seed_retired": seed["state"] == "retired", "link_outages": link.outages,
             "seconds": round(time.monotonic() - started, 3)}

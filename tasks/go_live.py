@@ -24,6 +24,7 @@ from store_rollout.settings_parts import SaltSettings
 from tasks.retry import SALT_WAIT_RETRY
 from tasks.salt import SaltTransientError, master_client
 from tasks.salt.probes import contested_key
+from tasks.store_link import LinkedCalls, StoreLink
 
 RECHECK_SECONDS = 3.0
 CHECK_TIMEOUT = 60.0
@@ -71,10 +72,12 @@ class GoLiveGate:
 @task(name="go_live_gate", **SALT_WAIT_RETRY.on(SaltTransientError))
 def go_live_gate(store: Store, salt: SaltSettings) -> dict[str, Any]:
     """Step 7: check the store server; the table of checks is the run's `go-live-<store>`
-    artifact. Raises GoLiveFailed naming the store and each failed check."""
+    artifact. Raises GoLiveFailed naming the store and each failed check. A store whose link
+    is down is waited for and asked again (tasks/store_link.py): the checks change nothing."""
     logger = get_run_logger()
     master = master_client(salt.salt_master_config)
-    gate = GoLiveGate(master, store, salt.go_live_settle_seconds)
+    link = StoreLink(master, store, salt.store_link_wait_seconds)
+    gate = GoLiveGate(LinkedCalls(master, link), store, salt.go_live_settle_seconds)
     contested_key(master, store.store_id, store.vm_minion_id, role="VM")
     report = gate.check()
     contested_key(master, store.store_id, store.vm_minion_id, role="VM")  # none came meanwhile
@@ -85,4 +88,5 @@ def go_live_gate(store: Store, salt: SaltSettings) -> dict[str, Any]:
         raise GoLiveFailed(report.failure())
     logger.info("store %s: go-live gate passed, %d checks on %s", store.store_id,
                 len(report.checks), store.vm_minion_id)
-    return {"passed": True, "checks": len(report.checks), "rounds": gate.rounds}
+    return {"passed": True, "checks": len(report.checks), "rounds": gate.rounds,
+            "link_outages": link.outages}

@@ -8,6 +8,7 @@ its state runs, read through the master's job cache) decides.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from store_rollout import step_rules
@@ -19,6 +20,10 @@ from tasks.salt.minions import failed_states
 from tasks.salt.probes import MasterApi, contested_key, firstboot_stage, reset_vm
 from tasks.salt.watchers import STATE_FUNS, Logger, confirmed
 
+# seconds the VM is silent before the wait asks whether its store's link is down (and between
+# two such questions): a VM's reboot is silent too, its hypervisor answers meanwhile
+LINK_CHECK_SECONDS = 15.0
+
 
 class FirstbootWatcher:
     """Step 6: the store VM through `provisioning_helper.firstboot`, judged by the VM itself.
@@ -29,11 +34,14 @@ class FirstbootWatcher:
     after every (re)start of its minion. A VM whose accepted minion stays silent for
     `stall_timeout` (hung after a reboot) is reset once. A VM whose minion never contacts the
     master (no key, no event) within `contact_timeout` fails at once, naming the master
-    address the image was built with (`master_endpoint`): no wait for the whole `timeout`."""
+    address the image was built with (`master_endpoint`): no wait for the whole `timeout`.
+    `link` (tasks/store_link.StoreLink.hold): asked when the VM has been silent a while; it
+    waits out a store whose link is down (the time it waited extends the step's bounds),
+    after which the VM's stage is read again (its events meanwhile were lost)."""
 
     def __init__(self, master: MasterApi, store: Store, *, timeout: float, stall_timeout: float,
                  contact_timeout: float, master_endpoint: tuple[str, str], logger: Logger,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, link: Callable[[float], float] | None = None) -> None:
         self.master, self.store, self.minion = master, store, store.vm_minion_id
         self.timeout, self.stall_timeout = timeout, stall_timeout
         self.contact_timeout, self.master_endpoint = contact_timeout, master_endpoint
@@ -45,6 +53,7 @@ class FirstbootWatcher:
         self.last: SaltEvent | None = None
         self.token_revoked = False
         self.resets = 0
+        self.link, self.link_waited, self.link_checked = link, 0.0, clock.monotonic()
 
     def wait(self) -> dict[str, Any]:
         """Until the VM's firstboot is done; its token is revoked once its key is accepted.
@@ -60,7 +69,7 @@ class FirstbootWatcher:
             while not done:
                 contacted = contacted or self.last is not None
                 self._fail_if_never_contacted(contacted)
-                remaining = deadline - self.clock.monotonic()
+                remaining = deadline + self.link_waited - self.clock.monotonic()
                 if remaining <= 0:
                     raise SaltEventTimeout(
                         f"store {self.store.store_id}: VM minion {self.minion} did not finish "
@@ -74,12 +83,30 @@ class FirstbootWatcher:
                     done = True
                 except SaltEventTimeout:
                     self._contested()
+                    done = self._after_link_outage()
                     self._reset_if_stalled()
         self._contested()  # done: said by an accepted key, and the only key of the id
         self._revoke_once()
         return {"minion": self.minion, "stages": self.stages, "boot_ids": self.boot_ids,
                 "minion_starts": self.minion_starts, "boots_seen": len(self.minion_starts),
                 "resets": self.resets}
+
+    def _after_link_outage(self) -> bool:
+        """When the VM has been silent a while, its store's link is asked about (`link`); after
+        an outage the wait goes on with its bounds moved by it, and True when the VM's stage
+        says firstboot finished meanwhile."""
+        now = self.clock.monotonic()
+        silent = now - self.last_seen
+        if (self.link is None or silent < LINK_CHECK_SECONDS
+                or now - self.link_checked < LINK_CHECK_SECONDS):
+            return False
+        waited = self.link(silent)
+        self.link_checked = self.clock.monotonic()
+        if not waited:
+            return False
+        self.link_waited += waited
+        self.last_seen = self.clock.monotonic()
+        return step_rules.firstboot_done(firstboot_stage(self.master, self.minion))
 
     def _contested(self) -> None:
         contested_key(self.master, self.store.store_id, self.minion, role="VM")
@@ -141,7 +168,8 @@ class FirstbootWatcher:
             "none" if held is None else f"retcode {held.get('retcode', 0)}")
 
     def _fail_if_never_contacted(self, contacted: bool) -> None:
-        if (not contacted and self.clock.monotonic() - self.started > self.contact_timeout
+        waited = self.clock.monotonic() - self.started - self.link_waited
+        if (not contacted and waited > self.contact_timeout
                 and self.master.key_state(self.minion) is None):
             address, port = self.master_endpoint
             raise VmNeverContacted(self.store.store_id, self.minion, self.contact_timeout,

@@ -33,7 +33,7 @@ from tests.kiwi_helpers import (
 def test_render_minion_d_substitutes_params() -> None:
     files = render_minion_d(desc_dir(LEAP), {"SALT_MASTER": "salt.store-042.example"})
     assert sorted(files) == ["00-master.conf", "10-grains.conf", "20-autosign.conf",
-                             "30-data-disk.conf", "90-bootstrap.conf"]  # fmt: skip
+                             "30-data-disk.conf", "40-link.conf", "90-bootstrap.conf"]  # fmt: skip
     assert all("@" not in text for text in files.values())
     data = {name: yaml.safe_load(text) for name, text in files.items()}
     assert data["00-master.conf"] == {"master": "salt.store-042.example", "master_port": "4506"}
