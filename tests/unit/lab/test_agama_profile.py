@@ -30,6 +30,7 @@ from store_rollout.contracts import (
     BRIDGE_GRAIN,
     LIBVIRT_EVENTS_CONF,
     LIBVIRT_EVENTS_ENGINE,
+    MINION_LINK_CONF,
     STORE_PLATFORM_GRAIN,
 )
 from store_rollout.platforms import PLATFORMS
@@ -278,7 +279,8 @@ def test_the_simulators_reader_on_the_render() -> None:
     assert install.nopxe_url == f"http://10.42.0.2:8080/cblr/svc/op/nopxe/system/{SYSTEM}"
     host = installed_minion(install.files, install.installer)
     assert (host.config_dir, host.minion_id, host.platform) == (BUNDLE, SYSTEM, "sle16-kvm")
-    assert set(host.minion_d) == {"50-store-rollout.conf", LIBVIRT_EVENTS_CONF}
+    assert set(host.minion_d) == {"50-store-rollout.conf", LIBVIRT_EVENTS_CONF,
+                                  MINION_LINK_CONF}
     assert list(host.extmods) == [f"/var/cache/venv-salt-minion/extmods/engines/{ENGINE.name}"]
     assert PLATFORM_SALT_BIN[host.platform] == VENV_BIN
     # the full lab's disk (no profile at hand): judged by the Bundle's directory
