@@ -1,0 +1,105 @@
+"""Issue 49 in the lab: offline-first runs. A store's WAN link (lab/wan.py, the fault knob: every
+packet of the store's machines dropped, silent like a real cut) is cut for 2 minutes once step 5
+has created its VM: the run is not failed, its state says "store <id> link down since <UTC>"
+(the API, as the UI shows it), and when the link is back the run goes on by itself, its state
+Running again, and completes; the VM passes go-live. The store's minions came back by
+themselves: nobody restarted them (the hypervisor's minion kept its process), their link
+settings (store_rollout/contracts.py MINION_LINK_SETTINGS) did it.
+
+Fleet tier (`make test-fleet`): about 4 minutes of the real clock."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+import requests
+
+from lab.prefect_access import api_session
+from lab.state import LabInfo
+from tests import helpers
+from tests.helpers import finish, go_live_table, start_rollout, wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.fleet]
+
+CUT_SECONDS = 120.0
+DOWN = re.compile(r"^store (\S+) link down since (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC$")
+
+
+def the_run(lab: LabInfo, name: str) -> dict[str, Any]:
+    runs = api_session(lab).post(f"{lab.prefect_api_url}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": [name]}}, "sort": "START_TIME_DESC", "limit": 1},
+        timeout=10).json()
+    return runs[0] if runs else {}
+
+
+def task_state(lab: LabInfo, run_id: str, task_name: str) -> str | None:
+    tasks = api_session(lab).post(f"{lab.prefect_api_url}/task_runs/filter", json={
+        "task_runs": {"flow_run_id": {"any_": [run_id]}}}, timeout=10).json()
+    return next((t["state_type"] for t in tasks if t["name"] == task_name), None)
+
+
+def run_states(lab: LabInfo, run_id: str) -> list[dict[str, Any]]:
+    states: list[dict[str, Any]] = api_session(lab).get(
+        f"{lab.prefect_api_url}/flow_run_states/", params={"flow_run_id": run_id},
+        timeout=10).json()
+    return sorted(states, key=lambda s: s["timestamp"])
+
+
+def minion_record(lab: LabInfo, minion: str) -> tuple[int | None, list[dict[str, Any]]]:
+    """The simulator's record of a machine's minion: its running pid and its start/stop history."""
+    seen = requests.get(f"{lab.simulator_url}/minions", timeout=10).json()
+    running = seen["running"].get(minion) or {}
+    return running.get("pid"), [h for h in seen["history"] if h["minion"] == minion]
+
+
+def test_a_link_cut_after_step_5_is_waited_out_and_the_run_completes_unattended(
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Any) -> None:
+    from lab.wan import cut_store_link, restore_store_link, store_link
+
+    store_id = "off49"
+    hv = f"store-{store_id}-hv"
+    inventory = helpers.write_inventory(tmp_path / "inv.yaml", [store_id], "52:54:00:49:0f",
+                                        lab=lab)
+    proc = start_rollout(lab_env, store_id, inventory)
+    try:
+        run = wait_for(lambda: the_run(lab, f"rollout-{store_id}") or None, timeout=120,
+                       what="the rollout's flow run")
+        wait_for(lambda: task_state(lab, run["id"], f"create_vm-{store_id}") == "COMPLETED",
+                 timeout=420, interval=0.5, what="step 5 (the VM created)")
+        hv_pid, _ = minion_record(lab, hv)
+        cut_store_link(lab, store_id)
+        cut_at = time.time()
+        assert store_link(lab, store_id)["cut"] is True
+        # the run waits, saying so: state StoreLinkDown, its message naming the store and when
+        down = wait_for(lambda: (r := the_run(lab, f"rollout-{store_id}")).get("state_name")
+                        == "StoreLinkDown" and r, timeout=CUT_SECONDS - 10, interval=1,
+                        what="the run to say its store's link is down")
+        said = DOWN.match(down["state"]["message"])
+        assert said and said.group(1) == store_id, down["state"]["message"]
+        assert down["state_type"] == "RUNNING"  # waiting, not failed
+        time.sleep(max(0.0, cut_at + CUT_SECONDS - time.time()))
+        # still waiting at the end of the cut: silence is not failure
+        assert the_run(lab, f"rollout-{store_id}")["state_name"] == "StoreLinkDown"
+        assert proc.poll() is None
+    finally:
+        restore_store_link(lab, store_id)
+    result = finish(proc)  # unattended: nothing is done to the store but the restore
+    states = [(s["name"], s.get("message") or "") for s in run_states(lab, run["id"])]
+    names = [name for name, _ in states]
+    first_down = names.index("StoreLinkDown")
+    back = [i for i, (name, message) in enumerate(states)
+            if i > first_down and name == "Running" and "link back" in message]
+    assert back, states  # the run's state went back to plain Running when the store answered
+    assert names[-1] == "Completed", states
+    # the VM passed go-live
+    rows = go_live_table(lab, store_id)
+    assert rows and all(r["result"] == "pass" for r in rows), rows
+    helpers.check_store(lab, store_id, result)
+    # the hypervisor's minion came back by itself: the same process, never stopped or started
+    # after the cut (the VM's minion restarts are its firstboot's own reboots)
+    pid, history = minion_record(lab, hv)
+    assert pid == hv_pid and pid is not None
+    assert [h for h in history if h["at"] >= cut_at] == [], history
