@@ -28,6 +28,7 @@ from store_rollout.contracts import (
     LIBVIRT_EVENT_TAG_PREFIX,
     LIBVIRT_EVENTS_CONF,
     LIBVIRT_EVENTS_ENGINE,
+    MINION_LINK_CONF,
     STORE_PLATFORM_GRAIN,
 )
 from store_rollout.platforms import PLATFORM_NAMES
@@ -133,7 +134,7 @@ def test_sles15_xen_hypervisor_boots_xen_runs_modular_libvirt_and_checks_dom0(
         tmp_path: Path) -> None:
     rendered = render(tmp_path, *PLATFORMS["hypervisor-sles15-xen"])
     assert _concerns(rendered) == {"hypervisor.xen", "hypervisor.libvirt", "hypervisor.events",
-                                   "hypervisor.checks", "hypervisor.ready"}
+                                   "hypervisor.link", "hypervisor.checks", "hypervisor.ready"}
     # the Xen entry becomes the saved default, by its title in grub.cfg
     default = _states(rendered, "storehost")["hypervisor-xen-init-storehost-xen-default-boot"]
     assert "xen_default_boot" in default and _args(default)["name"] == "/boot/grub2/grub.cfg"
@@ -169,7 +170,7 @@ def test_sle16_kvm_hypervisor_loads_kvm_runs_virtqemud_and_has_no_xen(tmp_path: 
     daemons), "ready" asks for the QEMU driver and /dev/kvm, not dom0."""
     rendered = render(tmp_path, *PLATFORMS["hypervisor-sle16-kvm"])
     assert _concerns(rendered) == {"hypervisor.kvm", "hypervisor.libvirt", "hypervisor.events",
-                                   "hypervisor.checks", "hypervisor.ready"}
+                                   "hypervisor.link", "hypervisor.checks", "hypervisor.ready"}
     assert not [sid for sid in rendered if "xen" in sid]
     assert _args(_states(rendered, "kmod")["hypervisor-kvm-init-kmod-present"])["name"] \
         == "kvm_intel"
@@ -268,11 +269,12 @@ def test_lab_hypervisor_changes_nothing_on_the_host(tmp_path: Path, platform: st
     rendered = render(tmp_path, *PLATFORMS[f"hypervisor-lab-debian-12-{platform}"],
                       LAB_FILE_ROOTS)
     modules = {m for body in rendered.values() for m in body if not m.startswith("__")}
-    # events (its file, a restart on change), checks, ready
+    # events and link (their files, a restart on change), checks, ready
     assert modules == {"file", "module", "storehost", "grains", "event"}, modules
-    # the one file it writes is in the minion's own config dir (the lab's state dir)
+    # the files it writes are in the minion's own config dir (the lab's state dir)
     files = {_args(body)["name"] for body in _states(rendered, "file").values()}
-    assert files == {f"/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}"}, files
+    assert files == {f"/etc/salt/minion.d/{LIBVIRT_EVENTS_CONF}",
+                     f"/etc/salt/minion.d/{MINION_LINK_CONF}"}, files
     check = _args(_states(rendered, "storehost")["hypervisor-checks-init-storehost-checked"])
     assert {k: check[k] for k in ("driver", "require_dom0", "tools", "devices", "bridge")} == {
         "driver": "QEMU", "require_dom0": False, "tools": ["qemu-img", "xorriso"],

@@ -107,3 +107,19 @@ def test_the_agama_profile_carries_the_contract_and_still_follows_agamas_rules()
     assert problems(agama_profile("static")) == []
     permissions = {f["destination"]: f["permissions"] for f in agama_profile("static")["files"]}
     assert permissions[f"{BUNDLE}/{MINION_CONF_DIR}/{MINION_LINK_CONF}"] == "0644"  # no secret
+
+
+@pytest.mark.parametrize("platform", ["sles15-xen", "sle16-kvm"])
+def test_the_hypervisor_formula_manages_the_text_the_profiles_wrote(platform: str) -> None:
+    """hypervisor.link keeps the file on hosts installed before it (a change restarts their
+    minion once); on a host the profile installed it finds the same text and changes nothing
+    (its render is the snapshot tests/unit/salt_states/test_salt_render.py keeps current)."""
+    rendered = json.loads((REPO_ROOT / "tests" / "snapshots" / f"hypervisor-{platform}.json")
+                          .read_text())
+    managed = {k: v for arg in rendered["hypervisor-link-init-file-managed"]["file"]
+               if isinstance(arg, dict) for k, v in arg.items()}
+    assert managed["name"].endswith(f"/{MINION_CONF_DIR}/{MINION_LINK_CONF}")
+    assert yaml.safe_load(managed["contents"]) == MINION_LINK_SETTINGS
+    autoyast = parse_profile(render_text(AUTOYAST, {**STATIC, "virt_uri": "xen:///system"}))
+    assert managed["contents"] == autoyast.files[f"/etc/salt/{MINION_CONF_DIR}/{MINION_LINK_CONF}"]
+    assert managed["contents"] == files("static")[f"{BUNDLE}/{MINION_CONF_DIR}/{MINION_LINK_CONF}"]
