@@ -6,12 +6,17 @@ Running again, and completes; the VM passes go-live. The store's minions came ba
 themselves: nobody restarted them (the hypervisor's minion kept its process), their link
 settings (store_rollout/contracts.py MINION_LINK_SETTINGS) did it.
 
-Fleet tier (`make test-fleet`): about 4 minutes of the real clock."""
+Then the same store is cut again: the wait fails at its bound naming the silence, and after the
+restore both minions answer again by themselves, in the same processes.
+
+Fleet tier (`make test-fleet`): about 6 minutes of the real clock."""
 
 from __future__ import annotations
 
 import re
 import time
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +24,9 @@ import requests
 
 from lab.prefect_access import api_session
 from lab.state import LabInfo
+from store_rollout.inventory import load_inventory
+from tasks.salt import SaltError, SaltMasterClient
+from tasks.store_link import StoreLink, StoreLinkLost
 from tests import helpers
 from tests.helpers import finish, go_live_table, start_rollout, wait_for
 
@@ -55,9 +63,16 @@ def minion_record(lab: LabInfo, minion: str) -> tuple[int | None, list[dict[str,
     return running.get("pid"), [h for h in seen["history"] if h["minion"] == minion]
 
 
+@pytest.fixture
+def wan() -> Any:
+    """The lab's WAN knob (lab/wan.py: cut_store_link, restore_store_link, store_link)."""
+    import lab.wan
+
+    return lab.wan
+
+
 def test_a_link_cut_after_step_5_is_waited_out_and_the_run_completes_unattended(
-        lab: LabInfo, lab_env: dict[str, str], tmp_path: Any) -> None:
-    from lab.wan import cut_store_link, restore_store_link, store_link
+        lab: LabInfo, lab_env: dict[str, str], tmp_path: Path, wan: Any) -> None:
 
     store_id = "off49"
     hv = f"store-{store_id}-hv"
@@ -70,9 +85,9 @@ def test_a_link_cut_after_step_5_is_waited_out_and_the_run_completes_unattended(
         wait_for(lambda: task_state(lab, run["id"], f"create_vm-{store_id}") == "COMPLETED",
                  timeout=420, interval=0.5, what="step 5 (the VM created)")
         hv_pid, _ = minion_record(lab, hv)
-        cut_store_link(lab, store_id)
+        wan.cut_store_link(lab, store_id)
         cut_at = time.time()
-        assert store_link(lab, store_id)["cut"] is True
+        assert wan.store_link(lab, store_id)["cut"] is True
         # the run waits, saying so: state StoreLinkDown, its message naming the store and when;
         # still waiting at the end of the cut (silence is not failure)
         steps = {step: task_state(lab, run["id"], f"{step}-{store_id}")
@@ -93,7 +108,8 @@ def test_a_link_cut_after_step_5_is_waited_out_and_the_run_completes_unattended(
         assert said and said.group(1) == store_id, story
         assert seen[-1][1] == "StoreLinkDown", story
     finally:
-        restore_store_link(lab, store_id)
+        wan.restore_store_link(lab, store_id)
+        restored_at = time.time()
     result = finish(proc)  # unattended: nothing is done to the store but the restore
     states = [(s["name"], s.get("message") or "") for s in run_states(lab, run["id"])]
     names = [name for name, _ in states]
@@ -101,6 +117,9 @@ def test_a_link_cut_after_step_5_is_waited_out_and_the_run_completes_unattended(
     back = [i for i, (name, message) in enumerate(states)
             if i > first_down and name == "Running" and "link back" in message]
     assert back, states  # the run's state went back to plain Running when the store answered
+    back_at = datetime.fromisoformat(run_states(lab, run["id"])[back[0]]["timestamp"])
+    print(f"offline-first: the run said its link was back {back_at.timestamp() - restored_at:.0f} s "
+          "after the restore")
     assert names[-1] == "Completed", states
     # the VM passed go-live
     rows = go_live_table(lab, store_id)
@@ -111,3 +130,40 @@ def test_a_link_cut_after_step_5_is_waited_out_and_the_run_completes_unattended(
     pid, history = minion_record(lab, hv)
     assert pid == hv_pid and pid is not None
     assert [h for h in history if h["at"] >= cut_at] == [], history
+    the_bound_names_the_silence_and_the_minions_come_back(lab, wan, store_id, inventory)
+
+
+def the_bound_names_the_silence_and_the_minions_come_back(lab: LabInfo, wan: Any, store_id: str,
+                                                           inventory: Path) -> None:
+    """The same store, rolled out, cut again: the wait (tasks/store_link.py) against the real
+    master fails at its bound naming the silence; after the restore both minions answer again
+    by themselves, in the same processes."""
+    store = load_inventory(str(inventory)).get(store_id)
+    master = SaltMasterClient(lab.salt_master_config)
+    minions = [store.hypervisor_minion_id, store.vm_minion_id]
+    pids = {m: minion_record(lab, m)[0] for m in minions}
+    wan.cut_store_link(lab, store_id)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreLinkLost) as lost:
+            StoreLink(master, store, 30, say=lambda name, message: None).hold()
+        assert 30 <= time.monotonic() - started <= 30 + 2 * 7 + 10 + 5
+        assert str(lost.value).startswith(f"store {store_id}: its minions {', '.join(minions)} "
+                                          "have been silent since "), lost.value
+        assert "raise STORE_ROLLOUT_STORE_LINK_WAIT_SECONDS" in str(lost.value)
+    finally:
+        wan.restore_store_link(lab, store_id)
+    restored = time.monotonic()
+
+    def each_answers() -> bool:
+        for minion in minions:
+            try:
+                master.cmd(minion, "test.ping", timeout=5, gather_job_timeout=2)
+            except SaltError:
+                return False
+        return True
+
+    wait_for(each_answers, timeout=240, interval=2, what="both minions to answer by themselves")
+    print(f"offline-first: both minions answered {time.monotonic() - restored:.0f} s after the "
+          "restore of a cut of about 45 s")
+    assert {m: minion_record(lab, m)[0] for m in minions} == pids  # nobody restarted them
