@@ -38,7 +38,7 @@ def synthetic_fleet(n: int) -> list[StoreStatus]:
             "disk_image_version": "v2", "backups_configured": True, "last_backup": SNAP}
     kinds: list[dict[str, Any]] = [
         live, live, live, live, live,
-        {**live, "domain": {**rolled_out().domain, "active": False}},  # type: ignore[dict-item]
+        {**live, "domain": dict(rolled_out().domain or {}, active=False)},
         {**live, "vm_image_version": "v1", "disk_image_version": "v1"},
         {**live, "last_backup": None, "backup_error": "connection refused"},
         {**live, "last_backup": {**SNAP, "age_hours": 80.0}},
@@ -71,7 +71,7 @@ def test_a_live_store_backed_up_is_one_row_of_words_and_times() -> None:
 
 def test_flags_the_target_version_and_a_run_under_way_are_said() -> None:
     behind = rolled_out(image_version="v2", vm_image_version="v1", disk_image_version="v1",
-                        domain={**rolled_out().domain, "active": False})  # type: ignore[dict-item]
+                        domain=dict(rolled_out().domain or {}, active=False))
     [row] = fleet_rows([reconcile_store(behind, ZOMBIE)])
     assert row["image version"] == "v1 (target v2)"
     assert row["status"] == "mismatch: image-version-mismatch, vm-stopped"
