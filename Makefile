@@ -160,7 +160,8 @@ bench: setup
 ui-screenshots: setup
 	rm -f docs/ui/*.png
 	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/lab/test_ui.py \
-	  tests/lab/test_windows_lab.py::test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it
+	  tests/lab/test_windows_lab.py::test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it \
+	  tests/lab/test_fleet_view_ui.py
 
 lab-up: setup
 	$(VENV)/bin/store-rollout lab up

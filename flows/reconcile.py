@@ -1,6 +1,7 @@
 """Reconcile: every store's real state (Cobbler, Salt, libvirt, ERP) against Prefect's last
-rollout run of it; each mismatch named with the command that settles it. Changes nothing but a
-table artifact and a Prefect event per store whose result changed since the last reconcile.
+rollout run of it; each mismatch named with the command that settles it. Changes nothing but
+table artifacts (the reconcile's, and its region's fleet view `fleet-<region>`) and a Prefect
+event per store whose result changed since the last reconcile.
 
 Wiring only: the reads are tasks/observe.py, the conclusions store_rollout/fleet/.
 """
@@ -16,6 +17,7 @@ from store_rollout.fleet.reconcile import StoreStatus, reconcile_store
 from store_rollout.fleet.render import reconcile_table
 from store_rollout.inventory import load_inventory
 from store_rollout.settings import load_settings
+from tasks.fleet_view import publish_fleet_view
 from tasks.observe import observe_stores
 from tasks.reconcile_events import emit_store_changes, previous_reconcile
 from tasks.region_runs import publish_result, run_in_region, split_by_region
@@ -37,7 +39,8 @@ def store_reconcile(inventory: str,
             the store-rollout checkout the worker runs in.
         store_ids: Only these stores (default: every store of the inventory).
     """
-    stores = load_inventory(inventory).select(store_ids)
+    everything = load_inventory(inventory)
+    stores = everything.select(store_ids)
     settings = load_settings()
     own, others = split_by_region(stores, settings.region)
     remote = [run_in_region.submit("store-reconcile", region,
@@ -47,6 +50,9 @@ def store_reconcile(inventory: str,
     silent_for = zombie_after(settings.heartbeat_seconds)
     found = {s.store_id: reconcile_store(facts[s.store_id], silent_for) for s in own}
     changed = emit_store_changes(list(found.values()), previous_reconcile(ARTIFACT_KEY))
+    # this region's fleet view (another region's part publishes its own)
+    publish_fleet_view(settings.region, [found[s.store_id] for s in own],
+                       [s.store_id for s in everything.stores if s.region == settings.region])
     for part in remote:
         read = part.result()
         found.update({sid: StoreStatus.model_validate(s) for sid, s in read["stores"].items()})

@@ -11,7 +11,8 @@
   retire_box (a replacement's first change), refresh_box (a hardware refresh's own
   reads, the old box's retirement and its ERP notice), approvals (the
   approval before step 1), preflight (the checks before any side effect), observe (what plan,
-  reconcile and an approval read), reconcile_events, store_runs (a batch's runs), region_runs
+  reconcile and an approval read), reconcile_events, fleet_view (a region's table of its
+  stores), store_runs (a batch's runs), region_runs
   (a chain-wide read's runs in other regions), undo (what a rollback or a decommission decides
   before it changes anything).
 - **Clients** (`CLIENTS`): one package or module per outside system: its typed client, error
@@ -32,7 +33,8 @@ a helper. tests/structure/test_layers.py reads every import (nested ones too) an
 breaks this, or on a module of tasks/ that is in none of the three lists.
 """
 
-STEP_MODULES = ("approvals", "data_export", "firstboot", "go_live", "image_update", "observe",
+STEP_MODULES = ("approvals", "data_export", "firstboot", "fleet_view", "go_live", "image_update",
+                "observe",
                 "preflight", "pxe_install", "reconcile_events", "refresh_box", "region_runs",
                 "retire_box", "salt_master", "store_backup", "store_runs", "undo", "virt",
                 "vm_removal", "box_move")

@@ -29,6 +29,10 @@ class StoreStatus(BaseModel):
     # the image version its VM runs (its grain), its disk's and the one expected (issue 47)
     versions: StoreVersions | None = None
     last_backup: str = ""  # its newest backup, one line (store_rollout/fleet/backups.py)
+    # the fleet view's times (store_rollout/fleet/view.py), ISO 8601: the last run's start
+    # and the newest backup's (None: none, or not known)
+    last_run_started: str | None = None
+    last_backup_time: str | None = None
 
     def fingerprint(self) -> str:
         """What a later reconcile compares to decide that the store's state changed."""
@@ -144,7 +148,8 @@ def _decommissioned(f: StoreFacts) -> StoreStatus:
                        status="mismatch" if left else "decommissioned",
                        last_run=f"{f.last_run.name} {f.last_run.state}" if f.last_run else "none",
                        real="decommissioned" + (f"; left: {', '.join(left)}" if left else ""),
-                       mismatches=mismatches)
+                       mismatches=mismatches,
+                       last_run_started=f.last_run.started if f.last_run else None)
 
 
 def reconcile_store(f: StoreFacts, zombie_after: float) -> StoreStatus:
@@ -204,4 +209,5 @@ def reconcile_store(f: StoreFacts, zombie_after: float) -> StoreStatus:
     return StoreStatus(store_id=f.store_id, platform=f.platform, status=status,
                        last_run=f"{run.name} {run.state}" if run else "none",
                        real=real_summary(f), mismatches=mismatches, versions=store_versions(f),
-                       last_backup=backup_line(f))
+                       last_backup=backup_line(f), last_run_started=run.started if run else None,
+                       last_backup_time=(f.last_backup or {}).get("time"))

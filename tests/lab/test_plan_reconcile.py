@@ -40,6 +40,8 @@ from store_rollout.contracts import (
     STEP_FIRSTBOOT,
     STEPS,
 )
+from store_rollout.fleet.reconcile import StoreStatus
+from store_rollout.fleet.view import fleet_rows
 from tasks.cobbler import CobblerClient
 from tasks.salt import SaltMasterClient
 from tests.helpers import (
@@ -319,3 +321,16 @@ def test_plan_and_reconcile_on_the_real_systems(lab: LabInfo, lab_env: dict[str,
     check_store(lab, killed, resumed)
     statuses = reconciled(lab_env, inv, done, killed)
     assert {sid: s["status"] for sid, s in statuses.items()} == {done: "ok", killed: "ok"}, statuses
+    # (issue 49) a reconcile of every store of the region published its fleet view: a row per
+    # store, in store id order, as the reconcile found them
+    newest = api_session(lab).post(f"{lab.prefect_api_url}/artifacts/filter", json={
+        "artifacts": {"key": {"any_": ["fleet-default"]}}, "sort": "CREATED_DESC", "limit": 1},
+        timeout=10).json()
+    assert newest, "no fleet-default artifact after a reconcile of the whole region"
+    data = newest[0]["data"]
+    rows = json.loads(data) if isinstance(data, str) else data
+    assert [r["store"] for r in rows] == [done, killed], rows
+    assert rows == fleet_rows([StoreStatus.model_validate(s) for s in statuses.values()])
+    for row in rows:
+        assert row["status"] == "ok" and row["platform"] == statuses[row["store"]]["platform"]
+        assert row["last run"].startswith(f"rollout-{row['store']} Completed, started "), row

@@ -51,7 +51,9 @@ SHOTS = ["dashboard", "batch-run-form", "run-unknown-store", "store-run-form", "
          "cancel-dialog", "run-cancelled", "rollback-run",
          # tests/lab/test_windows_lab.py, tests/lab/test_approvals_lab.py
          "scheduled-store-run", "approval-form", "approval-approved",
-         "go-live-table"]
+         "go-live-table",
+         # tests/lab/test_fleet_view_ui.py
+         "fleet-view"]
 
 
 def field_label(name: str) -> re.Pattern[str]:
