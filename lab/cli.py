@@ -170,10 +170,53 @@ def rack(inventory: Annotated[Path, typer.Argument(help="inventory file (YAML)",
          own_libvirt: Annotated[bool, typer.Option(
              "--own-libvirt", help="each host runs a libvirtd of its own while its OS is up "
              "(TLS on its address, its own VM images and PKI: a refresh's migration between "
-             "two boxes), instead of driving the lab's shared libvirtd")] = False) -> None:
+             "two boxes), instead of driving the lab's shared libvirtd")] = False,
+         link: Annotated[str | None, typer.Option(
+             help="every racked store's WAN link profile (lan, dsl, lte, satellite: "
+             "`lab link`)")] = None) -> None:
     """Rack the inventory's store hosts in the lab (a domain and its IPMI or Redfish BMC each)
     and write a copy of the inventory with their BMC fields into the lab's state dir."""
-    console.print(str(_racked_copy(inventory, state_dir_from_env(state_dir), own_libvirt)))
+    lab_dir = state_dir_from_env(state_dir)
+    console.print(str(_racked_copy(inventory, lab_dir, own_libvirt)))
+    if link is not None:
+        import yaml
+
+        for entry in yaml.safe_load(inventory.read_text())["stores"]:
+            _set_link(load_lab_info(lab_dir), str(entry["store_id"]), link)
+
+
+@lab_app.command("link")
+def link(store_id: Annotated[str, typer.Argument(help="the store whose WAN link to show or set")],
+         state_dir: StateDir = None,
+         profile: Annotated[str | None, typer.Option(
+             help="lan (no shaping), dsl, lte or satellite")] = None,
+         cut: Annotated[bool, typer.Option("--cut", help="cut the link (a fault knob): "
+                                           "everything dropped both ways, silently")] = False,
+         restore: Annotated[bool, typer.Option("--restore", help="bring a cut link back")] = False,
+         ) -> None:
+    """Show or set a store's WAN link in the lab: its profile (rate, delay, loss), or cut it and
+    restore it (lab/wan.py; docs/lab.md, "Store links")."""
+    from lab import wan
+
+    info = load_lab_info(state_dir_from_env(state_dir))
+    if cut and restore:
+        console.print("[red]error:[/] --cut and --restore: give one")
+        raise typer.Exit(2)
+    if profile is not None:
+        _set_link(info, store_id, profile)
+    state = (wan.cut_store_link(info, store_id) if cut else wan.restore_store_link(info, store_id)
+             if restore else wan.store_link(info, store_id))
+    print(f"store {store_id}: {wan.describe(state)}")
+
+
+def _set_link(info: LabInfo, store_id: str, profile: str) -> None:
+    from lab import wan
+
+    if profile not in wan.PROFILES:
+        console.print(f"[red]error:[/] --link/--profile {profile!r}: use one of "
+                      f"{', '.join(wan.PROFILES)}")
+        raise typer.Exit(2)
+    wan.set_store_link(info, store_id, profile)
 
 
 def _racked(info: LabInfo | None) -> list[dict[str, Any]]:

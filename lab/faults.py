@@ -39,6 +39,10 @@ def knobs_set(info: LabInfo) -> dict[str, Any]:
         active = _active(service, response.json())
         if active:
             found[service] = active
+    from lab.wan import cut_links
+
+    if cut := cut_links(info):  # a store's WAN link cut on command is a knob too
+        found["store-links"] = {"cut": cut}
     return found
 
 
@@ -55,3 +59,7 @@ def reset_all(info: LabInfo) -> None:
     """Clear every knob of every service; a service that refuses raises (HTTPError names it)."""
     for url in _endpoints(info).values():
         requests.delete(url, timeout=TIMEOUT).raise_for_status()
+    from lab.wan import cut_links, restore_store_link
+
+    for store_id in cut_links(info):
+        restore_store_link(info, store_id)

@@ -48,6 +48,12 @@ def join_network(args: argparse.Namespace) -> None:
     run(["ip", "addr", "add", args.address, "dev", "eth0"])
     run(["ip", "link", "set", "eth0", "up"])
     run(["ip", "link", "set", "lo", "up"])
+    # the store's WAN rates (lab/wan.py): what the machine downloads leaves the gateway's end
+    # of the veth, what it uploads leaves its own; the kernel's tbf, in the lab's namespaces only
+    if args.down_tbf:
+        run([*at_gateway, "tc", "qdisc", "replace", "dev", args.link, "root", *args.down_tbf.split()])
+    if args.up_tbf:
+        run(["tc", "qdisc", "replace", "dev", "eth0", "root", *args.up_tbf.split()])
     os.close(gateway)
 
 
@@ -133,6 +139,9 @@ def main() -> None:
     parser.add_argument("--bridge", help="the store network's bridge (in the gateway's namespace)")
     parser.add_argument("--link", help="name of the gateway-side veth")
     parser.add_argument("--address", help="this machine's address/prefix")
+    parser.add_argument("--down-tbf", help="tbf arguments of the gateway's end (the store's "
+                        "download rate, lab/wan.py)")
+    parser.add_argument("--up-tbf", help="tbf arguments of the machine's end (its upload rate)")
     parser.add_argument("--hide", help="directory to replace by an empty tmpfs")
     parser.add_argument("--keep", action="append", default=[], help="path under it to keep")
     parser.add_argument("--bind", action="append", default=[], nargs=2,

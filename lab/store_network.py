@@ -31,8 +31,10 @@ import hashlib
 import ipaddress
 import json
 import os
+import random
 import socket
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -47,6 +49,9 @@ FIRST_MACHINE = int(ipaddress.IPv4Address("10.77.1.1"))
 DHCP_FIRST = "10.77.128.1"
 DHCP_LAST = "10.77.255.254"
 CLONE_NEWNET = 0x40000000
+# a store's link state beside the gateway's state file (lab/wan.py); the gateway reads "delays"
+LINKS_FILE = "links.json"
+DELAY_LINE_PIECES = 64  # pieces of up to 256 KiB held per direction: backpressure past that
 
 
 def machine_address(index: int) -> str:
@@ -123,7 +128,41 @@ def _libc_call(name: str, *args: int) -> None:
         raise OSError(errno, f"{name}: {os.strerror(errno)}")
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                delay: Callable[[], float] | None = None) -> None:
+    """Copy one direction of a connection; with `delay`, each piece of data is held that long
+    (seconds, drawn per piece; never reordered: a piece leaves no earlier than the one before)
+    - a store's WAN delay (lab/wan.py), which this kernel's lack of netem leaves to here."""
+    if delay is None:
+        await _copy(reader, writer)
+        return
+    loop = asyncio.get_running_loop()
+    line: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(maxsize=DELAY_LINE_PIECES)
+
+    async def deliver() -> None:
+        try:
+            while (item := await line.get())[1]:
+                if (wait := item[0] - loop.time()) > 0:
+                    await asyncio.sleep(wait)
+                writer.write(item[1])
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            writer.close()
+
+    sender, due = asyncio.create_task(deliver()), 0.0
+    try:
+        while data := await reader.read(256 * 1024):
+            due = max(due, loop.time() + delay())
+            await line.put((due, data))
+    except (ConnectionError, OSError):
+        pass
+    await line.put((0.0, b""))
+    await sender
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(256 * 1024):
             writer.write(data)
@@ -134,7 +173,33 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.close()
 
 
-async def _forward(listeners: list[socket.socket], host_namespace: int) -> None:
+class LinkDelays:
+    """Per machine address, the one-way delay of its store's link: half the profile's delay
+    each way, jitter spread evenly around it (lab/wan.py writes `delays` into LINKS_FILE);
+    the file is read again when it changes, at most once a second."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.mtime, self.checked = path, 0.0, 0.0
+        self.delays: dict[str, tuple[float, float]] = {}
+
+    def of(self, address: str) -> Callable[[], float] | None:
+        now = time.monotonic()
+        if now - self.checked > 1.0:
+            self.checked = now
+            with contextlib.suppress(OSError, ValueError):
+                mtime = self.path.stat().st_mtime
+                if mtime != self.mtime:
+                    raw = json.loads(self.path.read_text()).get("delays", {})
+                    self.delays = {a: (d / 2000.0, j / 2000.0) for a, (d, j) in raw.items()}
+                    self.mtime = mtime
+        if address not in self.delays:
+            return None
+        base, jitter = self.delays[address]
+        return lambda: max(0.0, base + random.uniform(-jitter, jitter))
+
+
+async def _forward(listeners: list[socket.socket], host_namespace: int,
+                   delays: LinkDelays) -> None:
     # Sockets keep the namespace they were made in. The gateway's main thread stays in the
     # store network (its /proc/<pid>/ns/net is what machines join); one worker thread moves
     # to the orchestrator's namespace and makes the upstream sockets there.
@@ -153,7 +218,9 @@ async def _forward(listeners: list[socket.socket], host_namespace: int) -> None:
             writer.close()
             return
         up_reader, up_writer = await asyncio.open_connection(sock=upstream)
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        peer = writer.get_extra_info("peername")
+        delay = delays.of(peer[0]) if peer else None
+        await asyncio.gather(_pipe(reader, up_writer, delay), _pipe(up_reader, writer, delay))
         for w in (writer, up_writer):
             with contextlib.suppress(OSError):
                 w.close()
@@ -196,7 +263,8 @@ def main() -> None:
     tmp = args.state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(state)))
     tmp.replace(args.state_file)
-    asyncio.run(_forward(listeners, host_namespace))
+    asyncio.run(_forward(listeners, host_namespace,
+                         LinkDelays(args.state_file.parent / LINKS_FILE)))
 
 
 if __name__ == "__main__":

@@ -126,12 +126,13 @@ def wait_state(api: str, run_id: str, timeout: float) -> str:
 
 def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:00", *,
                     lab: LabInfo | None = None, regions: dict[str, str] | None = None,
-                    own_libvirt: bool = False) -> Path:
+                    own_libvirt: bool = False, link: dict[str, str] | None = None) -> Path:
     """An inventory of test stores; with `lab`, each store's host racked in it (a domain and its
     BMC): the odd ones (1st, 3rd...) behind IPMI, the even ones behind Redfish, so every test
     with two stores or more drives both protocols; and likewise the odd ones sles15-xen hosts,
     the even ones sle16-kvm (both platforms). `regions`: store id -> its region; `own_libvirt`:
-    each host racked with a libvirtd of its own (lab/box_libvirt.py)."""
+    each host racked with a libvirtd of its own (lab/box_libvirt.py); `link`: store id -> its
+    WAN link profile (lab/wan.py), set as it is racked."""
     stores = [{"store_id": sid, **({"region": (regions or {})[sid]} if sid in (regions or {}) else {}),
                "hypervisor": {"hostname": f"hv-{sid}.e2e.invalid", "mac": f"{mac_prefix}:{n:02x}",
                               "platform": "sles15-xen" if n % 2 else "sle16-kvm"},
@@ -142,6 +143,10 @@ def write_inventory(path: Path, ids: list[str], mac_prefix: str = "52:54:00:e2:0
         from lab.hardware import rack_inventory
 
         rack_inventory(lab, path, own_libvirt=own_libvirt)
+        from lab.wan import set_store_link
+
+        for store_id, profile in (link or {}).items():
+            set_store_link(lab, store_id, profile)
     return path
 
 

@@ -23,6 +23,7 @@ from lab.salt_master import daemon_paths
 from lab.simulator.faults import FaultKnobs
 from lab.state import REPO_ROOT, VENV_BIN, LabInfo, LabPaths
 from lab.store_network import StoreNetwork, machine_address
+from lab.wan import join_options
 
 log = logging.getLogger("lab.simulator")
 
@@ -232,6 +233,7 @@ class MinionManager:
         else:
             unshare = ["unshare", "--net"]
             options = self.network().join_args(minion_id, self.address(minion_id))
+            options += join_options(self.info, minion_id)  # its store's WAN link (lab/wan.py)
         root = self.root_dir(minion_id)
         options += ["--boot-root", str(root)]
         # the step's knob at a boot with enabled units; the machine's own at its next boot
