@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +64,11 @@ class LabBuilder:
         self._qemu_img(["create", "-q", "-f", "raw", str(raw), size], desc_dir)
         with raw.open("r+b") as disk:  # sparse but for its first sector
             disk.write(HALT_BOOT_SECTOR)
+            # a payload of incompressible data, so a test can time its transfer over a store's
+            # link (lab/wan.py); none by default: the lab's images stay small
+            disk.seek(1 << 20)
+            for _ in range(int(params.get("LAB_PAYLOAD_MIB", "0"))):
+                disk.write(os.urandom(1 << 20))
         self._qemu_img(["convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(image)],
                        desc_dir)
         raw.unlink()

@@ -98,7 +98,29 @@ def markdown_report(store_id: str, result: dict[str, Any]) -> str:
         f"- VM: `{vm.get('domain')}` (uuid `{vm.get('uuid')}`), minion `{result.get('vm_minion')}`\n"
         f"- VM disk: `{vm.get('disk')}` on base `{vm.get('backing')}`\n"
         f"- image: `{result.get('image_key', '')[:16]}` (cache hit: {result.get('image_cache_hit')})\n"
+        f"{transfer_line(vm.get('image_delivery'))}"
         f"- ERP id: **{result.get('erp_id')}**\n"
         f"{restored_line(result.get('restored_backup'))}\n"
         f"| step | seconds |\n|---|---|\n{rows}\n"
     )
+
+
+def transfer_rate(delivered: dict[str, Any] | None) -> float | None:
+    """The image transfer's rate in bytes/s, None when nothing was transferred by this run (the
+    base image was there, staged, or the domain reused)."""
+    if not delivered or delivered.get("cached") or not delivered.get("transferred"):
+        return None
+    seconds = float(delivered.get("seconds") or 0)
+    return float(delivered["transferred"]) / seconds if seconds > 0 else None
+
+
+def transfer_line(delivered: dict[str, Any] | None) -> str:
+    """Step 5's image transfer in one line of the run's artifact: bytes, seconds and rate (what
+    the store's link gave)."""
+    rate = transfer_rate(delivered)
+    if delivered is None or rate is None:
+        return "- image transfer: none by this run (the base image was on the host)\n"
+    resumed = delivered.get("resumed_from") or 0
+    return (f"- image transfer: {delivered['transferred']:,} bytes in "
+            f"{float(delivered['seconds']):.1f} s = **{rate * 8 / 1e6:.2f} Mbit/s**"
+            + (f" (resumed at byte {resumed:,})" if resumed else "") + "\n")

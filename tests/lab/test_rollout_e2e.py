@@ -18,7 +18,7 @@ import yaml
 from lab.approvers import code_args
 from lab.hardware import lab_serial
 from lab.prefect_access import api_session
-from lab.state import VENV_BIN, LabInfo, LabPaths
+from lab.state import VENV_BIN, LabInfo, LabPaths, flow_settings
 from lab.store_network import GATEWAY, NETWORK, StoreNetwork
 from store_rollout.contracts import DATA_DISK_FILE, DATA_DISK_MOUNT
 from tasks.cobbler import CobblerClient
@@ -41,10 +41,17 @@ pytestmark = pytest.mark.lab
 
 
 def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
-    # e2e4 is never rolled out: the store staging refuses
-    inventory = write_inventory(tmp_path / "inventory.yaml", ["e2e1", "e2e2", "e2e3", "e2e4"], lab=lab)
-    first = finish(start_rollout(lab_env, "e2e1", inventory))
+    # e2e4 is never rolled out: the store staging refuses. e2e1 is behind an LTE link
+    # (lab/wan.py) and its image carries a payload no other test's has, so its step 5 downloads
+    # it over that link
+    inventory = write_inventory(tmp_path / "inventory.yaml", ["e2e1", "e2e2", "e2e3", "e2e4"],
+                                lab=lab, link={"e2e1": "lte"})
+    shaped_env = {**lab_env, "STORE_ROLLOUT_IMAGE_PARAMS": json.dumps({
+        **json.loads(flow_settings(lab, Path(lab.state_dir))["STORE_ROLLOUT_IMAGE_PARAMS"]),
+        "LAB_PAYLOAD_MIB": "8"})}
+    first = finish(start_rollout(shaped_env, "e2e1", inventory))
     assert first["state"] == "Completed"
+    check_transfer_at_the_links_rate(lab, first)
     # each stage event says which boot it ran in (the simulated guest shares the host's kernel,
     # so one id; the full lab's test sees three) and when each minion start came
     assert set(first["firstboot"]["boot_ids"]) == {"started", "highstate", "done"}, first
@@ -65,7 +72,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     check_cobbler_keeps_no_install_secrets(lab, "e2e1")
     check_defined_as_vm_xml_says(lab, inventory, "e2e1")
     check_image_server_answers_ranges_on_the_store_network(lab, first["image_key"])
-    check_staging(lab_env, inventory, first)
+    check_staging(shaped_env, inventory, first)  # the image of e2e1's payload
     check_hypervisor_sees_no_orchestrator_state(lab, "e2e1", first["image_key"])
     check_machines_on_the_store_network(lab, "e2e1")
     check_salt_events_in_prefect(lab, "e2e1")
@@ -448,6 +455,21 @@ def check_hypervisor_sees_no_orchestrator_state(lab: LabInfo, store_id: str, key
         str(Path(lab.vm_images_dir) / "base" / key / "image.qcow2")]) is True
 
 
+def check_transfer_at_the_links_rate(lab: LabInfo, first: dict[str, Any]) -> None:
+    """Issue 49: over LTE (10 Mbit/s down), the base image's transfer took its size / the link's
+    rate, within 15 %, and the run's artifact says the rate."""
+    delivery = first["vm"]["image_delivery"]
+    assert delivery["cached"] is False and delivery["transferred"] > 8 << 20, delivery
+    expected = delivery["transferred"] * 8 / 10e6
+    assert abs(delivery["seconds"] - expected) <= 0.15 * expected, (delivery, expected)
+    api = lab.prefect_api_url
+    artifacts = api_session(api).post(f"{api}/artifacts/filter", json={
+        "artifacts": {"key": {"any_": ["rollout-e2e1"]}}, "sort": "CREATED_DESC", "limit": 1},
+        timeout=10).json()
+    rate = delivery["transferred"] * 8 / delivery["seconds"] / 1e6
+    assert f"= **{rate:.2f} Mbit/s**" in artifacts[0]["data"], artifacts[0]["data"]
+
+
 def check_staging(lab_env: dict[str, str], inventory: Path, first: dict[str, Any]) -> None:
     """`store-rollout stage`: a hypervisor that has the image gets nothing more; one that is not
     installed yet is refused with what to do."""
@@ -457,7 +479,8 @@ def check_staging(lab_env: dict[str, str], inventory: Path, first: dict[str, Any
 
     def stage(*store_ids: str) -> Any:
         return cli_in_process(lab_env, "stage", *store_ids, "--inventory", str(inventory),
-                              "--json")
+                              "--json", settings={"STORE_ROLLOUT_IMAGE_PARAMS":
+                                                  lab_env["STORE_ROLLOUT_IMAGE_PARAMS"]})
 
     staged = stage("e2e1")
     assert staged.exit_code == 0, (staged.exception, staged.stderr[-2000:])

@@ -39,7 +39,8 @@ def read_reply(sock):
     while b"\r\n\r\n" not in data:
         data += sock.recv(65536) or b"!"
     head, rest = data.split(b"\r\n\r\n", 1)
-    length = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
+    length = int([h.split(b":")[1] for h in head.split(b"\r\n")
+                  if h.lower().startswith(b"content-length")][0])
     while len(rest) < length:
         chunk = sock.recv(1 << 20)
         if not chunk:
