@@ -42,21 +42,60 @@ def packages(total_mib: int) -> tuple[list[str], str]:
     return chosen, extra
 
 
-def build(debs: list[str], work: Path, name: str, size_mib: int) -> Path:
-    root = work / f"{name}-root"
+ENV = {"E2FSPROGS_FAKE_TIME": "1700000000", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+def unpack(debs: list[str], root: Path) -> Path:
     root.mkdir()
     for deb in debs:
         subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
+    return root
+
+
+def to_qcow2(raw: Path) -> Path:
+    image = raw.with_suffix(".qcow2")
+    subprocess.run(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw),
+                    str(image)], check=True)
+    return image
+
+
+def fresh(debs: list[str], work: Path, name: str, size_mib: int) -> Path:
+    """A filesystem made anew from the packages (what a from-scratch build does)."""
+    root = unpack(debs, work / f"{name}-root")
     raw = work / f"{name}.raw"
     subprocess.run(["mke2fs", "-q", "-F", "-t", "ext4", "-U", UUID, "-E",
                     f"hash_seed={UUID}", "-d", str(root), str(raw), f"{size_mib}M"],
-                   check=True, env={"E2FSPROGS_FAKE_TIME": "1700000000", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+                   check=True, env=ENV, stdout=subprocess.DEVNULL)
     shutil.rmtree(root)
-    image = work / f"{name}.qcow2"
-    subprocess.run(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw),
-                    str(image)], check=True)
-    raw.unlink()
-    return image
+    return raw
+
+
+def installed(v1_raw: Path, deb: str, work: Path, name: str) -> Path:
+    """v1's filesystem with one more package's files written in (what installing it does)."""
+    root = unpack([deb], work / f"{name}-root")
+    raw = work / f"{name}.raw"
+    shutil.copyfile(v1_raw, raw)
+    cmds = []
+    for path in sorted(root.rglob("*")):
+        rel = "/" + str(path.relative_to(root))
+        if path.is_symlink():
+            cmds.append(f'symlink "{rel}" "{path.readlink()}"')
+        elif path.is_dir():
+            cmds.append(f'mkdir "{rel}"')
+        else:
+            cmds.append(f'write "{path}" "{rel}"')
+    script = work / f"{name}.debugfs"
+    script.write_text("\n".join(cmds) + "\n")
+    subprocess.run(["debugfs", "-w", "-f", str(script), str(raw)], check=True, env=ENV,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    files = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+    for path in files:  # every file of the package is in v2, byte for byte
+        inside = subprocess.run(["debugfs", "-R", f'cat "/{path.relative_to(root)}"', str(raw)],
+                                check=True, capture_output=True, env=ENV).stdout
+        if inside != path.read_bytes():
+            raise SystemExit(f"bench_delta_image: {path.relative_to(root)} not written into v2")
+    shutil.rmtree(root)
+    return raw
 
 
 def rebuild(old: Path, delta: Path, out: Path, expected: str) -> float:
@@ -81,8 +120,11 @@ def main() -> None:
     try:
         base, extra = packages(total)
         fs_mib = total * 4 + 64
-        v1 = build(base, work, "v1", fs_mib)
-        v2 = build([*base, extra], work, "v2", fs_mib)
+        v1_raw = fresh(base, work, "v1", fs_mib)
+        rebuilt_fresh = to_qcow2(fresh([*base, extra], work, "v2fresh", fs_mib))
+        v2 = to_qcow2(installed(v1_raw, extra, work, "v2"))
+        v1 = to_qcow2(v1_raw)
+        fresh_delta = make_delta(v1, rebuilt_fresh, work / "delta-fresh.qcow2")
         clusters = {}
         for cluster in (4096, 16384, 65536):
             delta = make_delta(v1, v2, work / f"delta-{cluster}.qcow2", cluster)
@@ -95,11 +137,15 @@ def main() -> None:
                               check=False).returncode == 0
         full = chosen["full_bytes"]
         emit({"bench": "delta_image", "quick": args.quick, "machine": machine(),
-              "images": "mke2fs -d of dpkg-deb -x package trees (not KIWI builds)",
+              "images": "ext4 (mke2fs -d) of dpkg-deb -x package trees, v2 = v1 + one package "
+              "written in with debugfs (not KIWI builds)",
               "packages": len(base), "added_package": Path(extra).name,
               "full_bytes": full, "delta_bytes": clusters[best], "ratio": clusters[best] / full,
               "delta_bytes_by_cluster_size": clusters, "cluster_size": best,
-              "rebuild_seconds": seconds, "rebuilt_equals_v2": same})
+              "rebuild_seconds": seconds, "rebuilt_equals_v2": same,
+              # v2 made from scratch (mke2fs -d of all packages) instead: allocation shifts
+              "fresh_build_delta_bytes": fresh_delta["delta_bytes"],
+              "fresh_build_ratio": fresh_delta["delta_bytes"] / fresh_delta["full_bytes"]})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

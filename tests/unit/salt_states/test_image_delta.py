@@ -88,3 +88,26 @@ def test_corrupt_delta_is_refused_then_full(tmp_path: Path) -> None:
 def test_old_image_missing_means_full(tmp_path: Path) -> None:
     result, _ = run(tmp_path, old_on_host=False)
     assert result["mode"] == "full" and "delta_refused" not in result
+
+
+def test_delta_through_storevirt_under_the_store_hosts_python(tmp_path: Path) -> None:
+    """storevirt.ensure_base_image(delta=...) by Salt 3006.0's loader under Python 3.6: the
+    rebuild is found as __utils__["store_image_delta.rebuild"] and its result is verified."""
+    from tests.unit.salt_states.test_host_python36 import ok, run_on_host_python, synced_extensions
+
+    srv_root, _hv, sha, made, delta_sha = setup(tmp_path)
+    served = Served(srv_root)
+    try:
+        delta = {"source": f"{served.base}/{NEW}/delta-from-{OLD}.qcow2", "sha256": delta_sha,
+                 "old_key": OLD, "content_sha256": made["content_sha256"]}
+        synced_extensions(tmp_path / "extmods")
+        first, second = run_on_host_python(tmp_path, [
+            {"fun": "storevirt.ensure_base_image", "args": [served.url(OLD), OLD, sha[OLD]]},
+            {"fun": "storevirt.ensure_base_image", "args": [served.url(NEW), NEW, sha[NEW]],
+             "kwargs": {"delta": delta}}])
+    finally:
+        served.server.shutdown()
+    assert ok(first)["mode"] == "full"
+    assert ok(second)["mode"] == "delta", second
+    assert subprocess.run(["qemu-img", "compare", "-q", str(srv_root / NEW / "image.qcow2"),
+                           ok(second)["path"]]).returncode == 0
