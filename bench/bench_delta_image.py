@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common import REPO, emit, machine
 
-from store_rollout.image_delta import content_sha256, make_delta
+from store_rollout.image_delta import make_delta
 
 DEBS = "/var/cache/apt/archives/*.deb"
 UUID = "5f1d0c6e-2b8a-4f7e-9c43-0d1e2f3a4b5c"

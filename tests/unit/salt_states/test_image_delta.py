@@ -111,3 +111,69 @@ def test_delta_through_storevirt_under_the_store_hosts_python(tmp_path: Path) ->
     assert ok(second)["mode"] == "delta", second
     assert subprocess.run(["qemu-img", "compare", "-q", str(srv_root / NEW / "image.qcow2"),
                            ok(second)["path"]]).returncode == 0
+
+
+class HostMaster:
+    """A master whose one hypervisor runs storevirt.ensure_base_image in this process (the
+    utils modules as storevirt calls them), with images under `hv`."""
+
+    def __init__(self, hv: Path) -> None:
+        self.deliver = deliver(hv)
+        self.kwargs: dict = {}
+
+    def cmd(self, minion_id: str, fun: str, args: list, kwarg: dict, **_: object) -> dict:
+        assert fun == "storevirt.ensure_base_image"
+        self.kwargs = kwarg
+        return self.deliver(*args, **kwarg)
+
+
+def orchestrated(tmp_path: Path, old_on_host: bool, tamper: bool = False) -> tuple[dict, dict]:
+    """tasks.image_delivery.deliver_image offering the delta from the cache it serves."""
+    from types import SimpleNamespace
+
+    from store_rollout.inventory import parse_inventory
+    from tasks.image_delivery import deliver_image
+
+    srv_root, hv, sha, _made, _ = setup(tmp_path)
+    for stale in (srv_root / NEW).glob("delta-*"):
+        stale.unlink()  # the orchestrator makes (and records) its own
+    if tamper:
+        with (srv_root / NEW / "image.qcow2").open("r+b") as fh:
+            fh.seek(-1, os.SEEK_END)
+            fh.write(b"\x01")
+    store = parse_inventory({"stores": [{
+        "store_id": "s1", "erp": {"site_code": "S1"},
+        "hypervisor": {"hostname": "hv-s1.example", "mac": "52:54:00:00:00:01"}}]}).get("s1")
+    served = Served(srv_root)
+    try:
+        settings = SimpleNamespace(image_base_url=served.base, image_ca_bundle=None,
+                                   image_rate_limit=None, image_cache_dir=str(srv_root))
+        master = HostMaster(hv)
+        if old_on_host:
+            master.deliver(served.url(OLD), OLD, sha[OLD])
+        image = {"key": NEW, "sha256": sha[NEW], "meta": {"key": NEW}}
+        result = deliver_image(master, store, settings, image,  # type: ignore[arg-type]
+                               old_key=OLD)
+    finally:
+        served.server.shutdown()
+    return result, master.kwargs
+
+
+def test_the_orchestrator_offers_the_delta_and_the_host_takes_it(tmp_path: Path) -> None:
+    result, kwargs = orchestrated(tmp_path, old_on_host=True)
+    assert kwargs["delta"]["source"].endswith(f"/{NEW}/delta-from-{OLD}.qcow2")
+    assert set(kwargs["delta"]) == {"source", "sha256", "old_key", "content_sha256"}
+    assert result["mode"] == "delta" and result["transferred"] < result["full_size"] / 4
+
+
+def test_a_host_without_the_old_image_gets_the_full_one(tmp_path: Path) -> None:
+    result, kwargs = orchestrated(tmp_path, old_on_host=False)
+    assert "delta" in kwargs and result["mode"] == "full"
+    assert result["transferred"] == result["full_size"]
+
+
+def test_a_cached_image_unlike_its_build_is_never_made_a_delta(tmp_path: Path) -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="does not match its build's sha256"):
+        orchestrated(tmp_path, old_on_host=True, tamper=True)
