@@ -112,10 +112,10 @@ def rebuild(old: Path, delta: Path, out: Path, expected: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a ~20 MiB package set")
-    parser.add_argument("--packages-mib", type=int, default=150)
+    parser.add_argument("--quick", dest="total", action="store_const", const=20, default=150,
+                        help="a ~20 MiB package set (default: ~150 MiB of .deb files)")
     args = parser.parse_args()
-    total = 20 if args.quick else args.packages_mib
+    total, quick = args.total, args.total == 20
     work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
     try:
         base, extra = packages(total)
@@ -136,7 +136,7 @@ def main() -> None:
         same = subprocess.run(["qemu-img", "compare", "-q", str(v2), str(work / "rebuilt.qcow2")],
                               check=False).returncode == 0
         full = chosen["full_bytes"]
-        emit({"bench": "delta_image", "quick": args.quick, "machine": machine(),
+        emit({"bench": "delta_image", "quick": quick, "machine": machine(),
               "images": "ext4 (mke2fs -d) of dpkg-deb -x package trees, v2 = v1 + one package "
               "written in with debugfs (not KIWI builds)",
               "packages": len(base), "added_package": Path(extra).name,
