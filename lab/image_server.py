@@ -22,7 +22,9 @@ from typing import Any
 
 from lab.jsonhttp import JsonHandler
 
-SERVED = re.compile(r"^/([A-Za-z0-9][A-Za-z0-9._-]*)/(image\.qcow2|meta\.json)$")
+# a delta (store_rollout/image_delta.py) is served like the image it rebuilds
+SERVED = re.compile(
+    r"^/([A-Za-z0-9][A-Za-z0-9._-]*)/(image\.qcow2|meta\.json|delta-from-[A-Za-z0-9._-]+\.qcow2)$")
 RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 CHUNK = 256 * 1024
 

@@ -14,6 +14,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from store_rollout.contracts import DOWNLOAD_CUT
+from store_rollout.image_delta import offer_delta
 from store_rollout.inventory import Store
 from store_rollout.results import ImageRef
 from store_rollout.settings_parts import ImageSettings
@@ -38,18 +39,25 @@ def _cut_as_a_type() -> Iterator[None]:
 
 
 def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSettings,
-                  image: ImageRef) -> dict[str, Any]:
+                  image: ImageRef, old_key: str | None = None) -> dict[str, Any]:
     """The base image on the store's hypervisor, downloaded by it from the image server and
-    verified there; a cut download is resumed (a few times), never restarted."""
+    verified there; a cut download is resumed (a few times), never restarted. With `old_key`
+    (the base image the host runs on) the host is offered the delta from it: it fetches only
+    that when it holds `old_key`, else (or on any refusal) the full image. The result says
+    which ("mode": full, delta or cached), bytes moved ("transferred") and "full_size"."""
     url = f"{settings.image_base_url}/{image['key']}/image.qcow2"
     ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
+    kwarg: dict[str, Any] = {"meta": image["meta"], "ca_pem": ca_pem,
+                             "rate_limit": settings.image_rate_limit or None}
+    offer = offer_delta(Path(settings.image_cache_dir), old_key, image["key"],
+                        image["sha256"]) if old_key else None
+    if offer:
+        name = offer.pop("file")
+        kwarg["delta"] = {**offer, "source": f"{settings.image_base_url}/{image['key']}/{name}"}
     for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_exponential(max=10),
                             retry=retry_if_exception_type(ImageDownloadCut), reraise=True):
         with attempt, _cut_as_a_type():
             result: dict[str, Any] = master.cmd(
                 store.hypervisor_minion_id, "storevirt.ensure_base_image",
-                [url, image["key"], image["sha256"]],
-                kwarg={"meta": image["meta"], "ca_pem": ca_pem,
-                       "rate_limit": settings.image_rate_limit or None},
-                timeout=DOWNLOAD_TIMEOUT)
+                [url, image["key"], image["sha256"]], kwarg=kwarg, timeout=DOWNLOAD_TIMEOUT)
     return result

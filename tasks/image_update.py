@@ -98,14 +98,21 @@ def stage_update(store: Store, image: ImageRef, salt: SaltSettings,
     """Ahead of the window: the new base image on the host (verified, as staging does) and a
     fresh system disk on it beside the current one; the running VM is not touched."""
     master = master_client(salt.salt_master_config)
-    delivered = deliver_image(master, store, images, image)
+    domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
+    # the base it runs on: the host fetches only what changed from it when it holds it
+    delivered = deliver_image(master, store, images, image,
+                              old_key=(domain or {}).get("image_key"))
     staged = master.cmd(store.hypervisor_minion_id, "storevirt.stage_system_disk",
                         [store.vm_name, delivered["path"]])
     get_run_logger().info("store %s: image %s on %s (%s bytes transferred), new system disk %s",
                           store.store_id, image["key"][:12], store.hypervisor_minion_id,
                           delivered["transferred"], staged["path"])
+    get_run_logger().info("store %s: image delivered as %s (%s of %s bytes)", store.store_id,
+                          delivered.get("mode"), delivered["transferred"],
+                          delivered.get("full_size"))
     return {"base": delivered["path"], "disk": staged["path"], "image_key": image["key"],
-            "transferred": delivered["transferred"]}
+            "transferred": delivered["transferred"], "mode": delivered.get("mode"),
+            "full_size": delivered.get("full_size")}
 
 
 def update_window(action: Action, store: Store, consent: Consent,

@@ -48,7 +48,7 @@ def _connect():
 
 
 def ensure_base_image(source, key, sha256, meta=None, ca_pem=None, rate_limit=None,
-                      timeout=60):
+                      timeout=60, delta=None):
     """Cache the base image `source` (an http(s):// URL) as <images>/base/<key>/image.qcow2.
 
     - verified: its sha256 must be `sha256` before it gets its final name; a mismatch removes
@@ -57,7 +57,10 @@ def ensure_base_image(source, key, sha256, meta=None, ca_pem=None, rate_limit=No
       (HTTP Range) instead of starting again;
     - atomic: the final name only ever holds a verified image;
     - TLS verified against the system trust store or `ca_pem` (PEM text), never skipped;
-    - paced to `rate_limit` bytes/s when given, so a wave does not fill the store links.
+    - paced to `rate_limit` bytes/s when given, so a wave does not fill the store links;
+    - `delta` ({source, sha256, old_key, content_sha256}): when this host holds base image
+      `old_key`, only the delta is fetched and the image rebuilt and verified from it; any
+      refusal falls back to the full download.
 
     Returns what it did: path, bytes transferred now, the offset it resumed from, seconds.
 
@@ -65,7 +68,7 @@ def ensure_base_image(source, key, sha256, meta=None, ca_pem=None, rate_limit=No
     """
     return __utils__["store_image_download.ensure_base_image"](
         _images_dir(), source, key, sha256, meta=meta, ca_pem=ca_pem, rate_limit=rate_limit,
-        timeout=timeout)
+        timeout=timeout, delta=delta, rebuild=__utils__["store_image_delta.rebuild"])
 
 
 def create_overlay(name, base, size_mib=None):

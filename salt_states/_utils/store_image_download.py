@@ -35,13 +35,19 @@ def base_image_path(images_dir, key):
 
 
 def ensure_base_image(images_dir, source, key, sha256, meta=None, ca_pem=None, rate_limit=None,
-                      timeout=60):
+                      timeout=60, delta=None, rebuild=None):
     """Cache base image `key` from `source` (an http(s):// URL) under `images_dir`, with its
     meta.json when `meta` is given. Returns what it did: path, bytes transferred now, the
-    offset it resumed from, seconds, and whether it was cached already."""
+    offset it resumed from, seconds, whether it was cached already, and how ("mode": full or
+    delta, "full_size").
+
+    `delta` ({"source", "sha256", "old_key", "content_sha256"}) offers the image as a delta
+    from the verified base image `old_key`: when this host holds it, the delta is downloaded
+    (same verified, resumable, paced path) and `rebuild` (store_image_delta.rebuild) makes and
+    verifies the full image; any refusal falls back to the full download."""
     dest = base_image_path(images_dir, key)
     result = {"path": dest, "transferred": 0, "resumed_from": 0, "seconds": 0.0,
-              "cached": os.path.exists(dest)}
+              "cached": os.path.exists(dest), "mode": "cached"}
     if result["cached"]:
         return result
     if not source.startswith(("http://", "https://")):
@@ -57,8 +63,40 @@ def ensure_base_image(images_dir, source, key, sha256, meta=None, ca_pem=None, r
         if os.path.exists(dest):
             result["cached"] = True
             return result
+        if delta and rebuild and os.path.exists(base_image_path(images_dir, delta["old_key"])):
+            try:
+                return _via_delta(images_dir, key, delta, rebuild, meta, ca_pem, rate_limit,
+                                  timeout, dest, dict(result))
+            except CommandExecutionError as exc:
+                if DOWNLOAD_CUT in str(exc):
+                    raise  # resumed by the next attempt, like a full download
+                result["delta_refused"] = str(exc)
+        result["mode"] = "full"
         return _download(source, key, sha256, meta, ca_pem, rate_limit, timeout, dest,
                          result)
+
+
+def _via_delta(images_dir, key, delta, rebuild, meta, ca_pem, rate_limit, timeout, dest,
+               result):
+    """The delta's download and the rebuild; raises CommandExecutionError on any refusal."""
+    part = os.path.join(os.path.dirname(dest), "delta-from-{}.qcow2".format(delta["old_key"]))
+    result = _download(delta["source"], key, delta["sha256"], None, ca_pem, rate_limit,
+                       timeout, part, result)
+    try:
+        os.chmod(part, 0o644)  # the rebuild re-points its backing at this host's old image
+        rebuild(base_image_path(images_dir, delta["old_key"]), part, dest,
+                delta["content_sha256"])
+    except (ValueError, OSError) as exc:
+        raise CommandExecutionError("image {}: delta from {} refused: {}".format(
+            key, delta["old_key"], exc)) from None
+    finally:
+        os.remove(part)
+    if meta is not None:
+        with open(os.path.join(os.path.dirname(dest), "meta.json"), "w") as fh:
+            json.dump(meta, fh, indent=2)
+    os.chmod(dest, 0o444)
+    result.update(mode="delta", full_size=os.path.getsize(dest))
+    return result
 
 
 def _sha256_of(path, digest):
@@ -141,4 +179,5 @@ def _download(source, key, sha256, meta, ca_pem, rate_limit, timeout, dest, resu
     os.chmod(part, 0o444)  # the base is never written: overlays only
     os.replace(part, dest)
     result["seconds"] = round(time.monotonic() - started, 3)
+    result["full_size"] = os.path.getsize(dest)
     return result
