@@ -91,6 +91,9 @@ class ImageSettings(_Part):
     image_versions: dict[str, ImageVersion] = Field(default_factory=dict)
     image_version: str = ""
     image_keep_previous_hours: float = 168.0
+    # staging's own window (issue 49, tasks/download_window.py), in the store's time zone
+    download_window: list[str] | None = None
+    default_time_zone: str = ""
 
 
 class ErpSettings(_Part):

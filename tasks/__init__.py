@@ -25,7 +25,7 @@
   image_delivery), Prefect's runs and the run's health (flow_runs, run_health), windows, slots,
   notifications, approvers, audit, the stores' target images by version (image_targets), the
   hypervisors' libvirt TLS CA (libvirt_tls), a store's link ridden out after step 5
-  (store_link).
+  (store_link), staging's download window (download_window).
 
 Steps stand side by side: a step module imports no other step module, and a client or a helper
 imports no step module (nor a client another client); what two steps share lives in a client or
@@ -41,6 +41,6 @@ STEP_MODULES = ("approvals", "data_export", "firstboot", "fleet_view", "go_live"
 CLIENTS = ("backup", "bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "vm_domain",
-           "windows", "image_targets", "libvirt_tls", "store_link")
+           "windows", "image_targets", "libvirt_tls", "store_link", "download_window")
 
 __all__ = ["CLIENTS", "HELPERS", "STEP_MODULES"]

@@ -30,6 +30,7 @@ from store_rollout.inventory import Store
 from store_rollout.results import ImageRef
 from store_rollout.settings_parts import CalendarSettings, ErpSettings, ImageSettings, SaltSettings
 from store_rollout.updates import StoreNotLive, not_live, without_data_disk
+from tasks.download_window import wait_for_download_window
 from tasks.erp import erp_client
 from tasks.image_delivery import deliver_image
 from tasks.retry import SALT_VIRT_RETRY, SALT_WAIT_RETRY
@@ -99,6 +100,7 @@ def stage_update(store: Store, image: ImageRef, salt: SaltSettings,
     fresh system disk on it beside the current one; the running VM is not touched."""
     master = master_client(salt.salt_master_config)
     domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
+    wait_for_download_window(store, images)  # bytes over the link only in the download window
     # the base it runs on: the host fetches only what changed from it when it holds it
     delivered = deliver_image(master, store, images, image,
                               old_key=(domain or {}).get("image_key"))

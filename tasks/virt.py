@@ -21,6 +21,7 @@ from store_rollout.inventory import Store
 from store_rollout.platforms import store_vm_type
 from store_rollout.results import ImageRef
 from store_rollout.settings_parts import CalendarSettings, HostSettings, ImageSettings, SaltSettings
+from tasks.download_window import wait_for_download_window
 from tasks.image_delivery import deliver_image
 from tasks.retry import SALT_VIRT_RETRY
 from tasks.salt import (
@@ -53,11 +54,12 @@ def stage_image(store: Store, image: ImageRef, salt: SaltSettings,
             f"store {store.store_id}: hypervisor {hv} does not answer; staging needs an "
             f"installed host: roll the store out (`store-rollout rollout {store.store_id}`) or "
             "stage once its hypervisor is up") from None
+    window = wait_for_download_window(store, images)
     delivered = deliver_image(master, store, images, image)
     get_run_logger().info("store %s: image %s staged on %s: %s bytes transferred",
                           store.store_id, image["key"], hv, delivered["transferred"])
     return {"store_id": store.store_id, "hypervisor": hv, "image_key": image["key"],
-            **delivered}
+            "download_window": window, **delivered}
 
 
 @task(name="create_vm", **SALT_VIRT_RETRY.on(SaltTransientError))
