@@ -115,7 +115,7 @@ def test_one_store_then_two_at_once(lab: LabInfo, lab_env: dict[str, str], tmp_p
     master.cmd("store-e2e1-hv", "file.append", [f"{extmods}/modules/storevirt.py",
                                                 "# from an older project version"])
     # a rerun of a finished store changes nothing: no second record, VM, key or ERP notice
-    again = finish(start_rollout(lab_env, "e2e1", inventory))
+    again = finish(start_rollout(shaped_env, "e2e1", inventory))  # its image: with the payload
     assert again["hypervisor_extensions_synced"] == ["modules.storevirt"], again
     assert again["vm"]["reused"] is True and again["erp_id"] == first["erp_id"]
     assert first["hypervisor_reinstalled"] is True and again["hypervisor_reinstalled"] is False
