@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import yaml
 
 from lab import ports
 from lab.procs import ProcessRecord, stop, tree_rss
@@ -46,6 +47,9 @@ class Master:
             (root / ports.PORTS_FILE).write_text(json.dumps(chosen))
         config = write_config(root / "salt", chosen["publish"], chosen["ret"],
                               master_id="scale-master")
+        # the maintenance loop (AES rotation after a key deletion) every 5 s, not 60
+        data = yaml.safe_load(config.read_text())
+        config.write_text(yaml.safe_dump({**data, "loop_interval": 5}, sort_keys=True))
         return cls(root, config, chosen["publish"], chosen["ret"])
 
     def start(self) -> None:
@@ -69,16 +73,22 @@ class Master:
     def rss(self) -> int:
         return tree_rss(self.record) if self.record else 0
 
+    def rotation_pending(self) -> bool:
+        """An AES key rotation requested (a key deletion's drop file) and not yet done."""
+        return (self.root / "salt" / "root" / "master" / "cache" / ".dfn").exists()
+
 
 class Swarm:
     """The light minions of `ids`, in one process; `start` returns once all are signed in."""
 
-    def __init__(self, master: Master, ids: list[str], key_pool: int = 0) -> None:
+    def __init__(self, master: Master, ids: list[str], key_pool: int = 0,
+                 keys_dir: Path | None = None) -> None:
         self.master, self.ids = master, ids
         self.dir = master.root / "swarm"
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "ids").write_text("\n".join(ids) + "\n")
         self.key_pool = key_pool or len(ids)
+        self.keys_dir = keys_dir or self.dir / "keys"
         self.proc: subprocess.Popen[str] | None = None
         self.signin_seconds = float("nan")
 
@@ -88,7 +98,8 @@ class Swarm:
             [sys.executable, "-m", "lab.light_minions.swarm", "--ids-file",
              str(self.dir / "ids"), "--dir", str(self.dir), "--master-port",
              str(self.master.ret_port), "--publish-port", str(self.master.publish_port),
-             "--master-pki", str(self.master.pki), "--key-pool", str(self.key_pool)],
+             "--master-pki", str(self.master.pki), "--key-pool", str(self.key_pool),
+             "--keys-dir", str(self.keys_dir)],
             stdout=subprocess.PIPE, stderr=open(self.dir / "swarm.log", "a"),  # noqa: SIM115
             text=True, env=env, cwd=REPO_ROOT)
         started = time.monotonic()

@@ -50,11 +50,11 @@ def key_pool(keys_dir: Path, count: int) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def prepare(base: Path, ids: list[str], pool: int,
-            master_pki: Path | None = None) -> dict[str, Path]:
+def prepare(base: Path, ids: list[str], pool: int, master_pki: Path | None = None,
+            keys_dir: Path | None = None) -> dict[str, Path]:
     """Each minion's pki_dir under `base/minions/<id>` with its key pair from the pool; with
     `master_pki`, its public key also accepted on the master (as `salt-key -a` would)."""
-    pairs = key_pool(base / "keys", max(1, min(pool, len(ids))))
+    pairs = key_pool(keys_dir or base / "keys", max(1, min(pool, len(ids))))
     dirs = {}
     for i, mid in enumerate(ids):
         pem, pub = pairs[i % len(pairs)]
@@ -160,7 +160,8 @@ async def run(args: argparse.Namespace) -> None:
     ids = [line.strip() for line in Path(args.ids_file).read_text().splitlines() if line.strip()]
     base = Path(args.dir)
     dirs = prepare(base, ids, args.key_pool or len(ids),
-                   Path(args.master_pki) if args.master_pki else None)
+                   Path(args.master_pki) if args.master_pki else None,
+                   Path(args.keys_dir) if args.keys_dir else None)
     defaults = salt.config.minion_config(None)
     stats: dict[str, int] = {}
     minions = [LightMinion(minion_opts(defaults, mid, dirs[mid], args.master_port,
@@ -187,6 +188,7 @@ def main() -> None:
     parser.add_argument("--publish-port", type=int, required=True)
     parser.add_argument("--master-pki", help="accept each minion's key in this master pki_dir")
     parser.add_argument("--key-pool", type=int, default=0)
+    parser.add_argument("--keys-dir", help="the key pool's directory (default <dir>/keys)")
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args()
