@@ -148,6 +148,7 @@ def measure(stores: int, steady_s: float, keys: Path) -> dict[str, Any]:
     finally:
         swarm.stop()
         master.stop()
+        shutil.copyfile(swarm.dir / "swarm.log", ROOT / f"swarm-{stores}.log")
         shutil.rmtree(master.root, ignore_errors=True)
 
 
@@ -178,7 +179,11 @@ def main() -> None:
 
     key_pool(keys, 2 * max(counts))  # generated once, before anything is timed
     load_before = psutil.getloadavg()
-    runs = [measure(n, steady_s, keys) for n in counts]
+    runs = []
+    for n in counts:
+        runs.append(measure(n, steady_s, keys))
+        if not args.quick:  # each N's figures kept as soon as measured
+            (ROOT / f"run-{n}.json").write_text(json.dumps(runs[-1], default=str))
     result = {"benchmark": "region_scale", "quick": args.quick, "runs": runs,
               "loadavg_before": load_before, "loadavg_after": psutil.getloadavg(),
               "busy_processes_after": others_running(), "machine": machine()}

@@ -29,11 +29,22 @@ def minion_ids(stores: int, prefix: str = "sim") -> list[str]:
 
 @dataclass
 class Master:
+    """The region's salt-master: its directory, config, ports and (while up) its process."""
+
     root: Path
     config: Path
     publish_port: int
     ret_port: int
     record: ProcessRecord | None = None
+
+    def pids(self) -> list[int]:
+        if self.record is None:
+            return []
+        try:
+            top = psutil.Process(self.record.pid)
+            return [top.pid] + [p.pid for p in top.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
 
     @property
     def pki(self) -> Path:
@@ -60,15 +71,6 @@ class Master:
         if self.record is not None:
             stop(self.record, grace=10)
             self.record = None
-
-    def pids(self) -> list[int]:
-        if self.record is None:
-            return []
-        try:
-            top = psutil.Process(self.record.pid)
-            return [top.pid] + [p.pid for p in top.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
 
     def rss(self) -> int:
         return tree_rss(self.record) if self.record else 0
