@@ -162,7 +162,7 @@ def share_zmq_context() -> None:
     import zmq
     import zmq.asyncio
 
-    class Shared(zmq.asyncio.Context):  # type: ignore[misc]
+    class Shared(zmq.asyncio.Context):
         def term(self) -> None:
             return None
 
