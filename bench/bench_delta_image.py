@@ -26,9 +26,29 @@ DEBS = "/var/cache/apt/archives/*.deb"
 UUID = "5f1d0c6e-2b8a-4f7e-9c43-0d1e2f3a4b5c"
 
 
+# when apt's cache holds too few (a machine whose packages came preinstalled, or whose apt
+# cleans its cache): these, fetched once with `apt-get download` (Debian 12's; ~35 MiB)
+FALLBACK_PACKAGES = ("coreutils", "libicu72", "libperl5.36", "libpython3.11-stdlib",
+                     "perl-modules-5.36", "r-cran-mlbench", "vim-runtime", "libxml2", "bash",
+                     "python3.11-minimal", "libsqlite3-0", "tzdata")
+FALLBACK_DIR = REPO / ".cache" / "bench-debs"
+
+
+def available_debs(total_mib: int) -> list[str]:
+    """apt's cached .deb files if they are enough, else the fallback set (downloaded once)."""
+    debs = sorted(glob.glob(DEBS))
+    if len(debs) >= 3 and sum(Path(d).stat().st_size for d in debs) > (total_mib + 8) << 20:
+        return debs
+    FALLBACK_DIR.mkdir(parents=True, exist_ok=True)
+    if len(list(FALLBACK_DIR.glob("*.deb"))) < len(FALLBACK_PACKAGES):
+        subprocess.run(["apt-get", "download", "-q", *FALLBACK_PACKAGES], cwd=FALLBACK_DIR,
+                       check=True, stdout=subprocess.DEVNULL)
+    return sorted(str(d) for d in FALLBACK_DIR.glob("*.deb"))
+
+
 def packages(total_mib: int) -> tuple[list[str], str]:
     """The base set (sorted by name, about `total_mib` MiB) and the one package v2 adds."""
-    debs = sorted(glob.glob(DEBS))
+    debs = available_debs(total_mib)
     if len(debs) < 3:
         raise SystemExit(f"bench_delta_image: needs Debian packages in {DEBS}")
     chosen, size = [], 0
