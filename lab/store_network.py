@@ -152,13 +152,31 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             writer.close()
 
     sender, due = asyncio.create_task(deliver()), 0.0
+
+    async def put(item: tuple[float, bytes]) -> bool:
+        """Queue a piece unless the sender is gone (its writer failed): then nothing more."""
+        putting = asyncio.ensure_future(line.put(item))
+        await asyncio.wait({putting, sender}, return_when=asyncio.FIRST_COMPLETED)
+        if not putting.done():
+            putting.cancel()
+        return not sender.done()
+
     try:
-        while data := await reader.read(256 * 1024):
+        while not sender.done():
+            reading = asyncio.ensure_future(reader.read(256 * 1024))
+            await asyncio.wait({reading, sender}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():  # the writer failed: stop reading, close
+                reading.cancel()
+                break
+            if not (data := reading.result()):
+                break
             due = max(due, loop.time() + delay())
-            await line.put((due, data))
+            if not await put((due, data)):
+                break
     except (ConnectionError, OSError):
         pass
-    await line.put((0.0, b""))
+    if not sender.done():
+        await put((0.0, b""))
     await sender
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -45,6 +46,7 @@ from lab.store_network import LINKS_FILE, StoreNetwork, link_name
 
 CHAIN_IN, CHAIN_OUT = "LAB_WAN_IN", "LAB_WAN_OUT"
 MACHINE_IFACE = "eth0"  # the machine's end of its veth (lab/host_namespace.py)
+MACHINE_ID = re.compile(r"^store-(?P<store>[a-z0-9][a-z0-9-]*?)-(?:vm|hv(?:-[0-9a-f]{6})?)$")
 
 
 @dataclass(frozen=True)
@@ -98,14 +100,10 @@ def drop_rules(address: str, loss_pct: float, cut: bool) -> list[list[str]]:
 
 
 def store_of(machine_id: str) -> str | None:
-    """The store a machine belongs to: `store-<id>-hv[-xxxxxx]`, `store-<id>-vm`."""
-    if not machine_id.startswith("store-"):
-        return None
-    rest = machine_id[len("store-"):]
-    for marker in ("-hv-", "-vm"):
-        if marker in rest:
-            return rest.rsplit(marker, 1)[0]
-    return rest[:-3] if rest.endswith("-hv") else None
+    """The store a machine belongs to: `store-<id>-hv`, `store-<id>-hv-<6 hex>` (a refreshed
+    box), `store-<id>-vm`; matched at the end only (a store id may hold "-vm" or "-hv")."""
+    match = MACHINE_ID.match(machine_id)
+    return match.group("store") if match else None
 
 
 # -- the state ---------------------------------------------------------------------------

@@ -102,7 +102,9 @@ class StoreLink:
                                      message, self.interval, self.bound, SETTING)
         self.say(LINK_DOWN, message)
         while not self.answers():
-            if past_bound(silent_for + self.clock() - start, self.bound):
+            # the bound is the run's, over all its outages: a line that answers once per bound
+            # and drops again must not keep a run waiting for ever
+            if past_bound(self.waited_before() + silent_for + self.clock() - start, self.bound):
                 raise StoreLinkLost(silence_failure(self.store.store_id, self.minions, since,
                                                     self.bound))
             self.sleep(self.interval)
@@ -113,6 +115,10 @@ class StoreLink:
         run_logger(__name__).warning("%s; the step goes on", back)
         self.say("Running", back)
         return waited
+
+    def waited_before(self) -> float:
+        """Seconds of the outages this run has ridden out already."""
+        return float(sum(outage["seconds"] for outage in self.outages))
 
     def call(self, ask: Callable[[], T]) -> T:
         """`ask()` (a read-only or idempotent call to the store), asked again once the store's

@@ -169,6 +169,47 @@ def test_the_profiles_and_the_commands_that_make_them() -> None:
     assert wan.drop_rules("10.77.1.1", 0.0, cut=False) == []
     assert [wan.store_of(m) for m in ("store-12-hv", "store-12-vm", "store-12-hv-0a0b0c",
                                       "store-1-hv", "erp")] == ["12", "12", "12", "1", None]
+    # matched at the end only: a store id may hold "-vm" or "-hv" (review)
+    assert [wan.store_of(m) for m in ("store-b-vmx-hv", "store-a-vm-hv", "store-x-hv-y-vm",
+                                      "store-x-hv-y-hv")] == ["b-vmx", "a-vm", "x-hv-y", "x-hv-y"]
+
+
+def test_a_delay_line_whose_writer_failed_stops_reading_and_returns() -> None:
+    """A connection whose machine side broke must not hang its other direction's reader for
+    ever (a Salt publish connection never ends by itself) - review finding."""
+    import asyncio
+
+    from lab.store_network import _pipe
+
+    class Broken:
+        def write(self, data: bytes) -> None:
+            pass
+
+        async def drain(self) -> None:
+            raise ConnectionResetError("gone")
+
+        def close(self) -> None:
+            pass
+
+        def can_write_eof(self) -> bool:
+            return False
+
+    async def run() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"x" * 1000)  # then nothing more, never EOF: a publish connection
+
+        async def keep_feeding() -> None:
+            while True:
+                reader.feed_data(b"y" * 1000)
+                await asyncio.sleep(0.001)
+
+        feeder = asyncio.create_task(keep_feeding())
+        try:
+            await asyncio.wait_for(_pipe(reader, Broken(), lambda: 0.0), 3)  # type: ignore[arg-type]
+        finally:
+            feeder.cancel()
+
+    asyncio.run(run())
 
 
 def test_a_store_on_lte_gets_its_rates_delay_and_a_silent_cut(
@@ -178,11 +219,12 @@ def test_a_store_on_lte_gets_its_rates_delay_and_a_silent_cut(
     lan = Machine(info, network, port, "store-w2-hv", 2)
     lte = Machine(info, network, port, "store-w1-hv", 0)
     try:
-        # rates: within 15 % of the profile's (3 MiB down, 512 KiB up)
+        # rates: within 15 % of the profile's (3 MiB down; 1 MiB up, within 20 %)
         down = kbit_per_s(lte.ask(f"down {3 << 20}"))
         assert 10_000 * 0.85 <= down <= 10_000 * 1.15, down
-        up = kbit_per_s(lte.ask(f"up {512 << 10}"))
-        assert 2_000 * 0.85 <= up <= 2_000 * 1.15, up
+        # (1 MiB: a lost packet at a short upload's tail costs a retransmit timeout, 1 % loss)
+        up = kbit_per_s(lte.ask(f"up {1 << 20}"))
+        assert 2_000 * 0.8 <= up <= 2_000 * 1.15, up
         assert kbit_per_s(lan.ask(f"down {3 << 20}")) > 50_000  # the other store: no shaping
         # the round trip: 60 ms more (± 20 ms jitter, a lost packet's retransmit now and then)
         rtt = statistics.median(lte.ask("ping 15")["times"]) * 1000

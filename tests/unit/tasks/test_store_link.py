@@ -224,3 +224,23 @@ def test_a_vm_rebooting_while_its_hypervisor_answers_is_not_a_link_down() -> Non
     assert said.states == []
     pings = [c for c in master.calls if c[1] == "test.ping"]
     assert pings and all(m == HV for m, _, _ in pings) and len(pings) <= 80 // 15 + 1
+
+
+def test_the_bound_is_the_runs_over_all_its_outages_not_each_ones() -> None:
+    """A line that answers once per bound and drops again must not keep a run waiting for ever
+    (review): the outages add up, and past the bound the run fails."""
+    clock, said = FakeClock(), Said()
+
+    class Flapping(FakeMaster):
+        def cmd(self, minion_id: str, fun: str, arg: Any = (), kwarg: Any = None,
+                timeout: float = 60, gather_job_timeout: float | None = None) -> Any:
+            clock.now += 1
+            if clock.now % 500 < 480:  # down 480 s, then up 20 s, over and over
+                raise SaltMinionNoResponse(minion_id, fun, timeout)
+            return True
+
+    link = link_of(Flapping(clock, [], grain=lambda t: "done"), clock, said, bound=600)
+    with pytest.raises(StoreLinkLost):
+        for _ in range(100):
+            link.hold()
+    assert link.waited_before() <= 600 and clock.now < 3 * 600, (link.outages, clock.now)
