@@ -8,8 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 
 DELTA_CLUSTER_SIZE = 4096  # the smallest delta of 4, 16, 64 KiB in bench/bench_delta_image.py
@@ -42,14 +44,20 @@ def make_delta(old: Path, new: Path, out: Path, cluster_size: int = DELTA_CLUSTE
             "content_sha256": content_sha256(new)}
 
 
+IMAGE_KEY = re.compile(r"[0-9a-f]{64}")
+
+
 def offer_delta(cache_dir: Path, old_key: str, new_key: str, new_sha256: str) -> dict | None:
     """The delta from cached image `old_key` to `new_key` (made once, beside the new image,
     atomically), as the host's storevirt.ensure_base_image takes it less its URL: {"file",
     "sha256", "old_key", "content_sha256"}; None when either image is not in the cache. The
     content digest comes from the new image only once its file matched `new_sha256` (the
     build's digest), so a delta never carries what a full download would refuse."""
+    # the old key is the host's own report: only an image key (64 hex digits) names a cache entry
+    if not IMAGE_KEY.fullmatch(old_key) or old_key == new_key:
+        return None
     old, new = cache_dir / old_key / "image.qcow2", cache_dir / new_key / "image.qcow2"
-    if old_key == new_key or not (old.is_file() and new.is_file()):
+    if not (old.is_file() and new.is_file()):
         return None
     delta = new.parent / delta_name(old_key)
     record = delta.with_suffix(".json")
@@ -58,12 +66,13 @@ def offer_delta(cache_dir: Path, old_key: str, new_key: str, new_sha256: str) ->
             if hashlib.file_digest(fh, "sha256").hexdigest() != new_sha256:
                 raise ValueError(f"image {new_key}: cached {new} does not match its build's "
                                  "sha256; rebuild it (remove the cache entry)")
-        part = delta.with_name(f".{delta.name}.{os.getpid()}")
+        # a name of its own per maker (threads of one worker, workers sharing the cache)
+        part = delta.with_name(f".{delta.name}.{os.getpid()}.{uuid.uuid4().hex}")
         made = make_delta(old, new, part)
         with part.open("rb") as fh:
             made["sha256"] = hashlib.file_digest(fh, "sha256").hexdigest()
         os.replace(part, delta)
-        tmp = record.with_name(f".{record.name}.{os.getpid()}")
+        tmp = record.with_name(f".{record.name}.{os.getpid()}.{uuid.uuid4().hex}")
         tmp.write_text(json.dumps(made, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, record)
     made = json.loads(record.read_text(encoding="utf-8"))

@@ -6,6 +6,7 @@ through here.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from store_rollout.image_delta import offer_delta
 from store_rollout.inventory import Store
 from store_rollout.results import ImageRef
 from store_rollout.settings_parts import ImageSettings
+from tasks.run_health import run_logger
 from tasks.salt import SaltCommandFailed, SaltMasterClient
 
 DOWNLOAD_TIMEOUT = 3 * 3600  # seconds one download call may take (~1.5 GB over a slow link)
@@ -38,6 +40,17 @@ def _cut_as_a_type() -> Iterator[None]:
         raise ImageDownloadCut(exc.minion_id or "", exc.fun, exc.retcode, exc.detail) from exc
 
 
+def _delta_or_none(settings: ImageSettings, old_key: str, image: ImageRef) -> dict[str, Any] | None:
+    """The delta to offer, or None: a delta that cannot be made (qemu-img, a full disk, a
+    cached image that fails its check) costs the full download, never the staging."""
+    try:
+        return offer_delta(Path(settings.image_cache_dir), old_key, image["key"], image["sha256"])
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        run_logger(__name__).warning("image %s: no delta from %s (%s); the full image goes",
+                                 image["key"][:12], old_key[:12], exc)
+        return None
+
+
 def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSettings,
                   image: ImageRef, old_key: str | None = None) -> dict[str, Any]:
     """The base image on the store's hypervisor, downloaded by it from the image server and
@@ -49,8 +62,7 @@ def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSetting
     ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
     kwarg: dict[str, Any] = {"meta": image["meta"], "ca_pem": ca_pem,
                              "rate_limit": settings.image_rate_limit or None}
-    offer = offer_delta(Path(settings.image_cache_dir), old_key, image["key"],
-                        image["sha256"]) if old_key else None
+    offer = _delta_or_none(settings, old_key, image) if old_key else None
     if offer:
         name = offer.pop("file")
         kwarg["delta"] = {**offer, "source": f"{settings.image_base_url}/{image['key']}/{name}"}

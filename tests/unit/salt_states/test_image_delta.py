@@ -14,7 +14,7 @@ from store_rollout.image_delta import make_delta
 from tests.helpers import load_salt_module
 from tests.unit.salt_states.test_image_delivery import Served
 
-OLD, NEW = "o" * 16, "n" * 16
+OLD, NEW = "0a" * 32, "0b" * 32  # image keys: sha256 hex digests
 
 
 def qcow2(path: Path, blocks: dict[int, bytes]) -> Path:
@@ -176,4 +176,28 @@ def test_a_cached_image_unlike_its_build_is_never_made_a_delta(tmp_path: Path) -
     import pytest
 
     with pytest.raises(ValueError, match="does not match its build's sha256"):
-        orchestrated(tmp_path, old_on_host=True, tamper=True)
+        orchestrated_offer(tmp_path)
+    # delivery offers no delta then (review: a delta that cannot be made costs the full
+    # download, not the staging); the full download's own check refuses the tampered image
+    from salt.exceptions import CommandExecutionError
+
+    with pytest.raises(CommandExecutionError, match="sha256 mismatch"):
+        orchestrated(tmp_path / "again", old_on_host=True, tamper=True)
+
+
+def orchestrated_offer(tmp_path: Path) -> None:
+    """offer_delta straight on a cache whose new image does not match its build's digest."""
+    from store_rollout.image_delta import offer_delta
+
+    for key in (OLD, NEW):
+        (tmp_path / key).mkdir(parents=True)
+        (tmp_path / key / "image.qcow2").write_bytes(key.encode())
+    offer_delta(tmp_path, OLD, NEW, "0" * 64)
+
+
+def test_an_old_key_that_is_no_image_key_offers_no_delta(tmp_path: Path) -> None:
+    """The old key is the host's own report: a path is never looked up in the cache (review)."""
+    from store_rollout.image_delta import offer_delta
+
+    assert offer_delta(tmp_path, "/etc", NEW, "0" * 64) is None
+    assert offer_delta(tmp_path, "../" + OLD[3:], NEW, "0" * 64) is None
