@@ -11,6 +11,13 @@ from typing import Any
 
 import pytest
 
+# SQLAlchemy (the throwaway Prefect server's, prefect_harness) imported once here, in each
+# worker's main thread before any test starts threads of its own: its first import inside a
+# test failed once in a full run (a KeyError in its Cython extension's module init, after which
+# every later import in that worker failed), which a concurrent first import from another thread
+# would explain; imported up front there is no second first import to race
+import sqlalchemy  # noqa: F401  (imported for the side effect above)
+
 from lab.state import REPO_ROOT, LabInfo, LabPaths
 
 # under pytest-xdist every worker runs a lab of its own (its own ports, namespaces and Prefect)
