@@ -31,12 +31,15 @@ shaping is applied again each time it joins the network (lab/host_namespace.py's
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,27 +158,37 @@ def cut_links(info: LabInfo) -> list[str]:
     return sorted(s for s, link in _load(info)["stores"].items() if link.get("cut"))
 
 
+@contextmanager
+def _changing(info: LabInfo) -> Iterator[dict[str, Any]]:
+    """The state, to change: read, changed by the caller, saved and applied under one lock (a
+    machine's start in the simulator beside a `lab link --cut` must not write back the old
+    state, nor rebuild the drop rules from it)."""
+    lock = _links_path(info).with_suffix(".lock")
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        data = _load(info)
+        yield data
+        _save(info, data)
+        _apply_drops(info, data)
+
+
 def machine_link(info: LabInfo, machine_id: str) -> LinkProfile:
     """The profile of a machine's store, for its (re)start: the state file brought up to date
     with its address (the gateway's delay) and the drop rules applied first."""
     store_id = store_of(machine_id)
-    data = _load(info)
-    if store_id is None or store_id not in data["stores"]:
+    if store_id is None or store_id not in _load(info)["stores"]:
         return PROFILES["lan"]
-    _save(info, data)
-    _apply_drops(info, data)
-    return profile(data["stores"][store_id]["profile"])
+    with _changing(info) as data:
+        name = data["stores"][store_id]["profile"]
+    return profile(name)
 
 
 def set_store_link(info: LabInfo, store_id: str, profile_name: str) -> dict[str, Any]:
     """Give a store's link a profile: persisted, applied to its running machines at once and to
     each machine at its every (re)start."""
     p = profile(profile_name)
-    data = _load(info)
-    link = data["stores"].setdefault(store_id, {"cut": False})
-    link["profile"] = p.name
-    _save(info, data)
-    _apply_drops(info, data)
+    with _changing(info) as data:
+        data["stores"].setdefault(store_id, {"cut": False})["profile"] = p.name
     for machine_id in _machines(info, store_id):
         _shape_running(info, machine_id, p)
     return store_link(info, store_id)
@@ -183,21 +196,17 @@ def set_store_link(info: LabInfo, store_id: str, profile_name: str) -> dict[str,
 
 def cut_store_link(info: LabInfo, store_id: str) -> dict[str, Any]:
     """The fault knob: everything of the store's machines dropped both ways, until restored."""
-    data = _load(info)
-    link = data["stores"].setdefault(store_id, {"profile": "lan"})
-    if not link.get("cut"):
-        link["cut"], link["cut_since"] = True, time.time()
-    _save(info, data)
-    _apply_drops(info, data)
+    with _changing(info) as data:
+        link = data["stores"].setdefault(store_id, {"profile": "lan"})
+        if not link.get("cut"):
+            link["cut"], link["cut_since"] = True, time.time()
     return store_link(info, store_id)
 
 
 def restore_store_link(info: LabInfo, store_id: str) -> dict[str, Any]:
-    data = _load(info)
-    link = data["stores"].setdefault(store_id, {"profile": "lan"})
-    link["cut"], link["cut_since"] = False, None
-    _save(info, data)
-    _apply_drops(info, data)
+    with _changing(info) as data:
+        link = data["stores"].setdefault(store_id, {"profile": "lan"})
+        link["cut"], link["cut_since"] = False, None
     return store_link(info, store_id)
 
 
