@@ -34,10 +34,12 @@ from store_rollout.regions import regional_deployment
 from store_rollout.settings import load_settings
 from store_rollout.settings_parts import CalendarSettings
 from store_rollout.waves import (
+    MAX_IN_FLIGHT,
     ROLLOUT,
     UPDATE,
     BatchPlan,
     WaveDone,
+    check_in_flight,
     check_regions,
     plan_batch,
     run_waves,
@@ -54,8 +56,10 @@ from tasks.store_runs import (
     wait_for_store_runs,
 )
 
-# threads are cheap waiters; the real bound is the IN_FLIGHT_LIMIT concurrency limit
-STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=32)
+# threads are cheap waiters; the real bound is the IN_FLIGHT_LIMIT concurrency limit, which a
+# smaller pool would cap below max_in_flight (a pool of 32 held a batch of
+# max_in_flight 50 to 32 stores at once)
+STORE_THREADS: Any = ThreadPoolTaskRunner(max_workers=MAX_IN_FLIGHT)
 
 
 @task(name="rollout_store", task_run_name="store-{store_id}")
@@ -128,7 +132,8 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
         canary: Stores in a region's first wave, which runs before any other store of the
             region starts.
         wave_size: Stores per wave after the canary wave.
-        max_in_flight: Stores rolled out at once, fleet-wide (a Prefect global concurrency limit).
+        max_in_flight: Stores rolled out at once, fleet-wide (a Prefect global concurrency
+            limit), 1 to 100.
         halt_failure_ratio: Skip a region's remaining waves once its failed/finished stores
             exceed this ratio (0.2: more than one store in five failed).
         store_params: Step timeouts passed to every store's rollout, e.g.
@@ -159,6 +164,7 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
     stores = load_inventory(inventory).select(list(store_ids))
     regions = settings.regions()
     check_regions(stores, regions)  # before any side effect: every store's region is known
+    check_in_flight(max_in_flight, max_in_flight_per_region)
     deployment = batch_deployment(action, image_version, store_deployment, settings)
     done = {} if rerun_completed or action == UPDATE else rolled_out_stores(stores)
     plan = plan_batch(stores, done, regions, settings.region, approval_policy=policy,

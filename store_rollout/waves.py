@@ -17,6 +17,20 @@ from store_rollout.regions import Regions, runs_in_region_pools
 ROLLOUT: Final = "rollout"
 UPDATE: Final = "update"
 ACTIONS: Final = (ROLLOUT, UPDATE)
+# the most stores a batch runs at once: a batch's subflow runs each take a thread of the batch's
+# process while they run (flows/batch_rollout.py sizes its pool by it), and a region of 1,000
+# stores goes in waves of 100 with 50 in flight (docs/scaling.md)
+MAX_IN_FLIGHT: Final = 100
+
+
+def check_in_flight(max_in_flight: int, per_region: int) -> None:
+    """Both bounds within 1..MAX_IN_FLIGHT (per_region 0: as max_in_flight), before any side
+    effect: more would leave runs waiting for a thread, not for a slot, and a 0 none at all."""
+    for field, value, least in (("max_in_flight", max_in_flight, 1),
+                                ("max_in_flight_per_region", per_region, 0)):
+        if not least <= value <= MAX_IN_FLIGHT:
+            raise ValueError(f"{field}: {value} is out of range; use {least} to {MAX_IN_FLIGHT} "
+                             "stores at once")
 
 
 def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[list[str]]:

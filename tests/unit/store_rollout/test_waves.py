@@ -10,7 +10,9 @@ import pytest
 
 from store_rollout.batch_rows import RunTimer, StoreRow
 from store_rollout.waves import (
+    MAX_IN_FLIGHT,
     WaveDone,
+    check_in_flight,
     plan_region_waves,
     plan_waves,
     run_waves,
@@ -141,3 +143,20 @@ def test_each_kind_of_row_has_the_columns_it_had() -> None:
                                "began": None, "ended": None,
                                "error": "NoMaintenanceWindow: no window"}
     assert json.dumps(no_window.row()["seconds"]) == "0"  # an int stays an int in the JSON
+
+
+@pytest.mark.parametrize(("fleet", "per_region", "field"), [
+    (0, 0, "max_in_flight"), (101, 0, "max_in_flight"), (50, 101, "max_in_flight_per_region"),
+    (50, -1, "max_in_flight_per_region")])
+def test_in_flight_bounds_out_of_range_name_the_field(fleet: int, per_region: int,
+                                                     field: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{field}: .* use \d to 100 stores at once"):
+        check_in_flight(fleet, per_region)
+
+
+def test_the_batch_has_a_thread_for_every_store_it_may_run_at_once() -> None:
+    """A smaller pool than MAX_IN_FLIGHT caps a batch's stores in flight below its limit."""
+    from flows.batch_rollout import STORE_THREADS
+
+    check_in_flight(MAX_IN_FLIGHT, MAX_IN_FLIGHT)  # the largest allowed is allowed
+    assert STORE_THREADS._max_workers >= MAX_IN_FLIGHT
