@@ -82,7 +82,8 @@ def store_rollback(store_id: str, inventory: str,
     with owner, tags(f"store-{store_id}", "store-rollback"):
         # a cancelled run may have stopped before its host was installed: not asked then
         vm = remove_vm(store, parts.salt, parts.hosts.vm_images_dir,
-                       host_may_be_gone=unfinished_only, keep_data=True)
+                       host_may_be_gone=unfinished_only, keep_data=True,
+                       silent_host_fails=unfinished_only)
         key = remove_vm_key(store, parts.salt)
         cobbler = disable_hypervisor_netboot(store, parts.cobbler)
     record(parts.approvals, store_id, what, consent.approver, "done",

@@ -253,7 +253,8 @@ def test_rollback_keeps_the_data_disk_and_decommission_exports_it_first(
                 monkeypatch.setattr(module, name, lambda *a, _n=name, **k: calls.append(
                     (_n, k)) or {"erp_id": "E1", "replay": False})
     store_rollback.store_rollback.fn.__wrapped__("0042", str(inventory))
-    assert calls[0] == ("remove_vm", {"host_may_be_gone": False, "keep_data": True})
+    assert calls[0] == ("remove_vm", {"host_may_be_gone": False, "keep_data": True,
+                                      "silent_host_fails": False})
     assert "the store's data disk /srv/salt-images/store-0042-vm/data.raw on " \
            "store-0042-hv is kept" in logged[-1]
     calls.clear()

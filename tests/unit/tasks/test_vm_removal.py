@@ -1,0 +1,79 @@
+"""A cancel's clean-up waits for an installed host that is slow to answer, and fails rather
+than leave the half-made VM behind in silence; a decommission's host may be gone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tasks import vm_removal
+from tasks.salt import SaltMinionNoResponse
+
+
+class SlowHost:
+    """The master's view of a host with an accepted key (or none) that misses `silent` pings."""
+
+    def __init__(self, silent: int, key: str | None = "accepted") -> None:
+        self.silent, self.key = silent, key
+        self.pings = 0
+        self.removed: list[str] = []
+
+    def key_state(self, _minion: str) -> str | None:
+        return self.key
+
+    def ping(self, _minion: str, timeout: float = 5) -> bool:
+        self.pings += 1
+        return self.pings > self.silent
+
+    def cmd(self, _minion: str, fun: str, arg: list[Any], kwarg: dict[str, Any]) -> dict[str, Any]:
+        self.removed.append(arg[0])
+        return {"domain": True, "disk_dir": True, "data_kept": None}
+
+
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def use(master: SlowHost) -> Any:
+        clock = [0.0]
+        monkeypatch.setattr(vm_removal, "master_client", lambda _config: master)
+        monkeypatch.setattr(vm_removal, "get_run_logger", lambda: SimpleNamespace(
+            warning=lambda *_a: None))
+        monkeypatch.setattr(vm_removal.time, "monotonic", lambda: clock[0])
+        monkeypatch.setattr(vm_removal.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+        return master
+    return use
+
+
+def remove(store_id: str, **flags: bool) -> dict[str, Any]:
+    import tempfile
+
+    from store_rollout.inventory import load_inventory
+    from store_rollout.settings_parts import SaltSettings
+    from tests.helpers import settings_with, write_inventory
+
+    path = write_inventory(Path(tempfile.mkdtemp()) / "inventory.yaml", [store_id])
+    store = load_inventory(str(path)).get(store_id)
+    return vm_removal.remove_vm.fn(store, SaltSettings.of(settings_with()), "/srv/salt-images",
+                                   host_may_be_gone=True, **flags)
+
+
+def test_a_cancel_waits_for_a_busy_installed_host_and_removes_the_vm(host: Any) -> None:
+    master = host(SlowHost(silent=3))  # one 5-s ping was all it got: the VM stayed
+    result = remove("0071", silent_host_fails=True)
+    assert master.removed == ["store-0071-vm"] and "host_gone" not in result
+
+
+def test_a_cancel_fails_naming_a_silent_installed_host_and_leaves_the_vm(host: Any) -> None:
+    master = host(SlowHost(silent=10**6))
+    with pytest.raises(SaltMinionNoResponse, match="store-0072-hv.*store-0072-vm"):
+        remove("0072", silent_host_fails=True)
+    assert master.removed == [] and master.pings >= 2
+
+
+def test_a_host_never_installed_or_gone_after_a_decommission_is_not_asked(host: Any) -> None:
+    never = host(SlowHost(silent=0, key=None))
+    assert remove("0073", silent_host_fails=True)["host_gone"] and never.pings == 0
+    gone = host(SlowHost(silent=10**6))
+    assert remove("0074")["host_gone"] and gone.removed == [] and gone.pings == 1
