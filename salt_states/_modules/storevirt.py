@@ -413,22 +413,36 @@ def extension_hashes(forms, hash_type="sha256"):
     return found
 
 
-def inspect(wanted):
-    """Read-only: this host's part of `wanted`, {minion id: {"domains": [names],
-    "base_images": [keys]}}, as {"domains": {name: domain_summary or None},
-    "base_images": {key: cached}}. One job answers for many hypervisors (plan, reconcile):
-    each minion picks its own entry.
+def inspect(wanted=None, base_images=None):
+    """Read-only. With `wanted`, {minion id: {"domains": [names], "base_images": [keys]}}:
+    this host's part of it, as {"domains": {name: domain_summary or None}, "base_images": {key:
+    cached}}; each minion picks its own entry. With `base_images` alone (a region's read): every
+    domain defined on this host and which of those keys are cached, marked "every_domain": the
+    publication then carries no store's names and stays small at any region's size (a map of
+    1,000 stores sent to each of 2,000 minions was 200 MB per read).
 
     CLI Example: salt -L hv1,hv2 storevirt.inspect '{hv1: {domains: [store-0001-vm]}}'
+    CLI Example: salt -L hv1,hv2 storevirt.inspect base_images='[k0123]'
     """
-    mine = (wanted or {}).get(__opts__["id"]) or {}
-    images_dir = _images_dir()
     base_image_path = __utils__["store_image_download.base_image_path"]
-    return {
+    images_dir = _images_dir()
+    if wanted is None:
+        conn = _connect()
+        try:
+            names = sorted(dom.name() for dom in conn.listAllDomains())
+        finally:
+            conn.close()
+        mine = {"domains": names, "base_images": list(base_images or [])}
+    else:
+        mine = wanted.get(__opts__["id"]) or {}
+    found = {
         "domains": {name: domain_summary(name) for name in mine.get("domains", [])},
         "base_images": {key: os.path.exists(base_image_path(images_dir, key))
                         for key in mine.get("base_images", [])},
     }
+    if wanted is None:
+        found["every_domain"] = True
+    return found
 
 
 def remove_vm(name, keep_data=True):

@@ -175,13 +175,14 @@ def test_storevirt_runs_under_the_store_hosts_python(tmp_path: Path,
         {"fun": "storevirt.domain_summary", "args": [VM]},
         {"fun": "storevirt.domain_summary", "args": ["store-0037-vm"]},
         {"fun": "storevirt.inspect", "args": [{HV: {"domains": [VM], "base_images": [key, "nokey"]}}]},
+        {"fun": "storevirt.inspect", "args": [], "kwargs": {"base_images": [key]}},
         {"fun": "storevirt.retire_seed", "args": [VM]},
         {"fun": "storevirt.remove_vm", "args": [VM]},
         {"fun": "storevirt.extension_hashes", "args": [list(HYPERVISOR_EXTENSION_FORMS), "sha256"]},
     ]
     served = synced_extensions(tmp_path / "extmods")
     (first, again, overlay, overlay_again, seed_at, seeded, seed_mode, summary, missing, inspected,
-     retired, removed, hashes) = run_on_host_python(
+     every, retired, removed, hashes) = run_on_host_python(
         tmp_path, calls, define=[domain_xml(disk, seed)])
     # the host's view of its synced extensions is the master's (Salt 3008's file server)
     assert ok(hashes) == served and "modules/storevirt.py" in served
@@ -198,6 +199,11 @@ def test_storevirt_runs_under_the_store_hosts_python(tmp_path: Path,
     assert ok(missing) is None
     assert ok(inspected)["base_images"] == {key: True, "nokey": False}
     assert ok(inspected)["domains"][VM]["disk"] == str(disk)
+    # a region's read names no store: every domain of the host, the keys asked for
+    # (libvirt's test driver defines a domain "test" of its own)
+    assert ok(every)["every_domain"] and set(ok(every)["domains"]) == {VM, "test"}
+    assert ok(every)["domains"][VM] == ok(inspected)["domains"][VM]
+    assert ok(every)["base_images"] == {key: True}
     # the test driver cannot eject a CD-ROM: the call got as far as libvirt, with 3.6 code
     assert not retired["ok"] and "virDomainUpdateDeviceFlags" in retired["error"]
     assert ok(removed) == {"domain": True, "disk_dir": True, "data_kept": None}
