@@ -1,10 +1,14 @@
 """The canned returns of a light minion: well-formed answers to the calls the pipeline and
 reconcile make (test.ping, grains, saltutil.find_job, storevirt's read and VM calls, event.send,
-state calls), as a ready store would give them. Anything else: retcode 1 and a message naming
-the function (a real minion's "not available")."""
+state calls, and a rollout's rerun of a live store: step 4's extension check, step 5's domain,
+step 6's bootstrap files and seed, step 7's gate), as a ready store would give them. Anything
+else: retcode 1 and a message naming the function (a real minion's "not available")."""
 
 from __future__ import annotations
 
+import json
+import os
+import uuid
 from typing import Any
 
 from store_rollout.contracts import (
@@ -15,6 +19,38 @@ from store_rollout.contracts import (
 )
 
 IMAGE_VERSION = "1.0.0"
+# the master's served extension hashes (a JSON file the region writes), so step 4 finds the
+# store's modules current as a live store's are; without it, the minion syncs (answers [])
+HASHES_ENV = "LIGHT_MINION_EXTENSION_HASHES"
+BOOTSTRAP_FILES = ("/etc/salt/minion.d/90-bootstrap.conf", "/etc/salt/minion.d/15-identity.conf")
+
+
+def _served_hashes() -> dict[str, str]:
+    path = os.environ.get(HASHES_ENV)
+    return json.loads(open(path).read()) if path else {}  # noqa: SIM115
+
+
+def store_of(minion_id: str) -> str:
+    """The store id in `store-<id>-hv` / `store-<id>-vm`."""
+    return minion_id.removeprefix("store-").rsplit("-", 1)[0]
+
+
+def vm_domain(vm_name: str) -> dict[str, Any]:
+    """storevirt.domain_summary of a live store's VM: running, autostarted, its seed retired,
+    the same uuid every time (the ERP's earlier notice names it)."""
+    return {"name": vm_name, "uuid": str(uuid.uuid5(uuid.NAMESPACE_DNS, vm_name)),
+            "active": True, "autostart": True, "state": "running",
+            "disk": f"/var/lib/store-images/{vm_name}/system.qcow2", "backing": None,
+            "graphics": None, "graphics_listen": None, "data_disk": None, "image_key": None,
+            "seed": {"minion_id": vm_name, "store_id": store_of(vm_name), "state": "retired",
+                     "attached": False}}
+
+
+def gate_rows() -> list[dict[str, Any]]:
+    """storegate.run of a store server that serves: each check passed."""
+    return [{"check": f"service {name} runs", "kind": "service", "passed": True,
+             "observed": "active", "expected": "active"}
+            for name in ("store-pos-gateway", "store-inventory-sync")]
 
 
 def grains(minion_id: str) -> dict[str, Any]:
@@ -27,12 +63,18 @@ def grains(minion_id: str) -> dict[str, Any]:
 
 
 def _inspect(minion_id: str, arg: list[Any]) -> dict[str, Any]:
-    mine = ((arg[0] if arg else None) or {}).get(minion_id) or {}
-    return {"domains": {name: {"state": "running", "disk": f"/var/lib/store-images/{name}/sys",
-                               "backing": None, "graphics_listen": None, "seed": "detached",
-                               "data_disk": None, "image_key": None}
-                        for name in mine.get("domains", [])},
-            "base_images": {key: True for key in mine.get("base_images", [])}}
+    """Either form of storevirt.inspect: the region's map (this minion's entry), or keyword
+    base_images alone (every domain of the host: a store host runs its store's VM)."""
+    first = (arg[0] if arg else None) or {}
+    if first.get("__kwarg__"):  # Salt packs keyword arguments so
+        mine = {"domains": [minion_id.removesuffix("-hv") + "-vm"],
+                "base_images": first.get("base_images") or []}
+    else:
+        mine = first.get(minion_id) or {}
+    found: dict[str, Any] = {
+        "domains": {name: vm_domain(name) for name in mine.get("domains", [])},
+        "base_images": {key: True for key in mine.get("base_images", [])}}
+    return {**found, "every_domain": True} if first.get("__kwarg__") else found
 
 
 def _state(minion_id: str) -> dict[str, Any]:
@@ -56,9 +98,22 @@ def answer(minion_id: str, fun: str, arg: list[Any]) -> tuple[Any, int]:
         return grains(minion_id).get(str(arg[0]) if arg else "", ""), 0
     if fun == "storevirt.inspect":
         return _inspect(minion_id, arg), 0
-    if fun in ("storevirt.domain_summary",):
-        return _inspect(minion_id, [{minion_id: {"domains": arg[:1]}}])["domains"].get(
-            arg[0] if arg else ""), 0
+    if fun == "storevirt.domain_summary":
+        return vm_domain(str(arg[0])) if arg else None, 0
+    if fun == "storevirt.extension_hashes":
+        return _served_hashes(), 0
+    if fun in ("saltutil.sync_utils", "saltutil.sync_modules"):
+        return [], 0
+    if fun == "storevirt.retire_seed":
+        name = str(arg[0]) if arg else ""
+        return {"seed": f"/var/lib/store-images/{name}/seed.iso", "state": "retired",
+                "deleted": False}, 0
+    if fun == "provisioning.bootstrap_files":
+        return list(BOOTSTRAP_FILES), 0
+    if fun == "file.file_exists":
+        return False, 0  # firstboot removed them
+    if fun == "storegate.run":
+        return gate_rows(), 0
     if fun in ("state.apply", "state.highstate", "state.sls"):
         return _state(minion_id), 0
     if fun in ("event.send", "saltutil.sync_all", "saltutil.refresh_pillar"):

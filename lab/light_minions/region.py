@@ -36,6 +36,7 @@ class Master:
     publish_port: int
     ret_port: int
     record: ProcessRecord | None = None
+    pki_dir: Path | None = None  # a master of the lab's own (default: the region's)
 
     def pids(self) -> list[int]:
         if self.record is None:
@@ -48,10 +49,11 @@ class Master:
 
     @property
     def pki(self) -> Path:
-        return self.root / "salt" / "root" / "master" / "pki"
+        return self.pki_dir or self.root / "salt" / "root" / "master" / "pki"
 
     @classmethod
-    def create(cls, root: Path) -> Master:
+    def create(cls, root: Path, worker_threads: int = 0) -> Master:
+        """`worker_threads`: the master's request workers (0: the lab's own number)."""
         root.mkdir(parents=True, exist_ok=True)
         with ports.labs_locked(root.parent):
             chosen = ports.choose(PORTS, root, {})
@@ -60,7 +62,8 @@ class Master:
                               master_id="scale-master")
         # the maintenance loop (AES rotation after a key deletion) every 5 s, not 60
         data = yaml.safe_load(config.read_text())
-        config.write_text(yaml.safe_dump({**data, "loop_interval": 5}, sort_keys=True))
+        tuned = {"loop_interval": 5, **({"worker_threads": worker_threads} if worker_threads else {})}
+        config.write_text(yaml.safe_dump({**data, **tuned}, sort_keys=True))
         return cls(root, config, chosen["publish"], chosen["ret"])
 
     def start(self) -> None:

@@ -130,10 +130,18 @@ class LightMinion:
         if not isinstance(load, dict) or "fun" not in load or not targeted(self.opts, load):
             return
         self.stats["jobs"] = self.stats.get("jobs", 0) + 1
-        ret, retcode = answer(self.opts["id"], load["fun"], load.get("arg") or [])
+        fun, args = load["fun"], load.get("arg") or []
+        if isinstance(fun, list):  # one job of several functions, as a minion answers it
+            each = [answer(self.opts["id"], f, a) for f, a in zip(fun, args, strict=False)]
+            ret: Any = {f: r for f, (r, _) in zip(fun, each, strict=False)}
+            retcode: Any = {f: c for f, (_, c) in zip(fun, each, strict=False)}
+            success: Any = {f: c == 0 for f, c in retcode.items()}
+        else:
+            ret, retcode = answer(self.opts["id"], fun, args)
+            success = retcode == 0
         reply = {"cmd": "_return", "id": self.opts["id"], "jid": load["jid"],
-                 "fun": load["fun"], "fun_args": load.get("arg") or [], "return": ret,
-                 "retcode": retcode, "success": retcode == 0}
+                 "fun": fun, "fun_args": args, "return": ret, "retcode": retcode,
+                 "success": success}
         try:
             await self.req.send(reply, timeout=60)
         except Exception as exc:

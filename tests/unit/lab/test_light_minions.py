@@ -55,3 +55,24 @@ def test_keys_are_each_minions_own(region: tuple[Master, list[str]]) -> None:
     master, ids = region
     accepted = {mid: (master.pki / "minions" / mid).read_text() for mid in ids}
     assert len(set(accepted.values())) == len(ids)
+
+
+@pytest.mark.timeout(180)
+def test_a_region_read_and_a_rerun_s_calls_are_answered_as_a_live_store(
+        region: tuple[Master, list[str]]) -> None:
+    """reconcile's inspect without names (tasks/observe.py) and step 4's compound job: a
+    multi-function job is answered per function, as the master must store it."""
+    from tasks.observe import _inspect
+    from tasks.salt.probes import domain_with_current_extensions
+
+    master, _ids = region
+    salt = SaltMasterClient(str(master.config))
+    hv, vm = "store-lm0002-hv", "store-lm0002-vm"
+    inspected, failed = _inspect(salt, {hv: {"domains": [vm], "base_images": ["k1"]}})
+    assert not failed and inspected[hv]["every_domain"] and inspected[hv]["base_images"] == {
+        "k1": True}
+    assert inspected[hv]["domains"][vm]["seed"]["minion_id"] == vm
+    # without the master's hashes the light host syncs ([]) and is asked again: both jobs stored
+    summary, synced = domain_with_current_extensions(salt, hv, vm)
+    assert summary is not None and summary["name"] == vm and summary["active"]
+    assert synced == []
