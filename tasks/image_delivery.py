@@ -7,7 +7,7 @@ through here.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,12 +52,16 @@ def _delta_or_none(settings: ImageSettings, old_key: str, image: ImageRef) -> di
 
 
 def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSettings,
-                  image: ImageRef, old_key: str | None = None) -> dict[str, Any]:
+                  image: ImageRef, old_key: str | None = None,
+                  in_window: Callable[[], object] = lambda: None) -> dict[str, Any]:
     """The base image on the store's hypervisor, downloaded by it from the image server and
     verified there; a cut download is resumed (a few times), never restarted. With `old_key`
     (the base image the host runs on) the host is offered the delta from it: it fetches only
     that when it holds `old_key`, else (or on any refusal) the full image. The result says
-    which ("mode": full, delta or cached), bytes moved ("transferred") and "full_size"."""
+    which ("mode": full, delta or cached), bytes moved ("transferred") and "full_size".
+    `in_window` returns once bytes may cross the store's link (the download window): asked
+    before the first attempt and before each resume, so a download cut after its window closed
+    goes on in the next one, not at once."""
     url = f"{settings.image_base_url}/{image['key']}/image.qcow2"
     ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
     kwarg: dict[str, Any] = {"meta": image["meta"], "ca_pem": ca_pem,
@@ -69,6 +73,7 @@ def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSetting
     for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_exponential(max=10),
                             retry=retry_if_exception_type(ImageDownloadCut), reraise=True):
         with attempt, _cut_as_a_type():
+            in_window()
             result: dict[str, Any] = master.cmd(
                 store.hypervisor_minion_id, "storevirt.ensure_base_image",
                 [url, image["key"], image["sha256"]], kwarg=kwarg, timeout=DOWNLOAD_TIMEOUT)

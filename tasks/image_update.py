@@ -103,7 +103,8 @@ def stage_update(store: Store, image: ImageRef, salt: SaltSettings,
     wait_for_download_window(store, images)  # bytes over the link only in the download window
     # the base it runs on: the host fetches only what changed from it when it holds it
     delivered = deliver_image(master, store, images, image,
-                              old_key=(domain or {}).get("image_key"))
+                              old_key=(domain or {}).get("image_key"),
+                              in_window=lambda: wait_for_download_window(store, images))
     staged = master.cmd(store.hypervisor_minion_id, "storevirt.stage_system_disk",
                         [store.vm_name, delivered["path"]])
     get_run_logger().info("store %s: image %s on %s (%s bytes transferred), new system disk %s",

@@ -55,7 +55,8 @@ def stage_image(store: Store, image: ImageRef, salt: SaltSettings,
             f"installed host: roll the store out (`store-rollout rollout {store.store_id}`) or "
             "stage once its hypervisor is up") from None
     window = wait_for_download_window(store, images)
-    delivered = deliver_image(master, store, images, image)
+    delivered = deliver_image(master, store, images, image,
+                              in_window=lambda: wait_for_download_window(store, images))
     get_run_logger().info("store %s: image %s staged on %s: %s bytes transferred",
                           store.store_id, image["key"], hv, delivered["transferred"])
     return {"store_id": store.store_id, "hypervisor": hv, "image_key": image["key"],

@@ -213,7 +213,7 @@ class CuttingMaster:
         return {"path": "/var/lib/store-rollout/base/k/image.qcow2", "transferred": 1}
 
 
-def deliver(master: CuttingMaster) -> dict[str, Any]:
+def deliver(master: CuttingMaster, in_window: Any = lambda: None) -> dict[str, Any]:
     from store_rollout.inventory import parse_inventory
     from tasks.image_delivery import deliver_image
 
@@ -223,7 +223,8 @@ def deliver(master: CuttingMaster) -> dict[str, Any]:
     settings = SimpleNamespace(image_base_url="http://images", image_ca_bundle=None,
                                image_rate_limit=None)
     image = {"key": KEY, "sha256": "0" * 64, "meta": {}}
-    return deliver_image(master, store, settings, image)  # type: ignore[arg-type]
+    return deliver_image(master, store, settings, image,  # type: ignore[arg-type]
+                         in_window=in_window)
 
 
 def test_a_cut_download_is_classified_once_and_resumed() -> None:
@@ -244,3 +245,12 @@ def test_another_download_failure_is_not_retried() -> None:
     with pytest.raises(SaltCommandFailed, match="sha256 mismatch") as info:
         deliver(master)
     assert not isinstance(info.value, ImageDownloadCut) and master.calls == 1
+
+
+def test_a_cut_download_resumes_only_inside_the_download_window() -> None:
+    """The window is asked before the first attempt and before each resume (it waits there for
+    the next opening when the first closed meanwhile), never only once."""
+    cut = f"image {KEY}: {DOWNLOAD_CUT} from http://images at 1024 bytes (reset); the next attempt"
+    master, asked = CuttingMaster(cut, cut), []
+    assert deliver(master, in_window=lambda: asked.append(master.calls))["transferred"] == 1
+    assert asked == [0, 1, 2]  # before each of the three calls to the host
