@@ -42,5 +42,5 @@ def wait_for_download_window(store: Store, images: ImageSettings,
     if decision.wait_until is None:
         raise NoMaintenanceWindow(f"store {store.store_id}: {decision.reason}")
     wait_for_window(store.store_id, {"wait_until": decision.wait_until,
-                                     "reason": decision.reason}, sleep)
+                                     "reason": decision.reason}, sleep, kind="download window")
     return f"waited: {decision.reason}"

@@ -28,8 +28,10 @@ class NoMaintenanceWindow(RuntimeError):
 
 
 def wait_for_window(store_id: str, window: dict[str, Any],
-                    sleep: Callable[[float], None] = time.sleep) -> None:
-    """Wait until the window the step asked for opens (its `wait_until`)."""
+                    sleep: Callable[[float], None] = time.sleep,
+                    kind: str = "maintenance window") -> None:
+    """Wait until the window the step asked for opens (its `wait_until`); `kind` names it in
+    the log and the run's state (a download window is no maintenance window)."""
     until = window.get("wait_until")
     if until is None:
         raise NoMaintenanceWindow(f"store {store_id}: {window['reason']}")
@@ -38,8 +40,8 @@ def wait_for_window(store_id: str, window: dict[str, Any],
     say_running(AWAITING_WINDOW, f"store {store_id}: {window['reason']}")
     while (left := (until - datetime.now(UTC)).total_seconds()) > 0:
         sleep(min(left, POLL_SECONDS))
-    logger.info("store %s: its maintenance window opened; going on", store_id)
-    say_running("Running", f"store {store_id}: in its maintenance window since {until:%H:%M} UTC")
+    logger.info("store %s: its %s opened; going on", store_id, kind)
+    say_running("Running", f"store {store_id}: in its {kind} since {until:%H:%M} UTC")
 
 
 R = TypeVar("R", bound=Mapping[str, Any])

@@ -57,13 +57,16 @@ def test_outside_the_window_it_waits_until_its_opening(monkeypatch: pytest.Monke
     clock = Clock(NIGHT)
     monkeypatch.setattr("tasks.windows.datetime", clock)
     said: list[str] = []
-    monkeypatch.setattr("tasks.windows.say_running", lambda name, message: said.append(name))
+    messages: list[str] = []
+    monkeypatch.setattr("tasks.windows.say_running", lambda name, message: said.append(name)
+                        or messages.append(message))
     settings = images(download_window=DAY, default_time_zone="UTC")
     went = wait_for_download_window(store(), settings, clock.sleep, clock.now)
     assert went.startswith("waited: outside the download window")
     assert clock.at == datetime(2026, 11, 28, 8, 0, tzinfo=UTC)  # woke at the opening, not later
     assert sum(clock.slept) == 6 * 3600 and max(clock.slept) <= 30
     assert said == ["AwaitingWindow", "Running"]  # the run said it waits, then that it goes on
+    assert "in its download window since 08:00 UTC" in messages[-1]  # not "maintenance"
     assert "in the download window" in wait_for_download_window(store(), settings, clock.sleep,
                                                                 clock.now)
 
