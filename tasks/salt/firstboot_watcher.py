@@ -100,13 +100,21 @@ class FirstbootWatcher:
         if (self.link is None or silent < LINK_CHECK_SECONDS
                 or now - self.link_checked < LINK_CHECK_SECONDS):
             return False
+        return self._link_waited(silent) and step_rules.firstboot_done(
+            firstboot_stage(self.master, self.minion))
+
+    def _link_waited(self, silent: float) -> bool:
+        """The store's link asked now (`link`): True when it was down and has been waited out
+        (the step's bounds move by the outage)."""
+        if self.link is None:
+            return False
         waited = self.link(silent)
         self.link_checked = self.clock.monotonic()
         if not waited:
             return False
         self.link_waited += waited
         self.last_seen = self.clock.monotonic()
-        return step_rules.firstboot_done(firstboot_stage(self.master, self.minion))
+        return True
 
     def _contested(self) -> None:
         contested_key(self.master, self.store.store_id, self.minion, role="VM")
@@ -170,7 +178,9 @@ class FirstbootWatcher:
     def _fail_if_never_contacted(self, contacted: bool) -> None:
         waited = self.clock.monotonic() - self.started - self.link_waited
         if (not contacted and waited > self.contact_timeout
-                and self.master.key_state(self.minion) is None):
+                and self.master.key_state(self.minion) is None
+                # a cut since the last link check is no VM that never called (review)
+                and not self._link_waited(self.clock.monotonic() - self.last_seen)):
             address, port = self.master_endpoint
             raise VmNeverContacted(self.store.store_id, self.minion, self.contact_timeout,
                                    master_address=address, master_port=port,
@@ -182,7 +192,10 @@ class FirstbootWatcher:
         silent = self.clock.monotonic() - self.last_seen
         if (silent > self.stall_timeout and self.resets == 0
                 and self.master.key_state(self.minion) == "accepted"
-                and firstboot_stage(self.master, self.minion) is None):
+                and firstboot_stage(self.master, self.minion) is None
+                # asked right before: a store cut off since its last check is waited for, and
+                # a VM never reset through a host that cannot be reached (review)
+                and not self._link_waited(silent)):
             self.logger.warning("store %s: VM minion %s silent for %.0fs; resetting the VM",
                                 self.store.store_id, self.minion, silent)
             reset_vm(self.master, self.store.hypervisor_minion_id, self.store.vm_name)

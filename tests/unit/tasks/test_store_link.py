@@ -244,3 +244,29 @@ def test_the_bound_is_the_runs_over_all_its_outages_not_each_ones() -> None:
         for _ in range(100):
             link.hold()
     assert link.waited_before() <= 600 and clock.now < 3 * 600, (link.outages, clock.now)
+
+
+def test_a_cut_since_the_last_link_check_is_waited_for_before_a_reset() -> None:
+    """The stall check runs between link checks (every 15 s): a store cut off just after one
+    was taken for a hung VM and reset through a host it could not reach (review). Now the link
+    is asked right before the reset: the cut is waited out, and nothing is reset."""
+    clock, said = FakeClock(), Said()
+    master = CutMaster(clock, [], cut=(100, 300), grain=vm_grain([(10, "highstate")]))
+    watcher = fb_watcher(master, clock, timeout=3600, stall_timeout=60)
+    watcher.link = link_of(master, clock, said).hold
+    clock.now = 101
+    watcher.last_seen, watcher.link_checked = 20.0, 100.0  # silent 81 s; link asked 1 s ago
+    watcher._reset_if_stalled()
+    assert watcher.resets == 0 and "storevirt.reset" not in master.funs()
+    assert clock.now >= 300 and said.states[0][0] == LINK_DOWN and watcher.link_waited > 0
+
+
+def test_a_cut_since_the_last_link_check_is_no_vm_that_never_called() -> None:
+    clock, said = FakeClock(), Said()
+    master = CutMaster(clock, [], cut=(100, 300), grain=vm_grain([]),
+                       key=lambda t: None)  # the VM's key not there yet
+    watcher = fb_watcher(master, clock, timeout=3600, contact_timeout=60)
+    watcher.link = link_of(master, clock, said).hold
+    clock.now, watcher.link_checked = 101, 100.0
+    watcher._fail_if_never_contacted(False)  # no VmNeverContacted: the store was cut off
+    assert clock.now >= 300 and said.states[0][0] == LINK_DOWN
