@@ -40,6 +40,7 @@ BENCHES = {
     "bench_regions.py": ["wall_seconds", "regions", "chain_cpu_seconds_per_store"],
     "bench_plan_reconcile.py": ["plan_seconds_median", "reconcile_seconds_median",
                                 "plan_salt_jobs", "reconcile_salt_jobs", "goals"],
+    "bench_region_wave.py": ["wave", "one_store_alone", "signin_seconds", "max_in_flight"],
     "bench_update_downtime.py": ["downtime_seconds_median", "downtime_seconds",
                                  "update_run_seconds_median", "outcomes"],
 }
@@ -53,9 +54,14 @@ COVERED_BY_DEFAULT_TESTS = {"bench_resume.py", "bench_batch.py", "bench_plan_rec
 FLEET = {"bench_key_rotation.py", "bench_api_burst.py", "bench_regions.py"}
 
 
+# with the scale tier (-m scale): the region wave's light stores through a batch (docs/scaling.md)
+SCALE = {"bench_region_wave.py"}
+
+
 def marks(name: str) -> list[pytest.MarkDecorator]:
     return ([pytest.mark.bench_covered] if name in COVERED_BY_DEFAULT_TESTS else []) + \
-        ([pytest.mark.fleet] if name in FLEET else [])
+        ([pytest.mark.fleet] if name in FLEET else []) + \
+        ([pytest.mark.scale] if name in SCALE else [])
 
 
 @pytest.mark.lab
@@ -83,6 +89,13 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
         assert result["lost"] == 0 and result["not_finished"] == 0, result
         assert result["states"] == {"COMPLETED": result["stores"]}, result
         assert result["slots_left_taken"] == {}, result
+    if script == "bench_region_wave.py":
+        wave = result["wave"]
+        assert result["one_store_alone"]["state"] == "Completed", result
+        assert wave["completed"] == result["stores"] and wave["batch_state"] == "Completed"
+        assert wave["lost"] == wave["stuck"] == wave["not_completed"] == [], result
+        assert 0 < wave["in_flight_max"] <= result["max_in_flight"], result
+        assert wave["api"]["errors"] == 0 and wave["control_plane_per_store"] > 0, result
     if script == "bench_regions.py":
         assert result["batch_rc"] == 0, result
         for region in result["regions"].values():
