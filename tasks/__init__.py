@@ -41,6 +41,7 @@ STEP_MODULES = ("approvals", "data_export", "firstboot", "fleet_view", "go_live"
 CLIENTS = ("backup", "bmc", "cobbler", "erp", "kiwi", "salt")
 HELPERS = ("approvers", "audit", "blocks", "flow_runs", "image_delivery", "notifications",
            "retry", "root_password", "run_health", "slots", "store_vm", "transport", "vm_domain",
-           "windows", "image_targets", "libvirt_tls", "store_link", "download_window")
+           "windows", "image_targets", "libvirt_tls", "store_link", "download_window",
+           "outside_reads")
 
 __all__ = ["CLIENTS", "HELPERS", "STEP_MODULES"]

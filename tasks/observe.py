@@ -35,10 +35,10 @@ from store_rollout.settings_parts import BmcSettings, CobblerSettings, ErpSettin
 from store_rollout.step_timeouts import STEP_TIMEOUTS
 from tasks.backup import read_backups
 from tasks.bmc import BmcError, bmc_client
-from tasks.cobbler import CobblerError, cobbler_client, power_cycled_at, system_changes, system_spec
-from tasks.erp import ErpError, erp_client
+from tasks.cobbler import power_cycled_at
 from tasks.flow_runs import newest_rollout_runs
 from tasks.image_targets import target_images, version_of_key
+from tasks.outside_reads import read_outside
 from tasks.run_health import HEARTBEAT_EVENT
 from tasks.salt import SaltCommandFailed, SaltMasterClient, key_state_in, master_client
 
@@ -132,27 +132,18 @@ def observe(stores: list[Store], settings: RolloutSettings, *, highstate_test: b
     if highstate_test and answering:
         tested, test_failed = _highstate_test(master, answering)
 
-    cobbler = cobbler_client(CobblerSettings.of(settings))
-    erp = erp_client(ErpSettings.of(settings))
     # cut once for every store below
     salt, hosts, power = (SaltSettings.of(settings), HostSettings.of(settings),
                           BmcSettings.of(settings))
+    outside = read_outside(stores, CobblerSettings.of(settings), ErpSettings.of(settings), salt,
+                           hosts)
     runs = last_rollout_runs([s.store_id for s in stores]) if last_runs else {}
     backups = read_backups([s.vm_minion_id for s in stores], BackupPart.of(settings))
     facts: dict[str, StoreFacts] = {}
     for store in stores:
         sid, hv, vm = store.store_id, store.hypervisor_minion_id, store.vm_minion_id
-        try:
-            record = cobbler.get_system(store.cobbler_system)
-            changes = [c.describe() for c in system_changes(
-                system_spec(store, salt, hosts, token=""), record)]
-        except CobblerError as exc:
-            raise CobblerError(f"store {sid}: reading Cobbler system {store.cobbler_system}: "
-                               f"{exc}") from exc
-        try:
-            notices, erp_error = erp.notices(sid), None
-        except ErpError as exc:
-            notices, erp_error = [], str(exc)
+        record, changes = outside[sid].record, outside[sid].changes
+        notices, erp_error = outside[sid].notices, outside[sid].erp_error
         found = inspected.get(hv) or {}
         domain = (found.get("domains") or {}).get(store.vm_name)
         image = images[sid]

@@ -1,0 +1,81 @@
+"""plan's and reconcile's Cobbler and ERP reads, a few stores at a time, each thread with its
+own clients (tasks/outside_reads.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store_rollout.inventory import load_inventory
+from store_rollout.settings_parts import CobblerSettings, ErpSettings, HostSettings, SaltSettings
+from tasks import outside_reads
+from tasks.cobbler import CobblerError
+from tasks.erp import ErpError
+from tests.helpers import settings_with, write_inventory
+
+
+class Clients:
+    """Stand-ins for one thread's Cobbler and ERP clients, counting who reads at once."""
+
+    made: list[int] = []
+    at_once = 0
+    most = 0
+    lock = threading.Lock()
+
+    def __init__(self) -> None:
+        Clients.made.append(threading.get_ident())
+        self.owner = threading.get_ident()
+
+    def _read(self) -> None:
+        assert threading.get_ident() == self.owner  # never shared between threads
+        with Clients.lock:
+            Clients.at_once += 1
+            Clients.most = max(Clients.most, Clients.at_once)
+        time.sleep(0.02)  # a request's round trip
+        with Clients.lock:
+            Clients.at_once -= 1
+
+    def get_system(self, name: str) -> dict[str, Any] | None:
+        self._read()
+        if name == "store-bad-hv":
+            raise CobblerError("connection refused")
+        return None
+
+    def notices(self, store_id: str) -> list[dict[str, Any]]:
+        self._read()
+        if store_id.endswith("7"):
+            raise ErpError("ERP answered 503")
+        return [{"id": f"E-{store_id}"}]
+
+
+def read(tmp_path: Path, ids: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(outside_reads, "cobbler_client", lambda _s: Clients())
+    monkeypatch.setattr(outside_reads, "erp_client", lambda _s: Clients())
+    settings = settings_with()
+    stores = load_inventory(str(write_inventory(tmp_path / "inventory.yaml", ids))).stores
+    return outside_reads.read_outside(stores, CobblerSettings.of(settings),
+                                      ErpSettings.of(settings), SaltSettings.of(settings),
+                                      HostSettings.of(settings))
+
+
+def test_every_store_read_some_at_once_with_clients_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Clients.made, Clients.most = [], 0
+    ids = [f"{i:04d}" for i in range(40)]
+    found = read(tmp_path, ids, monkeypatch)
+    assert list(found) == ids
+    assert found["0001"].notices == [{"id": "E-0001"}] and found["0001"].erp_error is None
+    assert found["0007"].notices == [] and "503" in str(found["0007"].erp_error)
+    assert found["0001"].record is None
+    assert 1 < Clients.most <= outside_reads.READS_AT_ONCE  # 40 stores, not one after another
+    assert len(Clients.made) <= 2 * outside_reads.READS_AT_ONCE  # a pair per thread, not per store
+
+
+def test_a_cobbler_error_fails_the_read_naming_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(CobblerError, match="store bad: reading Cobbler system store-bad-hv"):
+        read(tmp_path, ["0001", "bad"], monkeypatch)
