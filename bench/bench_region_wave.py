@@ -8,9 +8,10 @@ control plane spends on a store's run, not on simulated hardware.
 
 Measures: runs lost or stuck (every store must have one run, ended Completed), the most store
 runs in flight at once (the batch's bound held, and reached), the wave's wall time, the CPU
-seconds per store of the Prefect server, PostgreSQL, the salt-master and the process running the
-flows (bench/cpu.py), and the Prefect API's answer times while the wave runs (a reader asking
-every half second, as the UI does). Prints one JSON object and writes bench/region_wave.json.
+seconds per store of the Prefect server, PostgreSQL, the salt-master and the process running
+the flows (bench/cpu.py), the Prefect API's answer times while the wave runs (a reader asking
+every half second, as the UI does), and the real reconcile flow's wall time over the region
+afterwards. Prints one JSON object and writes bench/region_wave.json.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import contextvars
 import dataclasses
 import json
 import os
+import shutil
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +40,7 @@ from lab.prefect_access import api_session
 from lab.state import LabInfo
 
 OUT = REPO / "bench" / "region_wave.json"
+RECONCILE_OUT = REPO / "bench" / "region_reconcile.json"
 ROOT = REPO / ".lab-scale"
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
@@ -180,11 +184,40 @@ def wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int) -> dict[str, 
             **per_store(cpu_before, snapshot(info), len(ids))}
 
 
+def reconcile(inv: Path, stores: int) -> dict[str, Any]:
+    """The real reconcile flow over the region's light stores after the wave: its wall time
+    (Salt's reads, then each store's Cobbler record, ERP notices and last run) and verdicts."""
+    from flows.reconcile import store_reconcile
+
+    started = time.perf_counter()
+    found = store_reconcile(str(inv))
+    wall = time.perf_counter() - started
+    codes = Counter(code for status in found["stores"].values()
+                    for code in (m["code"] for m in status["mismatches"]))
+    return {"seconds": wall, "stores": stores, "seconds_per_store": wall / stores,
+            "counts": found["counts"], "mismatch_codes": dict(codes)}
+
+
+def run_wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One store alone (the image cached), then the others in one wave, then reconcile."""
+    from flows.rollout import store_rollout
+
+    warm_started = time.perf_counter()
+    warm = store_rollout(ids[0], str(inv), return_state=True)
+    alone = {"state": str(warm.name), "seconds": time.perf_counter() - warm_started}
+    result = wave(info, inv, ids[1:], in_flight)
+    result["reconcile"] = reconcile(inv, len(ids))
+    return result, alone
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--stores", type=int, default=100)
     parser.add_argument("--in-flight", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="4 stores, 2 in flight")
+    parser.add_argument("--reconcile-only", action="store_true",
+                        help="no wave: the reconcile flow over N+1 light stores (e.g. 1000)")
     args = parser.parse_args()
     stores, in_flight = (4, 2) if args.quick else (args.stores, args.in_flight)
     info = lab_info()
@@ -195,31 +228,36 @@ def main() -> None:
     inv = inventory(root / "inventory.yaml", ids, stamp)
     master = lab_region(info, root)
     with prefect_on_lab(info):
+        from store_rollout.settings import load_settings
         from tasks.salt import SaltMasterClient
 
         salt = SaltMasterClient(info.salt_master_config)
         (root / "hashes.json").write_text(json.dumps(salt.extension_hashes()[1]))
         os.environ[HASHES_ENV] = str(root / "hashes.json")
-        swarm = Swarm(master, [f"store-{sid}-{kind}" for sid in ids for kind in ("hv", "vm")])
+        # the version the chain expects, so reconcile finds the stores on it (a live region)
+        os.environ["LIGHT_MINION_IMAGE_VERSION"] = load_settings().image_version or "1.0.0"
+        # keys from the pool bench_region_scale keeps (generated once, not timed)
+        swarm = Swarm(master, [f"store-{sid}-{kind}" for sid in ids for kind in ("hv", "vm")],
+                      keys_dir=ROOT / "keys")
         try:
             cobbler_records(inv, ids)
             signin = swarm.start()
-            from flows.rollout import store_rollout
-
-            warm_started = time.perf_counter()  # the image cached, one store alone
-            warm = store_rollout(ids[0], str(inv), return_state=True)
-            alone = {"state": str(warm.name), "seconds": time.perf_counter() - warm_started}
-            result = wave(info, inv, ids[1:], in_flight)
+            if args.reconcile_only:  # a region's reconcile alone, at the region's size
+                result, alone = {"reconcile": reconcile(inv, len(ids))}, dict[str, Any]()
+            else:
+                result, alone = run_wave(info, inv, ids, in_flight)
         finally:
             swarm.stop()
             for minion in swarm.ids:
                 salt.delete_key(minion)
             cobbler_records(inv, ids, remove=True)
+            shutil.rmtree(root, ignore_errors=True)  # the swarm's keys and pki dirs
     out = {"benchmark": "region_wave", "stores": stores, "max_in_flight": in_flight,
            "signin_seconds": signin, "one_store_alone": alone, "wave": result,
            "machine": machine(), "quick": args.quick}
     if not args.quick:
-        OUT.write_text(json.dumps(out, indent=1, default=str) + "\n")
+        (RECONCILE_OUT if args.reconcile_only else OUT).write_text(
+            json.dumps(out, indent=1, default=str) + "\n")
     emit(out)
 
 

@@ -18,7 +18,8 @@ from store_rollout.contracts import (
     IMAGE_VERSION_GRAIN,
 )
 
-IMAGE_VERSION = "1.0.0"
+# the version a live store's VM runs: the chain's, as the region tells the swarm
+IMAGE_VERSION = os.environ.get("LIGHT_MINION_IMAGE_VERSION", "1.0.0")
 # the master's served extension hashes (a JSON file the region writes), so step 4 finds the
 # store's modules current as a live store's are; without it, the minion syncs (answers [])
 HASHES_ENV = "LIGHT_MINION_EXTENSION_HASHES"

@@ -96,6 +96,8 @@ def test_benchmark_quick(script: str, lab_env: dict[str, str], tmp_path: Path) -
         assert wave["lost"] == wave["stuck"] == wave["not_completed"] == [], result
         assert 0 < wave["in_flight_max"] <= result["max_in_flight"], result
         assert wave["api"]["errors"] == 0 and wave["control_plane_per_store"] > 0, result
+        # reconcile read every store of the region afterwards (the warm-up one too)
+        assert sum(wave["reconcile"]["counts"].values()) == result["stores"] + 1, result
     if script == "bench_regions.py":
         assert result["batch_rc"] == 0, result
         for region in result["regions"].values():
