@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -37,7 +38,7 @@ from cpu import per_store, snapshot
 from lab.light_minions.answers import HASHES_ENV
 from lab.light_minions.region import Master, Swarm
 from lab.prefect_access import api_session
-from lab.state import LabInfo
+from lab.state import VENV_BIN, LabInfo
 
 OUT = REPO / "bench" / "region_wave.json"
 RECONCILE_OUT = REPO / "bench" / "region_reconcile.json"
@@ -246,18 +247,21 @@ def main() -> None:
                 result, alone = {"reconcile": reconcile(inv, len(ids))}, dict[str, Any]()
             else:
                 result, alone = run_wave(info, inv, ids, in_flight)
+            out = {"benchmark": "region_wave", "stores": stores, "max_in_flight": in_flight,
+                   "signin_seconds": signin, "one_store_alone": alone, "wave": result,
+                   "machine": machine(), "quick": args.quick}
+            if not args.quick:  # kept before the clean-up, whatever becomes of it
+                (RECONCILE_OUT if args.reconcile_only else OUT).write_text(
+                    json.dumps(out, indent=1, default=str) + "\n")
         finally:
             swarm.stop()
-            for minion in swarm.ids:
-                salt.delete_key(minion)
+            # one deletion for them all: one by one the master deleted about one a second
+            subprocess.run([str(VENV_BIN / "salt-key"), "-c",
+                            str(Path(info.salt_master_config).parent), "-y", "-d",
+                            f"store-w{stamp:04x}-*"], check=False, capture_output=True,
+                           timeout=600)
             cobbler_records(inv, ids, remove=True)
             shutil.rmtree(root, ignore_errors=True)  # the swarm's keys and pki dirs
-    out = {"benchmark": "region_wave", "stores": stores, "max_in_flight": in_flight,
-           "signin_seconds": signin, "one_store_alone": alone, "wave": result,
-           "machine": machine(), "quick": args.quick}
-    if not args.quick:
-        (RECONCILE_OUT if args.reconcile_only else OUT).write_text(
-            json.dumps(out, indent=1, default=str) + "\n")
     emit(out)
 
 
