@@ -38,18 +38,25 @@ def read_outside(stores: list[Store], cobbler: CobblerSettings, erp: ErpSettings
     """{store id: its OutsideFacts}. A Cobbler error fails the read naming the store (Cobbler
     is the install's truth); an ERP error is kept as that store's `erp_error`."""
     local = threading.local()
+    failed = threading.Event()  # the first Cobbler failure stops the stores not yet read
 
-    def one(store: Store) -> OutsideFacts:
-        if not hasattr(local, "clients"):
-            local.clients = (cobbler_client(cobbler), erp_client(erp))
-        records, notices_of = local.clients
+    def one(store: Store) -> OutsideFacts | None:
+        if failed.is_set():
+            return None
         try:
+            if not hasattr(local, "clients"):
+                local.clients = (cobbler_client(cobbler), erp_client(erp))
+            records, notices_of = local.clients
             record = records.get_system(store.cobbler_system)
             changes = [c.describe() for c in system_changes(
                 system_spec(store, salt, hosts, token=""), record)]
         except CobblerError as exc:
+            failed.set()
             raise CobblerError(f"store {store.store_id}: reading Cobbler system "
                                f"{store.cobbler_system}: {exc}") from exc
+        except Exception:  # no client (a Block missing): as soon, and once
+            failed.set()
+            raise
         try:
             return OutsideFacts(record, changes, notices_of.notices(store.store_id), None)
         except ErpError as exc:
@@ -57,5 +64,8 @@ def read_outside(stores: list[Store], cobbler: CobblerSettings, erp: ErpSettings
 
     caller = contextvars.copy_context()
     with ThreadPoolExecutor(max_workers=max(1, min(READS_AT_ONCE, len(stores)))) as pool:
-        found = list(pool.map(lambda store: caller.copy().run(one, store), stores))
-    return {store.store_id: facts for store, facts in zip(stores, found, strict=True)}
+        futures = [pool.submit(caller.copy().run, one, store) for store in stores]
+        # the first failure in the stores' order; the others return at once once it is set
+        found = [future.result() for future in futures]
+    return {store.store_id: facts for store, facts in zip(stores, found, strict=True)
+            if facts is not None}

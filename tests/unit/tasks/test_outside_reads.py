@@ -79,3 +79,27 @@ def test_a_cobbler_error_fails_the_read_naming_the_store(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(CobblerError, match="store bad: reading Cobbler system store-bad-hv"):
         read(tmp_path, ["0001", "bad"], monkeypatch)
+
+
+def test_the_first_cobbler_failure_stops_the_stores_not_yet_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Cobbler that fails (or hangs to its timeout) is named after about one round of reads,
+    not after every store of the region has tried it too (review)."""
+    Clients.made = []
+    asked: list[str] = []
+
+    class Failing(Clients):
+        def get_system(self, name: str) -> dict[str, Any] | None:
+            asked.append(name)
+            time.sleep(0.01)
+            raise CobblerError("timed out")
+
+    monkeypatch.setattr(outside_reads, "cobbler_client", lambda _s: Failing())
+    monkeypatch.setattr(outside_reads, "erp_client", lambda _s: Clients())
+    settings = settings_with()
+    ids = [f"{i:04d}" for i in range(200)]
+    stores = load_inventory(str(write_inventory(tmp_path / "inventory.yaml", ids))).stores
+    with pytest.raises(CobblerError, match="store 0000: reading Cobbler system"):
+        outside_reads.read_outside(stores, CobblerSettings.of(settings), ErpSettings.of(settings),
+                                   SaltSettings.of(settings), HostSettings.of(settings))
+    assert len(asked) <= 2 * outside_reads.READS_AT_ONCE  # not 200
