@@ -133,7 +133,7 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
             region starts.
         wave_size: Stores per wave after the canary wave.
         max_in_flight: Stores rolled out at once, fleet-wide (a Prefect global concurrency
-            limit), 1 to 100.
+            limit); at most 100 when the stores run as this batch's subflow runs.
         halt_failure_ratio: Skip a region's remaining waves once its failed/finished stores
             exceed this ratio (0.2: more than one store in five failed).
         store_params: Step timeouts passed to every store's rollout, e.g.
@@ -164,12 +164,13 @@ def batch_rollout(inventory: str, store_ids: tuple[str, ...] = (),
     stores = load_inventory(inventory).select(list(store_ids))
     regions = settings.regions()
     check_regions(stores, regions)  # before any side effect: every store's region is known
-    check_in_flight(max_in_flight, max_in_flight_per_region)
     deployment = batch_deployment(action, image_version, store_deployment, settings)
     done = {} if rerun_completed or action == UPDATE else rolled_out_stores(stores)
     plan = plan_batch(stores, done, regions, settings.region, approval_policy=policy,
                       ignore_windows=ignore_windows, canary=canary, wave_size=wave_size,
                       action=action)
+    check_in_flight(max_in_flight, max_in_flight_per_region,
+                    in_process=not plan.as_deployment_runs)
     if plan.as_deployment_runs:  # before any side effect: each region's deployment has a worker
         for region in plan.in_regions:
             check_deployment(regional_deployment(deployment, region))

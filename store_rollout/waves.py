@@ -17,20 +17,23 @@ from store_rollout.regions import Regions, runs_in_region_pools
 ROLLOUT: Final = "rollout"
 UPDATE: Final = "update"
 ACTIONS: Final = (ROLLOUT, UPDATE)
-# the most stores a batch runs at once: a batch's subflow runs each take a thread of the batch's
-# process while they run (flows/batch_rollout.py sizes its pool by it), and a region of 1,000
-# stores goes in waves of 100 with 50 in flight (docs/scaling.md)
+# the most stores a batch runs at once as its own subflow runs: each takes a thread of the
+# batch's process while it runs (flows/batch_rollout.py sizes its pool by it); a batch of runs
+# of their own (windows, regions) waits for them without a thread each, and has no such cap
 MAX_IN_FLIGHT: Final = 100
 
 
-def check_in_flight(max_in_flight: int, per_region: int) -> None:
-    """Both bounds within 1..MAX_IN_FLIGHT (per_region 0: as max_in_flight), before any side
-    effect: more would leave runs waiting for a thread, not for a slot, and a 0 none at all."""
+def check_in_flight(max_in_flight: int, per_region: int, *, in_process: bool) -> None:
+    """Both bounds at least 1 (per_region 0: as max_in_flight) and, for a batch running its
+    stores in its own process (`in_process`), at most MAX_IN_FLIGHT; before any side effect:
+    more would leave runs waiting for a thread, not for a slot, and a 0 none at all."""
+    top = MAX_IN_FLIGHT if in_process else None
     for field, value, least in (("max_in_flight", max_in_flight, 1),
                                 ("max_in_flight_per_region", per_region, 0)):
-        if not least <= value <= MAX_IN_FLIGHT:
-            raise ValueError(f"{field}: {value} is out of range; use {least} to {MAX_IN_FLIGHT} "
-                             "stores at once")
+        if value < least or (top is not None and value > top):
+            allowed = f"{least} to {top}" if top is not None else f"at least {least}"
+            raise ValueError(f"{field}: {value} is out of range; use {allowed} stores at once"
+                             + (" (a batch of subflow runs)" if top is not None else ""))
 
 
 def plan_waves(store_ids: Sequence[str], canary: int, wave_size: int) -> list[list[str]]:

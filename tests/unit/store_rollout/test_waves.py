@@ -150,13 +150,21 @@ def test_each_kind_of_row_has_the_columns_it_had() -> None:
     (50, -1, "max_in_flight_per_region")])
 def test_in_flight_bounds_out_of_range_name_the_field(fleet: int, per_region: int,
                                                      field: str) -> None:
-    with pytest.raises(ValueError, match=rf"^{field}: .* use \d to 100 stores at once"):
-        check_in_flight(fleet, per_region)
+    with pytest.raises(ValueError, match=rf"^{field}: .* use (\d to 100|at least \d) stores"):
+        check_in_flight(fleet, per_region, in_process=True)
+
+
+def test_runs_of_their_own_take_no_thread_and_have_no_cap() -> None:
+    """A chain's batch of deployment runs (windows, regions) may bound its stores above 100
+    (review: the cap held a 10-region chain to 100 in flight)."""
+    check_in_flight(500, 50, in_process=False)
+    with pytest.raises(ValueError, match="^max_in_flight: 0 .* at least 1"):
+        check_in_flight(0, 0, in_process=False)
 
 
 def test_the_batch_has_a_thread_for_every_store_it_may_run_at_once() -> None:
     """A smaller pool than MAX_IN_FLIGHT caps a batch's stores in flight below its limit."""
     from flows.batch_rollout import STORE_THREADS
 
-    check_in_flight(MAX_IN_FLIGHT, MAX_IN_FLIGHT)  # the largest allowed is allowed
+    check_in_flight(MAX_IN_FLIGHT, MAX_IN_FLIGHT, in_process=True)  # the largest is allowed
     assert STORE_THREADS._max_workers >= MAX_IN_FLIGHT
