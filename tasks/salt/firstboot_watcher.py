@@ -54,12 +54,14 @@ class FirstbootWatcher:
         self.token_revoked = False
         self.resets = 0
         self.link, self.link_waited, self.link_checked = link, 0.0, clock.monotonic()
+        # when the VM's time to first call the master started (again, after a link outage)
+        self.contact_from, self.contact_link_base = self.started, 0.0
 
     def wait(self) -> dict[str, Any]:
         """Until the VM's firstboot is done; its token is revoked once its key is accepted.
         Returns each stage event's and minion start's time (seconds into the wait) and the
         kernel's boot id each stage ran under: two reboots show as three boot ids."""
-        self.started = self.last_seen = self.clock.monotonic()
+        self.started = self.last_seen = self.contact_from = self.clock.monotonic()
         deadline = self.started + self.timeout
         with self.master.subscribe("") as bus:
             self._contested()
@@ -176,11 +178,16 @@ class FirstbootWatcher:
             "none" if held is None else f"retcode {held.get('retcode', 0)}")
 
     def _fail_if_never_contacted(self, contacted: bool) -> None:
-        waited = self.clock.monotonic() - self.started - self.link_waited
-        if (not contacted and waited > self.contact_timeout
-                and self.master.key_state(self.minion) is None
-                # a cut since the last link check is no VM that never called (review)
-                and not self._link_waited(self.clock.monotonic() - self.last_seen)):
+        now = self.clock.monotonic()
+        waited = now - self.contact_from - (self.link_waited - self.contact_link_base)
+        if not contacted and waited > self.contact_timeout \
+                and self.master.key_state(self.minion) is None:
+            if self._link_waited(now - self.last_seen):
+                # a cut since the last link check is no VM that never called (review): once
+                # the link is back, the VM gets a whole contact_timeout to call
+                self.contact_from, self.contact_link_base = (self.clock.monotonic(),
+                                                             self.link_waited)
+                return
             address, port = self.master_endpoint
             raise VmNeverContacted(self.store.store_id, self.minion, self.contact_timeout,
                                    master_address=address, master_port=port,

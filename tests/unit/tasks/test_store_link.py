@@ -19,6 +19,7 @@ from store_rollout.settings_link import DEFAULT_STORE_LINK_WAIT_SECONDS
 from store_rollout.settings_parts import SaltSettings
 from tasks.go_live import GoLiveGate
 from tasks.salt import SaltEventTimeout, SaltMinionNoResponse
+from tasks.salt.errors import VmNeverContacted
 from tasks.store_link import (
     LINK_DOWN,
     LinkedCalls,
@@ -270,3 +271,9 @@ def test_a_cut_since_the_last_link_check_is_no_vm_that_never_called() -> None:
     clock.now, watcher.link_checked = 101, 100.0
     watcher._fail_if_never_contacted(False)  # no VmNeverContacted: the store was cut off
     assert clock.now >= 300 and said.states[0][0] == LINK_DOWN
+    # and once the link is back the VM has a whole contact_timeout to call, not a few seconds
+    clock.now += 30
+    watcher._fail_if_never_contacted(False)
+    clock.now += 40
+    with pytest.raises(VmNeverContacted):
+        watcher._fail_if_never_contacted(False)
