@@ -27,7 +27,7 @@ from tasks.run_health import beating, this_flow_run
 from tasks.salt_master import remove_vm_key
 from tasks.slots import store_owner
 from tasks.undo import cancel_leaves_as_is, undo_decision
-from tasks.vm_removal import remove_vm
+from tasks.vm_removal import VmLeftOnSilentHost, remove_vm
 
 
 @flow(name="store-rollback", flow_run_name="rollback-{store_id}", on_failure=[notify_failure])
@@ -86,7 +86,11 @@ def store_rollback(store_id: str, inventory: str,
                        silent_host_fails=unfinished_only)
         key = remove_vm_key(store, parts.salt)
         cobbler = disable_hypervisor_netboot(store, parts.cobbler)
-    record(parts.approvals, store_id, what, consent.approver, "done",
+    silent = vm.get("host_silent")
+    record(parts.approvals, store_id, what, consent.approver,
+           f"VM left on the silent host {silent}" if silent else "done",
            f"{action.value}; {guard.describe(decision.record)}")
+    if silent:  # its key and netboot are undone; the VM waits for a rollback that finds it
+        raise VmLeftOnSilentHost(store_id, silent, store.vm_name)
     return {"store_id": store_id, "vm": vm, "key": key, "cobbler": cobbler,
             "authorization": decision.record}

@@ -13,11 +13,21 @@ from store_rollout import data_disk
 from store_rollout.inventory import Store
 from store_rollout.settings_parts import SaltSettings
 from tasks.retry import SALT_VIRT_RETRY
-from tasks.salt import SaltMinionNoResponse, SaltTransientError, master_client
+from tasks.salt import SaltTransientError, master_client
 
 # how long an installed host (its key accepted) gets to answer a cancel's clean-up: a busy host
 # misses one 5-s ping, and silence is not absence (a clean-up that skipped it left the VM)
 HOST_ANSWER_SECONDS = 60
+
+
+class VmLeftOnSilentHost(RuntimeError):
+    """A cancel's clean-up found the store's installed host silent: its VM is still there."""
+
+    def __init__(self, store_id: str, host: str, vm_name: str) -> None:
+        super().__init__(f"store {store_id}: the installed host {host} did not answer within "
+                         f"{HOST_ANSWER_SECONDS} s; VM {vm_name} stays on it (its key removed, "
+                         "netboot off). Once the host answers, run `store-rollout rollback "
+                         f"{store_id}` to remove it")
 
 
 def _answers_within(master: Any, minion: str, seconds: float) -> bool:
@@ -38,8 +48,9 @@ def remove_vm(store: Store, salt: SaltSettings, images_dir: str, host_may_be_gon
     decommission, after its export. `host_may_be_gone` (a decommission, maybe rerun): a host
     without an accepted key or that does not answer (an earlier run powered it off) is not
     asked: its disks go with it. `silent_host_fails` (a cancel's clean-up): a host whose key
-    is accepted and that does not answer within HOST_ANSWER_SECONDS fails the task (retried),
-    never counts as gone. The result's `data_disk` says what became of the data disk."""
+    is accepted and that does not answer within HOST_ANSWER_SECONDS never counts as gone: the
+    result names it (`host_silent`) and the caller fails once its other steps are done. The
+    result's `data_disk` says what became of the data disk."""
     logger = get_run_logger()
     master = master_client(salt.salt_master_config)
     hv = store.hypervisor_minion_id
@@ -49,8 +60,11 @@ def remove_vm(store: Store, salt: SaltSettings, images_dir: str, host_may_be_gon
         _answers_within(master, hv, HOST_ANSWER_SECONDS) if silent_host_fails
         else master.ping(hv)))
     if accepted and not answering and silent_host_fails:
-        raise SaltMinionNoResponse(hv, f"the removal of {store.vm_name} (the host is installed: "
-                                   "its VM stays until it answers)", HOST_ANSWER_SECONDS)
+        logger.warning("store %s: %s is installed and did not answer within %.0f s: VM %s stays "
+                       "on it until a rollback finds it answering", store.store_id, hv,
+                       HOST_ANSWER_SECONDS, store.vm_name)
+        return {"name": store.vm_name, "host_silent": hv,
+                "data_disk": {"path": path, "kept": None}}
     if not answering:
         logger.warning("store %s: %s has no accepted key or does not answer (an earlier "
                        "decommission run, or never installed): its VM and data disk, if any, "

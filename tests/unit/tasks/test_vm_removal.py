@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from tasks import vm_removal
-from tasks.salt import SaltMinionNoResponse
 
 
 class SlowHost:
@@ -65,11 +64,46 @@ def test_a_cancel_waits_for_a_busy_installed_host_and_removes_the_vm(host: Any) 
     assert master.removed == ["store-0071-vm"] and "host_gone" not in result
 
 
-def test_a_cancel_fails_naming_a_silent_installed_host_and_leaves_the_vm(host: Any) -> None:
+def test_a_cancel_names_a_silent_installed_host_and_leaves_the_vm(host: Any) -> None:
     master = host(SlowHost(silent=10**6))
-    with pytest.raises(SaltMinionNoResponse, match="store-0072-hv.*store-0072-vm"):
-        remove("0072", silent_host_fails=True)
+    result = remove("0072", silent_host_fails=True)
+    assert result["host_silent"] == "store-0072-hv" and "host_gone" not in result
     assert master.removed == [] and master.pings >= 2
+
+
+def test_the_cancel_undoes_the_rest_then_fails_naming_the_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The VM key and netboot are undone and the audit says what was left; then the clean-up
+    fails with one line naming the host and the command to finish it."""
+    from contextlib import nullcontext
+
+    from flows import store_rollback
+    from tests.helpers import settings_with, write_inventory
+
+    inventory = write_inventory(tmp_path / "inventory.yaml", ["0075"])
+    settings = settings_with(approval_policy="never", default_time_zone="UTC",
+                             default_maintenance_windows=["daily 00:00-24:00"],
+                             audit_dir=str(tmp_path / "audit"))
+    calls: list[str] = []
+    audit: list[str] = []
+    monkeypatch.setattr(store_rollback, "cancel_leaves_as_is", lambda *a: None)
+    monkeypatch.setattr(store_rollback, "check_region", lambda *_: None)
+    monkeypatch.setattr(store_rollback, "load_settings", lambda: settings)
+    monkeypatch.setattr(store_rollback, "tags", lambda *a: nullcontext())
+    monkeypatch.setattr(store_rollback, "undo_decision", lambda *a, **k: SimpleNamespace(
+        record={}, go=True))
+    monkeypatch.setattr(store_rollback.guard, "describe", lambda _r: "let go")
+    monkeypatch.setattr(store_rollback, "record", lambda *a: audit.append(a[4]))
+    monkeypatch.setattr(store_rollback, "remove_vm", lambda *a, **k: calls.append(
+        "remove_vm") or {"name": "store-0075-vm", "host_silent": "store-0075-hv"})
+    for name in ("remove_vm_key", "disable_hypervisor_netboot"):
+        monkeypatch.setattr(store_rollback, name, lambda *a, _n=name, **k: calls.append(_n))
+    with pytest.raises(vm_removal.VmLeftOnSilentHost,
+                       match="store-0075-hv did not answer .* rollback 0075"):
+        store_rollback.store_rollback.fn.__wrapped__("0075", str(inventory), own_store=False,
+                                                     unfinished_only=True)
+    assert calls == ["remove_vm", "remove_vm_key", "disable_hypervisor_netboot"]
+    assert audit == ["VM left on the silent host store-0075-hv"]
 
 
 def test_a_host_never_installed_or_gone_after_a_decommission_is_not_asked(host: Any) -> None:
