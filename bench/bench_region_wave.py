@@ -148,24 +148,54 @@ class ApiWatch:
 
 
 def run_states(info: LabInfo, ids: list[str], since: float) -> dict[str, list[str]]:
-    """{store: [its rollout runs' state types, started after `since`]}."""
+    """{store: [its rollout runs' state types, started after `since`]} (200 runs a page)."""
     session = api_session(info.prefect_api_url)
     found: dict[str, list[str]] = {sid: [] for sid in ids}
-    runs = session.post(f"{info.prefect_api_url}/flow_runs/filter", json={
-        "flow_runs": {"name": {"any_": [f"rollout-{sid}" for sid in ids]}},
-        "limit": 200}, timeout=60).json()
-    for run in runs:
-        created = datetime.fromisoformat(run["created"].replace("Z", "+00:00")).timestamp()
-        if created >= since - 5:
-            found[run["name"].removeprefix("rollout-")].append(run["state_type"])
+    names = [f"rollout-{sid}" for sid in ids]
+    for offset in range(0, 10 * len(ids) + 200, 200):
+        runs = session.post(f"{info.prefect_api_url}/flow_runs/filter", json={
+            "flow_runs": {"name": {"any_": names}}, "limit": 200, "offset": offset},
+            timeout=60).json()
+        for run in runs:
+            created = datetime.fromisoformat(run["created"].replace("Z", "+00:00")).timestamp()
+            if created >= since - 5:
+                found[run["name"].removeprefix("rollout-")].append(run["state_type"])
+        if len(runs) < 200:
+            break
     return found
 
 
-def wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int) -> dict[str, Any]:
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a live process and its live children."""
+    import psutil
+
+    total = 0.0
+    try:
+        top = psutil.Process(pid)
+        for proc in [top, *top.children(recursive=True)]:
+            t = proc.cpu_times()
+            total += t.user + t.system
+    except psutil.NoSuchProcess:
+        pass
+    return total
+
+
+def without_swarm(cpu: dict[str, Any], swarm_seconds: float, stores: int) -> dict[str, Any]:
+    """bench/cpu.py counts this process's tree as the flow runner, and the swarm is its child:
+    the light minions' CPU (they decrypt every publication) taken out and shown apart."""
+    per = dict(cpu["per_store_cpu_seconds"])
+    swarm = round(swarm_seconds / stores, 3)
+    per["flow-runner"] = round(per["flow-runner"] - swarm, 3)
+    return {**cpu, "per_store_cpu_seconds": per, "light_minions_per_store": swarm,
+            "control_plane_per_store": round(cpu["control_plane_per_store"] - swarm, 3)}
+
+
+def wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int,
+         swarm_pid: int) -> dict[str, Any]:
     from flows.batch_rollout import batch_rollout
 
     since = time.time()
-    cpu_before = snapshot(info)
+    cpu_before, swarm_before = snapshot(info), tree_cpu(swarm_pid)
     with ApiWatch(info, ids) as watch:
         started = time.perf_counter()
         state = batch_rollout(str(inv), tuple(ids), canary=0, wave_size=len(ids),
@@ -182,7 +212,8 @@ def wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int) -> dict[str, 
             "not_completed": sorted(sid for sid, states in runs.items()
                                     if states and "COMPLETED" not in states),
             "in_flight_max": watch.in_flight_max, "api": watch.figures(),
-            **per_store(cpu_before, snapshot(info), len(ids))}
+            **without_swarm(per_store(cpu_before, snapshot(info), len(ids)),
+                            tree_cpu(swarm_pid) - swarm_before, len(ids))}
 
 
 def reconcile(inv: Path, stores: int) -> dict[str, Any]:
@@ -199,7 +230,7 @@ def reconcile(inv: Path, stores: int) -> dict[str, Any]:
             "counts": found["counts"], "mismatch_codes": dict(codes)}
 
 
-def run_wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int
+def run_wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int, swarm_pid: int
              ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One store alone (the image cached), then the others in one wave, then reconcile."""
     from flows.rollout import store_rollout
@@ -207,7 +238,7 @@ def run_wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int
     warm_started = time.perf_counter()
     warm = store_rollout(ids[0], str(inv), return_state=True)
     alone = {"state": str(warm.name), "seconds": time.perf_counter() - warm_started}
-    result = wave(info, inv, ids[1:], in_flight)
+    result = wave(info, inv, ids[1:], in_flight, swarm_pid)
     result["reconcile"] = reconcile(inv, len(ids))
     return result, alone
 
@@ -246,7 +277,8 @@ def main() -> None:
             if args.reconcile_only:  # a region's reconcile alone, at the region's size
                 result, alone = {"reconcile": reconcile(inv, len(ids))}, dict[str, Any]()
             else:
-                result, alone = run_wave(info, inv, ids, in_flight)
+                assert swarm.proc is not None
+                result, alone = run_wave(info, inv, ids, in_flight, swarm.proc.pid)
             out = {"benchmark": "region_wave", "stores": stores, "max_in_flight": in_flight,
                    "signin_seconds": signin, "one_store_alone": alone, "wave": result,
                    "machine": machine(), "quick": args.quick}

@@ -419,7 +419,7 @@ def inspect(wanted=None, base_images=None):
     cached}}; each minion picks its own entry. With `base_images` alone (a region's read): every
     domain defined on this host and which of those keys are cached, marked "every_domain": the
     publication then carries no store's names and stays small at any region's size (a map of
-    1,000 stores sent to each of 2,000 minions was 200 MB per read).
+    1,000 stores sent to each of 2,000 minions was about 280 MB per read).
 
     CLI Example: salt -L hv1,hv2 storevirt.inspect '{hv1: {domains: [store-0001-vm]}}'
     CLI Example: salt -L hv1,hv2 storevirt.inspect base_images='[k0123]'
