@@ -13,6 +13,7 @@ from typing import Any
 
 from store_rollout.contracts import (
     FIRSTBOOT_STAGE_GRAIN,
+    GO_LIVE_FUNCTION,
     HARDWARE_SERIAL_GRAIN,
     HYPERVISOR_READY_GRAIN,
     IMAGE_VERSION_GRAIN,
@@ -113,7 +114,7 @@ def answer(minion_id: str, fun: str, arg: list[Any]) -> tuple[Any, int]:
         return list(BOOTSTRAP_FILES), 0
     if fun == "file.file_exists":
         return False, 0  # firstboot removed them
-    if fun == "storegate.run":
+    if fun == GO_LIVE_FUNCTION:
         return gate_rows(), 0
     if fun in ("state.apply", "state.highstate", "state.sls"):
         return _state(minion_id), 0

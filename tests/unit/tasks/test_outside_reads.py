@@ -56,7 +56,8 @@ def read(tmp_path: Path, ids: list[str], monkeypatch: pytest.MonkeyPatch) -> Any
     monkeypatch.setattr(outside_reads, "cobbler_client", lambda _s: Clients())
     monkeypatch.setattr(outside_reads, "erp_client", lambda _s: Clients())
     settings = settings_with()
-    stores = load_inventory(str(write_inventory(tmp_path / "inventory.yaml", ids))).stores
+    path = write_inventory(tmp_path / "inventory.yaml", ids, "52:54:00:3c:00")
+    stores = load_inventory(str(path)).stores
     return outside_reads.read_outside(stores, CobblerSettings.of(settings),
                                       ErpSettings.of(settings), SaltSettings.of(settings),
                                       HostSettings.of(settings))
@@ -98,7 +99,8 @@ def test_the_first_cobbler_failure_stops_the_stores_not_yet_read(
     monkeypatch.setattr(outside_reads, "erp_client", lambda _s: Clients())
     settings = settings_with()
     ids = [f"{i:04d}" for i in range(200)]
-    stores = load_inventory(str(write_inventory(tmp_path / "inventory.yaml", ids))).stores
+    path = write_inventory(tmp_path / "inventory.yaml", ids, "52:54:00:3f:00")
+    stores = load_inventory(str(path)).stores
     with pytest.raises(CobblerError, match="store 0000: reading Cobbler system"):
         outside_reads.read_outside(stores, CobblerSettings.of(settings), ErpSettings.of(settings),
                                    SaltSettings.of(settings), HostSettings.of(settings))

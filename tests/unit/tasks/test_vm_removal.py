@@ -52,7 +52,8 @@ def remove(store_id: str, **flags: bool) -> dict[str, Any]:
     from store_rollout.settings_parts import SaltSettings
     from tests.helpers import settings_with, write_inventory
 
-    path = write_inventory(Path(tempfile.mkdtemp()) / "inventory.yaml", [store_id])
+    path = write_inventory(Path(tempfile.mkdtemp()) / "inventory.yaml", [store_id],
+                           "52:54:00:3d:00")
     store = load_inventory(str(path)).get(store_id)
     return vm_removal.remove_vm.fn(store, SaltSettings.of(settings_with()), "/srv/salt-images",
                                    host_may_be_gone=True, **flags)
@@ -80,7 +81,7 @@ def test_the_cancel_undoes_the_rest_then_fails_naming_the_host(
     from flows import store_rollback
     from tests.helpers import settings_with, write_inventory
 
-    inventory = write_inventory(tmp_path / "inventory.yaml", ["0075"])
+    inventory = write_inventory(tmp_path / "inventory.yaml", ["0075"], "52:54:00:3e:00")
     settings = settings_with(approval_policy="never", default_time_zone="UTC",
                              default_maintenance_windows=["daily 00:00-24:00"],
                              audit_dir=str(tmp_path / "audit"))
