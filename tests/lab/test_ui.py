@@ -122,7 +122,17 @@ class Ui:
             except PlaywrightTimeout:
                 if attempt == 3:
                     raise
-        self.page.get_by_role("button", name="Run", exact=True).click()
+        # under a full run's load the deployment's page has once drawn no Run button within
+        # 30 s: a person reloads it; the page as it was is kept, then the reload is tried
+        for attempt in range(3):
+            try:
+                self.page.get_by_role("button", name="Run", exact=True).click(timeout=20000)
+                break
+            except PlaywrightTimeout:
+                self.shot(f"no-run-button-{deployment}-{attempt}")
+                if attempt == 2:
+                    raise
+                self.page.reload()
         self.page.get_by_role("menuitem", name="Custom run").click()
         self.page.get_by_text("Enforce Parameter Schema").wait_for()
         self.page.get_by_role("button", name="Submit").wait_for()
