@@ -119,8 +119,7 @@ def batch(
     store: Annotated[list[str] | None, typer.Option("--store", help="only these stores")] = None,
     canary: Annotated[int, typer.Option(help="stores in the canary wave")] = 1,
     wave_size: Annotated[int, typer.Option(help="stores per wave")] = 5,
-    max_in_flight: Annotated[int, typer.Option(
-        help="stores at once (fleet-wide; at most 100 as subflows)")] = 3,
+    max_in_flight: Annotated[int, typer.Option(help="stores at once (fleet-wide)")] = 3,
     max_in_flight_per_region: Annotated[int, typer.Option(
         help="stores at once in each region (0: as --max-in-flight)")] = 0,
     halt_threshold: Annotated[float, typer.Option(help="halt when failed/finished exceeds this")] = 0.2,

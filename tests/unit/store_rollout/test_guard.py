@@ -399,7 +399,8 @@ def test_a_cancelled_rollout_only_cleans_up_a_store_that_never_went_live(
                          'mac: "52:54:00:42:00:01"}, erp: {site_code: DE-0042}}]')
     removed: list[str] = []
     for name in ("remove_vm", "remove_vm_key", "disable_hypervisor_netboot"):
-        monkeypatch.setattr(store_rollback, name, lambda *a, _n=name, **k: removed.append(_n))
+        monkeypatch.setattr(store_rollback, name,
+                            lambda *a, _n=name, **k: removed.append(_n) or {})  # task results
     monkeypatch.setattr(store_rollback, "check_region", lambda *_: None)
     monkeypatch.setattr(undo, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(store_rollback, "load_settings", lambda: settings_with(
