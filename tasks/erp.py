@@ -132,6 +132,9 @@ class ErpClient:
     def __repr__(self) -> str:
         return f"ErpClient(base_url={self.base_url!r})"
 
+    def close(self) -> None:
+        self.session.close()
+
     def notify(self, notice: ErpNotice | BoxNotice | UpdateNotice) -> dict[str, Any]:
         url = self.base_url + NOTICE_PATH
         headers = {"Authorization": f"Bearer {self._token.get_secret_value()}",

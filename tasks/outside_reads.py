@@ -38,6 +38,7 @@ def read_outside(stores: list[Store], cobbler: CobblerSettings, erp: ErpSettings
     """{store id: its OutsideFacts}. A Cobbler error fails the read naming the store (Cobbler
     is the install's truth); an ERP error is kept as that store's `erp_error`."""
     local = threading.local()
+    opened: list[tuple[Any, Any]] = []  # every thread's clients, closed when the pool is done
     failed = threading.Event()  # the first Cobbler failure stops the stores not yet read
 
     def one(store: Store) -> OutsideFacts | None:
@@ -46,6 +47,7 @@ def read_outside(stores: list[Store], cobbler: CobblerSettings, erp: ErpSettings
         try:
             if not hasattr(local, "clients"):
                 local.clients = (cobbler_client(cobbler), erp_client(erp))
+                opened.append(local.clients)
             records, notices_of = local.clients
             record = records.get_system(store.cobbler_system)
             changes = [c.describe() for c in system_changes(
@@ -63,9 +65,14 @@ def read_outside(stores: list[Store], cobbler: CobblerSettings, erp: ErpSettings
             return OutsideFacts(record, changes, [], str(exc))
 
     caller = contextvars.copy_context()
-    with ThreadPoolExecutor(max_workers=max(1, min(READS_AT_ONCE, len(stores)))) as pool:
-        futures = [pool.submit(caller.copy().run, one, store) for store in stores]
-        # the first failure in the stores' order; the others return at once once it is set
-        found = [future.result() for future in futures]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(READS_AT_ONCE, len(stores)))) as pool:
+            futures = [pool.submit(caller.copy().run, one, store) for store in stores]
+            # the first failure in the stores' order; the others return at once once it is set
+            found = [future.result() for future in futures]
+    finally:
+        for clients in opened:
+            for client in clients:
+                client.close()
     return {store.store_id: facts for store, facts in zip(stores, found, strict=True)
             if facts is not None}

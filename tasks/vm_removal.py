@@ -39,6 +39,18 @@ def _answers_within(master: Any, minion: str, seconds: float) -> bool:
     return True
 
 
+def _host_reach(master: Any, hv: str, host_may_be_gone: bool, silent_host_fails: bool) -> str:
+    """"answering"; "gone" (a decommission's host: no accepted key, or no answer to a ping);
+    "silent" (a cancel's clean-up: its key accepted, no answer within HOST_ANSWER_SECONDS)."""
+    if not host_may_be_gone:  # a rollback: the host is there, a failure to reach it is an error
+        return "answering"
+    if master.key_state(hv) != "accepted":
+        return "gone"
+    if silent_host_fails:
+        return "answering" if _answers_within(master, hv, HOST_ANSWER_SECONDS) else "silent"
+    return "answering" if master.ping(hv) else "gone"
+
+
 @task(name="remove_vm", task_run_name="remove-vm-{store.store_id}",
       **SALT_VIRT_RETRY.on(SaltTransientError))
 def remove_vm(store: Store, salt: SaltSettings, images_dir: str, host_may_be_gone: bool = False,
@@ -55,17 +67,14 @@ def remove_vm(store: Store, salt: SaltSettings, images_dir: str, host_may_be_gon
     master = master_client(salt.salt_master_config)
     hv = store.hypervisor_minion_id
     path = data_disk.data_disk_path(store, images_dir)
-    accepted = not host_may_be_gone or master.key_state(hv) == "accepted"
-    answering = not host_may_be_gone or (accepted and (
-        _answers_within(master, hv, HOST_ANSWER_SECONDS) if silent_host_fails
-        else master.ping(hv)))
-    if accepted and not answering and silent_host_fails:
+    reach = _host_reach(master, hv, host_may_be_gone, silent_host_fails)
+    if reach == "silent":
         logger.warning("store %s: %s is installed and did not answer within %.0f s: VM %s stays "
                        "on it until a rollback finds it answering", store.store_id, hv,
                        HOST_ANSWER_SECONDS, store.vm_name)
         return {"name": store.vm_name, "host_silent": hv,
                 "data_disk": {"path": path, "kept": None}}
-    if not answering:
+    if reach == "gone":
         logger.warning("store %s: %s has no accepted key or does not answer (an earlier "
                        "decommission run, or never installed): its VM and data disk, if any, "
                        "stay on its disk", store.store_id, hv)

@@ -83,6 +83,10 @@ class CobblerClient:
     def __repr__(self) -> str:
         return f"CobblerClient(url={self.url!r}, user={self.user!r})"
 
+    def close(self) -> None:
+        """Closes the proxy's connection (xmlrpc.client's own way: calling it with "close")."""
+        self._proxy("close")()
+
     # -- boundary ----------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T], name: str | None = None) -> T:
         """`fn()`, its failure mapped to a CobblerError naming `what` (the call and its

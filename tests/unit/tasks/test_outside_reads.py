@@ -22,6 +22,7 @@ class Clients:
     """Stand-ins for one thread's Cobbler and ERP clients, counting who reads at once."""
 
     made: list[int] = []
+    closed = 0
     at_once = 0
     most = 0
     lock = threading.Lock()
@@ -38,6 +39,10 @@ class Clients:
         time.sleep(0.02)  # a request's round trip
         with Clients.lock:
             Clients.at_once -= 1
+
+    def close(self) -> None:
+        with Clients.lock:
+            Clients.closed += 1
 
     def get_system(self, name: str) -> dict[str, Any] | None:
         self._read()
@@ -65,7 +70,7 @@ def read(tmp_path: Path, ids: list[str], monkeypatch: pytest.MonkeyPatch) -> Any
 
 def test_every_store_read_some_at_once_with_clients_of_their_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    Clients.made, Clients.most = [], 0
+    Clients.made, Clients.most, Clients.closed = [], 0, 0
     ids = [f"{i:04d}" for i in range(40)]
     found = read(tmp_path, ids, monkeypatch)
     assert list(found) == ids
@@ -74,6 +79,7 @@ def test_every_store_read_some_at_once_with_clients_of_their_own(
     assert found["0001"].record is None
     assert 1 < Clients.most <= outside_reads.READS_AT_ONCE  # 40 stores, not one after another
     assert len(Clients.made) <= 2 * outside_reads.READS_AT_ONCE  # a pair per thread, not per store
+    assert Clients.closed == len(Clients.made)  # each thread's connections closed at the end
 
 
 def test_a_cobbler_error_fails_the_read_naming_the_store(
@@ -86,7 +92,7 @@ def test_the_first_cobbler_failure_stops_the_stores_not_yet_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Cobbler that fails (or hangs to its timeout) is named after about one round of reads,
     not after every store of the region has tried it too (review)."""
-    Clients.made = []
+    Clients.made, Clients.closed = [], 0
     asked: list[str] = []
 
     class Failing(Clients):
@@ -105,3 +111,4 @@ def test_the_first_cobbler_failure_stops_the_stores_not_yet_read(
         outside_reads.read_outside(stores, CobblerSettings.of(settings), ErpSettings.of(settings),
                                    SaltSettings.of(settings), HostSettings.of(settings))
     assert len(asked) <= 2 * outside_reads.READS_AT_ONCE  # not 200
+    assert Clients.closed == len(Clients.made) > 0  # closed after a failure too
