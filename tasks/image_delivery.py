@@ -60,8 +60,8 @@ def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSetting
     that when it holds `old_key`, else (or on any refusal) the full image. The result says
     which ("mode": full, delta or cached), bytes moved ("transferred") and "full_size".
     `in_window` returns once bytes may cross the store's link (the download window): asked
-    before the first attempt and before each resume, so a download cut after its window closed
-    goes on in the next one, not at once."""
+    before each resume, so a download cut after its window closed goes on in the next one, not
+    at once. The caller asks it before calling (it keeps the window's answer)."""
     url = f"{settings.image_base_url}/{image['key']}/image.qcow2"
     ca_pem = Path(settings.image_ca_bundle).read_text() if settings.image_ca_bundle else None
     kwarg: dict[str, Any] = {"meta": image["meta"], "ca_pem": ca_pem,
@@ -73,7 +73,8 @@ def deliver_image(master: SaltMasterClient, store: Store, settings: ImageSetting
     for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_exponential(max=10),
                             retry=retry_if_exception_type(ImageDownloadCut), reraise=True):
         with attempt, _cut_as_a_type():
-            in_window()
+            if attempt.retry_state.attempt_number > 1:
+                in_window()
             result: dict[str, Any] = master.cmd(
                 store.hypervisor_minion_id, "storevirt.ensure_base_image",
                 [url, image["key"], image["sha256"]], kwarg=kwarg, timeout=DOWNLOAD_TIMEOUT)

@@ -101,6 +101,7 @@ def stage_update(store: Store, image: ImageRef, salt: SaltSettings,
     master = master_client(salt.salt_master_config)
     domain = master.cmd(store.hypervisor_minion_id, "storevirt.domain_summary", [store.vm_name])
     wait_for_download_window(store, images)  # bytes over the link only in the download window
+    # (deliver_image asks it again before each resume of a cut download)
     # the base it runs on: the host fetches only what changed from it when it holds it
     delivered = deliver_image(master, store, images, image,
                               old_key=(domain or {}).get("image_key"),
