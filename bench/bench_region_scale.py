@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 from common import REPO, emit, machine, percentile
+from cpu import cpu_seconds
 
 from lab.light_minions.region import Master, Swarm, minion_ids
 from lab.state import VENV_BIN
@@ -32,17 +33,6 @@ OUT = REPO / "bench" / "region_scale.json"
 ROOT = REPO / ".lab-scale"
 HV_GRAINS = ["store_rollout_hypervisor_ready", "firstboot_stage", "serialnumber",
              "store_image_version", "os", "osrelease"]
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def client(master: Master) -> Any:

@@ -165,37 +165,14 @@ def run_states(info: LabInfo, ids: list[str], since: float) -> dict[str, list[st
     return found
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a live process and its live children."""
-    import psutil
-
-    total = 0.0
-    try:
-        top = psutil.Process(pid)
-        for proc in [top, *top.children(recursive=True)]:
-            t = proc.cpu_times()
-            total += t.user + t.system
-    except psutil.NoSuchProcess:
-        pass
-    return total
-
-
-def without_swarm(cpu: dict[str, Any], swarm_seconds: float, stores: int) -> dict[str, Any]:
-    """bench/cpu.py counts this process's tree as the flow runner, and the swarm is its child:
-    the light minions' CPU (they decrypt every publication) taken out and shown apart."""
-    per = dict(cpu["per_store_cpu_seconds"])
-    swarm = round(swarm_seconds / stores, 3)
-    per["flow-runner"] = round(per["flow-runner"] - swarm, 3)
-    return {**cpu, "per_store_cpu_seconds": per, "light_minions_per_store": swarm,
-            "control_plane_per_store": round(cpu["control_plane_per_store"] - swarm, 3)}
-
-
 def wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int,
          swarm_pid: int) -> dict[str, Any]:
     from flows.batch_rollout import batch_rollout
 
     since = time.time()
-    cpu_before, swarm_before = snapshot(info), tree_cpu(swarm_pid)
+    # the light minions (the swarm, this process's child) apart from the flow runner
+    apart = {"light-minions": swarm_pid}
+    cpu_before = snapshot(info, apart=apart)
     with ApiWatch(info, ids) as watch:
         started = time.perf_counter()
         state = batch_rollout(str(inv), tuple(ids), canary=0, wave_size=len(ids),
@@ -204,6 +181,7 @@ def wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int,
         wall = time.perf_counter() - started
     rows = state.result() if state.is_completed() else []
     runs = run_states(info, ids, since)
+    cpu = per_store(cpu_before, snapshot(info, apart=apart), len(ids))
     return {"wall_seconds": wall, "batch_state": str(state.name),
             "completed": sum(r["state"] == "Completed" for r in rows),
             "lost": sorted(sid for sid, states in runs.items() if not states),
@@ -212,8 +190,7 @@ def wave(info: LabInfo, inv: Path, ids: list[str], in_flight: int,
             "not_completed": sorted(sid for sid, states in runs.items()
                                     if states and "COMPLETED" not in states),
             "in_flight_max": watch.in_flight_max, "api": watch.figures(),
-            **without_swarm(per_store(cpu_before, snapshot(info), len(ids)),
-                            tree_cpu(swarm_pid) - swarm_before, len(ids))}
+            **cpu, "light_minions_per_store": cpu["per_store_cpu_seconds"]["light-minions"]}
 
 
 def reconcile(inv: Path, stores: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lab.state import LabInfo
@@ -42,9 +43,17 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def snapshot(info: LabInfo, runner_pid: int | None = None) -> dict[str, float]:
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds so far of these processes and of their reaped children (a gone one: 0)."""
+    return sum(stat[1] for pid in pids if (stat := _stat(pid)) is not None)
+
+
+def snapshot(info: LabInfo, runner_pid: int | None = None,
+             apart: Mapping[str, int] | None = None) -> dict[str, float]:
     """CPU seconds so far of each lab service's process tree, of the lab's QEMUs, and of the
-    process that runs the flows (`runner_pid`, default this one) as "flow-runner"."""
+    process that runs the flows (`runner_pid`, default this one) as "flow-runner". `apart`
+    ({name: pid}): trees counted under their own name even when they are the runner's children
+    (a bench's own simulated minions)."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (stat := _stat(int(entry))) is not None:
@@ -63,6 +72,7 @@ def snapshot(info: LabInfo, runner_pid: int | None = None) -> dict[str, float]:
         return found
 
     roots = {name: svc.pid for name, svc in info.services.items()}
+    roots.update(apart or {})  # claimed before the runner's tree, which may hold them
     roots["flow-runner"] = runner_pid or os.getpid()
     seconds: dict[str, float] = {}
     claimed: set[int] = set()

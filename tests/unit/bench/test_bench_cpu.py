@@ -9,7 +9,7 @@ import time
 from lab.state import REPO_ROOT, LabInfo, ServiceInfo
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from cpu import per_store, snapshot  # noqa: E402
+from cpu import cpu_seconds, per_store, snapshot  # noqa: E402
 
 BURN = "import time\nend = time.process_time() + float(__import__('sys').argv[1])\n" \
        "while time.process_time() < end: pass\n"
@@ -37,3 +37,23 @@ def test_a_services_tree_and_its_reaped_children_are_counted() -> None:
     finally:
         service.kill()
         service.wait()
+
+
+def test_a_tree_set_apart_is_not_counted_as_the_runners() -> None:
+    """A bench's own simulated minions run as its child: counted under their own name, not in
+    the flow runner's (the control plane's) seconds."""
+    swarm = subprocess.Popen([sys.executable, "-c", BURN + "import time\ntime.sleep(30)\n", "0.5"])
+    try:
+        info = LabInfo.model_construct(state_dir="/nonexistent-lab", services={})
+        deadline = time.monotonic() + 20
+        while cpu_seconds([swarm.pid]) < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        runner_alone = snapshot(info)["flow-runner"]
+        split = snapshot(info, apart={"light-minions": swarm.pid})
+        assert 0.5 <= split["light-minions"] < 2.0, split
+        # the swarm is this process's child: without `apart` the runner's seconds hold it
+        assert split["flow-runner"] <= runner_alone - 0.5 + 0.1, (split, runner_alone)
+        assert cpu_seconds([swarm.pid, 2**22 + 1]) == split["light-minions"]  # a gone pid: 0
+    finally:
+        swarm.kill()
+        swarm.wait()
