@@ -37,7 +37,7 @@ APT_PACKAGES := postgresql postgresql-contrib rsync qemu-utils qemu-system-x86 \
 	fdisk gdisk util-linux e2fsprogs libmagic1 iproute2 procps chromium \
 	xorriso libxml2-utils dnsmasq-base ipmitool curl systemd dmidecode rclone restic
 
-.PHONY: setup demo test test-durations test-slow test-scale test-bench test-full test-fleet lint bench ui-screenshots lab-up lab-down lab-status clean
+.PHONY: setup demo test test-durations test-slow test-scale test-bench test-full test-fleet test-extended lint bench ui-screenshots lab-up lab-down lab-status clean
 
 # Salt 3006.0, the minion Leap 15.6 hosts run: its source (never installed) for the compatibility test
 SALT3006_SDIST := $(CURDIR)/.cache/salt-3006.0.tar.gz
@@ -146,6 +146,10 @@ test-bench: setup
 test-full: setup
 	$(VENV)/bin/pytest -q -rP -m full_lab tests/lab/test_full_lab.py
 
+# the lab's fault matrix and after-go-live features, past what `make test` covers step by step
+test-extended: setup
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 -m extended
+
 test-fleet: setup
 	$(VENV)/bin/pytest -q -rP -n 2 -m fleet tests/lab/test_slots.py tests/lab/test_faults.py \
 	  tests/lab/test_bench.py tests/lab/test_windows_lab.py tests/lab/test_approvals_lab.py \
@@ -159,7 +163,7 @@ bench: setup
 # docs/ui/*.png: the pages the browser test visits, taken from a lab run (docs/ui.md shows them)
 ui-screenshots: setup
 	rm -f docs/ui/*.png
-	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q tests/lab/test_ui.py \
+	STORE_ROLLOUT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(VENV)/bin/pytest -q -m lab tests/lab/test_ui.py \
 	  tests/lab/test_windows_lab.py::test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it \
 	  tests/lab/test_fleet_view_ui.py
 

@@ -64,6 +64,7 @@ def test_rollout_started_through_rest_api(lab: LabInfo, tmp_path: Path) -> None:
     assert bad.status_code in (409, 422)
 
 
+@pytest.mark.extended
 def test_two_workers_on_the_lab_postgres_server_both_take_work(
         lab: LabInfo, lab_env: dict[str, str], tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client

@@ -25,7 +25,7 @@ from tasks.backup import ResticAdmin
 from tasks.salt import SaltMasterClient
 from tests.helpers import bmc_power, cli_in_process, finish, start_rollout, wait_for, write_inventory
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]
 
 STORE = "b48"
 VM = f"store-{STORE}-vm"

@@ -13,7 +13,7 @@ from lab.prefect_access import PrefectAccess, api_session
 from lab.state import LabInfo, LabPaths
 from tests.helpers import check_store, result_from_systems, write_inventory
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]
 
 
 def max_overlap(rows: list[dict[str, Any]]) -> int:

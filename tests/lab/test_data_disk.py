@@ -17,7 +17,7 @@ from store_rollout.contracts import BOOTSTRAP_CONF, DATA_DISK_FILE, FIRSTBOOT_ST
 from tasks.salt import SaltMasterClient
 from tests.helpers import finish, start_rollout, wait_for, write_inventory
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]
 
 RECEIPT = "receipt 0001: 3 x bread, paid"  # file.write ends it with a newline
 

@@ -101,6 +101,7 @@ def completed(state: Any) -> dict[str, Any]:
     return dict(state.result())
 
 
+@pytest.mark.extended
 def test_cobbler_down_10s_during_step2(lab: LabInfo, lab_dir: Path, inprocess: Any,
                                       background: Background, tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-cobbler"], "52:54:00:f1:00", lab=lab)
@@ -118,6 +119,7 @@ def test_cobbler_down_10s_during_step2(lab: LabInfo, lab_dir: Path, inprocess: A
     check_store(lab, "f-cobbler", result)
 
 
+@pytest.mark.extended
 def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Path,
                                                      inprocess: Any, faults: Any,
                                                      background: Background,
@@ -149,6 +151,7 @@ def test_salt_master_restarted_while_waiting_in_step3(lab: LabInfo, lab_dir: Pat
     check_store(lab, "f-master", result)
 
 
+@pytest.mark.extended
 def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: Any, faults: Any,
                                                      tmp_path: Path) -> None:
     """The install takes 25 s, step 3 waits 20 s a try: the operators hear of the silent host
@@ -174,6 +177,7 @@ def test_hypervisor_minion_late_beyond_first_timeout(lab: LabInfo, inprocess: An
     assert 10 <= heard_after < 20, heard_after  # before step 3's first try gave up
 
 
+@pytest.mark.extended
 def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inprocess: Any,
                                                             faults: Any, tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-nohs"], "52:54:00:f9:00", lab=lab)
@@ -184,6 +188,7 @@ def test_hypervisor_startup_highstate_lost_is_applied_again(lab: LabInfo, inproc
     check_store(lab, "f-nohs", result)
 
 
+@pytest.mark.extended
 def test_an_unpatched_ga_host_on_auth_protocol_2_fails_step3_naming_why(
         lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path) -> None:
     """An unpatched GA host: SUSE's salt-minion as first shipped (Salt 3006.0 on Python 3.6;
@@ -212,6 +217,7 @@ def test_an_unpatched_ga_host_on_auth_protocol_2_fails_step3_naming_why(
     assert [r["run_count"] for r in runs] == [1], runs  # a refusal is not waited out twice
 
 
+@pytest.mark.extended
 def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
                                   tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-start"], "52:54:00:f4:00", lab=lab)
@@ -221,6 +227,7 @@ def test_virt_start_failing_twice(lab: LabInfo, inprocess: Any, faults: Any,
     check_store(lab, "f-start", result)
 
 
+@pytest.mark.extended
 def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inprocess: Any,
                                                           faults: Any, tmp_path: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", ["f-reboot"], "52:54:00:f5:00", lab=lab)
@@ -238,6 +245,7 @@ def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inproces
     check_store(lab, "f-reboot", result)
 
 
+@pytest.mark.extended
 def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, inprocess: Any,
                                                                 faults: Any,
                                                                 tmp_path: Path) -> None:
@@ -265,6 +273,7 @@ def test_vm_that_never_reaches_the_master_fails_step6_naming_it(lab: LabInfo, in
     assert firstboot["run_count"] == 1, firstboot
 
 
+@pytest.mark.extended
 def test_a_store_service_down_fails_the_go_live_gate_then_the_rerun_notifies_once(
         lab: LabInfo, inprocess: Any, faults: Any, tmp_path: Path) -> None:
     """Issue 30: the store server's service does not start at firstboot's last boot. The gate
@@ -300,6 +309,7 @@ def test_a_store_service_down_fails_the_go_live_gate_then_the_rerun_notifies_onc
     check_store(lab, store, result)
 
 
+@pytest.mark.extended
 def test_erp_timeout_then_503_twice_then_201(lab: LabInfo, inprocess: Any, faults: Any,
                                              background: Background, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -430,6 +440,7 @@ def image_server(lab: LabInfo, method: str, path: str, **kw: Any) -> Any:
     return response.json()
 
 
+@pytest.mark.extended
 def test_corrupted_image_fails_step5_then_rerun_completes(
         lab: LabInfo, inprocess: Any, faults: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fresh_image(lab, monkeypatch, "67M")
@@ -450,6 +461,7 @@ def test_corrupted_image_fails_step5_then_rerun_completes(
     check_store(lab, "f-imgbad", result)
 
 
+@pytest.mark.extended
 def test_image_download_cut_midway_is_resumed(
         lab: LabInfo, inprocess: Any, faults: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fresh_image(lab, monkeypatch, "69M")

@@ -31,7 +31,7 @@ from tests.helpers import (
     write_inventory,
 )
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]
 
 XEN, KVM = "rf1", "rf2"  # write_inventory: the odd stores sles15-xen, the even sle16-kvm
 MAC_PREFIX = "52:54:00:48:01"

@@ -111,6 +111,7 @@ def domain_disk(lab: LabInfo, store_id: str) -> str:
     return str(source.get("file"))
 
 
+@pytest.mark.extended
 def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, lab_env: dict[str, str],
                                                          update: Any, tmp_path: Path) -> None:
     inv = live(lab, lab_env, write_inventory(tmp_path / "inv.yaml", ["u-ok"], "52:54:00:47:01",
@@ -146,6 +147,7 @@ def test_an_update_to_v2_keeps_the_vms_identity_and_data(lab: LabInfo, lab_env: 
     assert domain_disk(lab, OK) == result["disk"]
 
 
+@pytest.mark.extended
 def test_a_gate_failing_on_v2_reverts_to_v1_by_itself(lab: LabInfo, lab_env: dict[str, str],
                                                       update: Any, tmp_path: Path) -> None:
     inv = live(lab, lab_env, write_inventory(tmp_path / "inv.yaml", ["u-gate"], "52:54:00:47:02",

@@ -206,6 +206,7 @@ def test_missing_cobbler_sync_limit_is_an_error_before_anything_happens(
              what="cobbler-sync back")
 
 
+@pytest.mark.extended
 def test_two_api_runs_of_one_store_one_owner(lab: LabInfo, lab_env: dict[str, str],
                                              tmp_path: Path) -> None:
     """A UI click and a batch (here: two REST API runs) of one store at once: one rolls it out,

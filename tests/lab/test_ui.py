@@ -9,6 +9,7 @@ a PNG (docs/ui.md uses them: `make ui-screenshots`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -109,30 +110,26 @@ class Ui:
         # the dashboard also links the flow's name (its recent runs): wait for the deployments
         # page, and click a deployment's link, or a click can land on the dashboard's flow link
         self.page.wait_for_url(re.compile(r"/deployments/?(\?.*)?$"))
-        # one page shows ten deployments: search for it, as a user with more would; the list
-        # redraws as the search applies, so a click on the row before it may land on nothing:
-        # clicked again until the deployment's page opens (seen under a full run's load)
-        self.page.get_by_placeholder(re.compile("search", re.I)).first.fill(deployment)
-        for attempt in range(4):
-            self.page.locator('a[href*="/deployments/deployment/"]').get_by_text(
-                deployment, exact=True).first.click()
+        # one page shows ten deployments: search for it, as a user with more would. The list
+        # redraws as the search applies, and the search, applied after a click on the row had
+        # opened the deployment, has taken the page back to the list (the screenshots of a full
+        # run: the list, the search filled, no Run button; a reload only reloads the list). So
+        # the row is clicked again whenever the list is what shows, until the Run button opens.
+        row = self.page.locator('a[href*="/deployments/deployment/"]').get_by_text(
+            deployment, exact=True).first
+        for attempt in range(5):
+            if "/deployments/deployment/" not in self.page.url:
+                row.click()
+                with contextlib.suppress(PlaywrightTimeout):
+                    self.page.wait_for_url(re.compile(r"/deployments/deployment/"), timeout=10000)
             try:
-                self.page.wait_for_url(re.compile(r"/deployments/deployment/"), timeout=10000)
-                break
-            except PlaywrightTimeout:
-                if attempt == 3:
-                    raise
-        # under a full run's load the deployment's page has once drawn no Run button within
-        # 30 s: a person reloads it; the page as it was is kept, then the reload is tried
-        for attempt in range(3):
-            try:
-                self.page.get_by_role("button", name="Run", exact=True).click(timeout=20000)
+                self.page.get_by_role("button", name="Run", exact=True).click(timeout=15000)
                 break
             except PlaywrightTimeout:
                 self.shot(f"no-run-button-{deployment}-{attempt}")
-                if attempt == 2:
-                    raise
-                self.page.reload()
+                if attempt == 4:
+                    raise AssertionError(f"no Run button for deployment {deployment} after 5 "
+                                         f"tries; the page is {self.page.url}") from None
         self.page.get_by_role("menuitem", name="Custom run").click()
         self.page.get_by_text("Enforce Parameter Schema").wait_for()
         self.page.get_by_role("button", name="Submit").wait_for()

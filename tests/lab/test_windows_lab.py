@@ -63,6 +63,7 @@ def awaiting(lab: LabInfo, store_id: str) -> dict[str, Any]:
                     == "AwaitingWindow" and r, timeout=120, what="the run to await its window")
 
 
+@pytest.mark.extended
 def test_outside_its_window_a_rollout_waits_saying_why_and_now_overrides(
         lab: LabInfo, lab_dir: Path, lab_env: dict[str, str], tmp_path: Path) -> None:
     """The waiting run is started as a user does from the UI or the API (the store-rollout
@@ -129,6 +130,7 @@ def cancel(lab: LabInfo, run_id: str) -> None:
         "state": {"type": "CANCELLING"}, "force": True}, timeout=10).raise_for_status()
 
 
+@pytest.mark.extended
 def test_a_batch_schedules_its_canary_into_its_window_and_waits_for_it(
         lab: LabInfo, tmp_path: Path, ui: Ui) -> None:
     """One run of the batch deployment across two time zones, both stores' windows hours
