@@ -110,11 +110,14 @@ class Ui:
         # the dashboard also links the flow's name (its recent runs): wait for the deployments
         # page, and click a deployment's link, or a click can land on the dashboard's flow link
         self.page.wait_for_url(re.compile(r"/deployments/?(\?.*)?$"))
-        # one page shows ten deployments: search for it, as a user with more would. The list
-        # redraws as the search applies, and the search, applied after a click on the row had
-        # opened the deployment, has taken the page back to the list (the screenshots of a full
-        # run: the list, the search filled, no Run button; a reload only reloads the list). So
-        # the row is clicked again whenever the list is what shows, until the Run button opens.
+        # one page shows ten deployments: search for it, as a user with more would. The UI
+        # applies the search late, as a navigation to the list's URL with the search in it
+        # (`navigate({to: "."})` from the list's route, Prefect 3.8's ui-v2): applied after a
+        # click on the row had opened the deployment, it took the page back to the list (a full
+        # run's screenshots: the list, the search filled, no Run button). So the row is clicked
+        # once the URL holds the search, and again whenever the list is what shows.
+        self.page.get_by_placeholder(re.compile("search", re.I)).first.fill(deployment)
+        self.page.wait_for_url(re.compile(rf"flowOrDeploymentName=[^&]*{re.escape(deployment)}"))
         row = self.page.locator('a[href*="/deployments/deployment/"]').get_by_text(
             deployment, exact=True).first
         for attempt in range(5):
