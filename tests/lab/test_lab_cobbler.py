@@ -99,7 +99,9 @@ def _group_alive(record: ProcessRecord) -> list[int]:
     pids = []
     for proc in psutil.process_iter(["pid"]):
         try:
-            if os.getpgid(proc.pid) == record.pid:
+            # a zombie runs nothing: it waits for its parent to reap it (ProcessRecord.alive
+            # does not count one either); counted, a stop that ended in time failed a run once
+            if os.getpgid(proc.pid) == record.pid and proc.status() != psutil.STATUS_ZOMBIE:
                 pids.append(proc.pid)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue

@@ -54,7 +54,7 @@ from tests.helpers import (
     write_inventory,
 )
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.extended]
 
 
 def cli(env: dict[str, str], *args: str, ok: tuple[int, ...] = (0,)) -> Any:
