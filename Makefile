@@ -146,7 +146,7 @@ test-bench: setup
 test-full: setup
 	$(VENV)/bin/pytest -q -rP -m full_lab tests/lab/test_full_lab.py
 
-# the lab's fault matrix and after-go-live features, past what `make test` covers step by step
+# the lab's fault matrix, plan and reconcile, after-go-live features: past what `make test` covers
 test-extended: setup
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 -m extended
 
