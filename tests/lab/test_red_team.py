@@ -105,11 +105,15 @@ class Fleet:
     def renew(self, minion: str) -> None:
         """`minion` signed in again from scratch (a new key, no grains): after a test that
         took its key away, the next test finds it as the fleet began (tests run in any order)."""
-        self.minions.stop(minion, "red team: signed in again")
+        self.forget(minion)
+        self.sign_in(minion)
+
+    def forget(self, minion: str) -> None:
+        """`minion` stopped, its key deleted, its directory (key pair, grains) removed."""
+        self.minions.stop(minion, "red team: done with it")
         self.master.delete_key(minion)
         with contextlib.suppress(OSError):
             shutil.rmtree(self.minions.minion_dir(minion))
-        self.sign_in(minion)
 
     def keys(self) -> dict[str, str | None]:
         return {m: self.master.key_state(m) for m in (A_HV, A_VM, B_VM)}
@@ -144,10 +148,7 @@ class Fleet:
 
     def close(self) -> None:
         for minion in (A_HV, A_VM, B_VM):
-            self.minions.stop(minion, "red team done")
-            self.master.delete_key(minion)
-            with contextlib.suppress(OSError):
-                shutil.rmtree(self.minions.minion_dir(minion))
+            self.forget(minion)
 
 
 @pytest.fixture(scope="module")
