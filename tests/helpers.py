@@ -185,6 +185,24 @@ def prefect_task_runs(lab: LabInfo, flow_run_name: str) -> tuple[dict[str, Any],
     return runs[0], tasks
 
 
+def run_logs(lab: LabInfo, flow_run_name: str, limit: int = 200) -> str:
+    """Every flow run named `flow_run_name`: its state and its log lines, oldest first (what a
+    failing lab test shows of the runs it judged)."""
+    api = lab.prefect_api_url
+    runs = api_session(api).post(f"{api}/flow_runs/filter", json={
+        "flow_runs": {"name": {"any_": [flow_run_name]}}, "sort": "START_TIME_ASC"},
+        timeout=10).json()
+    lines = []
+    for run in runs:
+        lines.append(f"== {run['name']} {run['id']} {run['state_type']}: "
+                     f"{(run.get('state') or {}).get('message')}")
+        logs = api_session(api).post(f"{api}/logs/filter", json={
+            "logs": {"flow_run_id": {"any_": [run["id"]]}}, "sort": "TIMESTAMP_ASC",
+            "limit": limit}, timeout=10).json()
+        lines += [f"{log['timestamp'][11:23]} {log['message'][:400]}" for log in logs]
+    return "\n".join(lines) or f"no flow run {flow_run_name}"
+
+
 def bmc_power(lab: LabInfo, system: str, action: str) -> None:
     """Power a racked store host `on` or `off` through its BMC emulator, over the protocol it
     was racked with (IPMI when it has a vbmc endpoint, else Redfish), with the lab's BMC login."""

@@ -23,9 +23,14 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from lab.prefect_access import api_session
 from lab.state import LabInfo
 from store_rollout.contracts import STEPS
-from tests.helpers import created_erp_notices, wait_for, write_inventory
+from tests.helpers import created_erp_notices, run_logs, wait_for, write_inventory
 from tests.lab.test_approvals_lab import check_approvals
-from tests.lab.test_cancel import assert_rolled_back, domain_running
+from tests.lab.test_cancel import (
+    assert_never_live,
+    assert_rolled_back,
+    domain_running,
+    held_before_live,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -194,7 +199,8 @@ def api_get(lab: LabInfo, path: str) -> Any:
     return resp.json()
 
 
-def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: Path) -> None:
+def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, faults: Any,
+                                                tmp_path: Path) -> None:
     done_id, cancel_id = "ui-done", "ui-cancel"
     inventory = str(write_inventory(tmp_path / "inventory.yaml", [done_id, cancel_id],
                                     "52:54:00:d1:00", lab=lab))
@@ -237,7 +243,9 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
 
     # meanwhile a second store, cancelled from its run page once its VM exists: rolled back
     # (started while the first one runs, as two people would: its steps up to the VM and the
-    # first store's rollout share the wait)
+    # first store's rollout share the wait); held in step 6, so it is not live when the cancel
+    # lands
+    held_before_live(faults, cancel_id)
     ui.open_custom_run("store-rollout")
     cancel_run = ui.submit_run({"store_id": cancel_id, "inventory": inventory})
     vm = f"store-{cancel_id}-vm"
@@ -257,6 +265,7 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     assert ui.wait_for_state({"Cancelled"}, 180) == "Cancelled"
     ui.shot("run-cancelled")
     assert api_get(lab, f"/flow_runs/{cancel_run}")["state_type"] == "CANCELLED"
+    assert_never_live(lab, cancel_id)
 
     # back on the first store's run page, followed until it completes
     ui.page.goto(run_page)
@@ -307,7 +316,11 @@ def test_ui_starts_follows_and_cancels_rollouts(lab: LabInfo, ui: Ui, tmp_path: 
     assert ui.wait_for_state({"Completed"}, 180) == "Completed"
     ui.shot("rollback-run")
     ui.park()
-    assert_rolled_back(lab, cancel_id)  # its system disk gone, its data disk kept
+    try:
+        assert_rolled_back(lab, cancel_id)  # its system disk gone, its data disk kept
+    except AssertionError as exc:  # what the cancelled run and its clean-up did, to see why
+        raise AssertionError(f"{exc}\n{run_logs(lab, f'rollout-{cancel_id}')}\n"
+                             f"{run_logs(lab, f'rollback-{cancel_id}')}") from exc
 
     # a rerun of the rolled-out store that recreates its VM asks first: rejected, then approved
     check_approvals(lab, ui, Path(inventory), done_id)
