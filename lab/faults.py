@@ -55,6 +55,11 @@ def set_fault(info: LabInfo, target: str, knob: dict[str, Any]) -> None:
     requests.post(url, json=knob, timeout=TIMEOUT).raise_for_status()
 
 
+def clear_fault(info: LabInfo, step: str) -> None:
+    """Clear one simulator knob (`step`, or `<step>@<machine>`) and its count; the others stay."""
+    requests.delete(f"{_endpoints(info)['simulator']}/{step}", timeout=TIMEOUT).raise_for_status()
+
+
 def reset_all(info: LabInfo) -> None:
     """Clear every knob of every service; a service that refuses raises (HTTPError names it)."""
     for url in _endpoints(info).values():

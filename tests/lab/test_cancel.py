@@ -18,9 +18,9 @@ from typing import Any
 
 import psutil
 import pytest
-import requests
 
 from lab.approvers import code_args
+from lab.faults import clear_fault
 from lab.prefect_access import api_session
 from lab.state import LabInfo, LabPaths
 from store_rollout.contracts import DATA_DISK_FILE
@@ -190,8 +190,7 @@ def test_cancel_silence_and_rollback_of_one_store(
     assert_rolled_back(lab, store_id)
     # the hold is spent, or never used when the cancel came before the reboot: the rerun's VM
     # comes back from its reboots
-    requests.delete(f"{lab.simulator_url}/faults/reboot@store-{store_id}-vm",
-                    timeout=5).raise_for_status()
+    clear_fault(lab, f"reboot@store-{store_id}-vm")
 
     # a cancelled rollout can be retried from scratch ...
     result = finish(start_rollout(lab_env, store_id, inv))

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 
+from lab.faults import clear_fault
 from lab.manager import Lab
 from lab.prefect_access import PrefectAccess, api_session
 from lab.state import VENV_BIN, LabInfo, LabPaths
@@ -238,7 +239,7 @@ def test_vm_minion_not_back_after_first_reboot_then_rerun(lab: LabInfo, inproces
     assert failed.is_failed()
     assert faults_taken(lab)["reboot"]["failed"] >= 1  # the VM's minion stayed down
     assert "store-f-reboot-vm did not finish firstboot" in str(failed.message), failed.message
-    requests.delete(f"{lab.simulator_url}/faults/reboot", timeout=5).raise_for_status()  # the fix
+    clear_fault(lab, "reboot")  # the fix
     result = completed(inprocess("f-reboot", inv, vm_stall_timeout=5))
     # the rerun resumed: steps 2-5 found done by the systems' state, nothing reinstalled
     assert result["hypervisor_reinstalled"] is False and result["vm"]["reused"] is True
